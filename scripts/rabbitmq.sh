@@ -1,0 +1,326 @@
+#!/usr/bin/env bash
+# Starts a real RabbitMQ 4.0 with the stream plugin for the tests, benchmarks and demo.
+#
+#   scripts/rabbitmq.sh up        one node: AMQP 127.0.0.1:5672, stream 127.0.0.1:5552
+#   scripts/rabbitmq.sh down      stop what `up` or `cluster` started, unmount the chroot
+#   scripts/rabbitmq.sh status    what is running, and where
+#   scripts/rabbitmq.sh cluster   three joined nodes on their own ports (see CLUSTER_* below)
+#   scripts/rabbitmq.sh node-kill N | node-start N | node-stop N    one cluster node (1..3)
+#   scripts/rabbitmq.sh reset     `down`, then delete the brokers' data (keeps the chroot)
+#
+# If a broker already answers on the configured ports it is used as it is. Otherwise, as root on
+# Debian, a Debian trixie root is made once with debootstrap in $STREAM_DEDUP_CACHE (outside the
+# repository), Debian's rabbitmq-server (4.0.x) is installed in it, and the nodes run in that
+# chroot. Why not Debian 12's own package: it is 3.10.8, and rabbitmq-stream-js-client 1.0 sends
+# ExchangeCommandVersions, which 3.10 does not know (the broker closes the connection and the
+# client throws from its socket handler).
+#
+# Every listener is bound to 127.0.0.1; Erlang distribution and epmd too.
+set -euo pipefail
+
+CACHE=${STREAM_DEDUP_CACHE:-/var/cache/stream-dedup}
+ROOT="$CACHE/trixie"
+MIRROR=${STREAM_DEDUP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+HOST=127.0.0.1
+AMQP_PORT=${RABBITMQ_AMQP_PORT:-5672}
+STREAM_PORT=${RABBITMQ_STREAM_PORT:-5552}
+DIST_PORT=${RABBITMQ_DIST_PORT:-25672}
+# Cluster node i (1..3) listens on AMQP CLUSTER_AMQP_BASE+i, stream CLUSTER_STREAM_BASE+i,
+# distribution CLUSTER_DIST_BASE+i.
+CLUSTER_AMQP_BASE=${CLUSTER_AMQP_BASE:-5680}
+CLUSTER_STREAM_BASE=${CLUSTER_STREAM_BASE:-5560}
+CLUSTER_DIST_BASE=${CLUSTER_DIST_BASE:-25680}
+READY_TIMEOUT=${STREAM_DEDUP_BROKER_TIMEOUT:-120}
+
+log() { printf 'rabbitmq.sh: %s\n' "$*" >&2; }
+die() {
+  printf 'rabbitmq.sh: error: %s\n' "$*" >&2
+  exit 1
+}
+
+# True when something accepts TCP connections on 127.0.0.1:$1.
+port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+# True when the listener on $1 speaks AMQP 0-9-1: it answers our protocol header with a frame.
+speaks_amqp() {
+  local reply
+  reply=$(timeout 5 bash -c "exec 3<>/dev/tcp/$HOST/$1; printf 'AMQP\x00\x00\x09\x01' >&3; head -c 1 <&3 | od -An -tx1" 2>/dev/null) || return 1
+  [[ "$reply" == *01* ]]
+}
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "no broker answers on 127.0.0.1:$AMQP_PORT/$STREAM_PORT and starting one needs root (it builds a Debian chroot).
+  Run as root, or point the tests at any RabbitMQ >= 3.13 with the stream plugin:
+  RABBITMQ_AMQP_PORT=... RABBITMQ_STREAM_PORT=... (see README, Operations)."
+  command -v apt-get >/dev/null || die "this script installs RabbitMQ with Debian's apt; on another system start RabbitMQ >= 3.13 yourself (README, Operations)"
+}
+
+# --- the chroot ------------------------------------------------------------------------------
+in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
+
+# Runs a RabbitMQ tool inside the chroot as the rabbitmq user, so that every tool and node shares
+# one Erlang cookie in /var/lib/rabbitmq.
+as_rabbit() {
+  chroot --userspec=rabbitmq:rabbitmq "$ROOT" /usr/bin/env -i \
+    PATH=/usr/lib/rabbitmq/bin:/usr/sbin:/usr/bin:/bin HOME=/var/lib/rabbitmq LANG=C.UTF-8 \
+    ERL_EPMD_ADDRESS=127.0.0.1 "$@"
+}
+
+ensure_root() {
+  if [ -f "$ROOT/.stream-dedup-ready" ]; then return; fi
+  need_root
+  if ! command -v debootstrap >/dev/null; then
+    log "installing debootstrap"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; } ||
+      die "could not install debootstrap with apt-get (no network to the package mirror?)"
+  fi
+  mkdir -p "$CACHE"
+  local tmp="$ROOT.tmp"
+  umount_root "$tmp"
+  rm -rf "$tmp"
+  log "creating a Debian trixie root in $ROOT (debootstrap, about 30 s)"
+  debootstrap --variant=minbase trixie "$tmp" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 ||
+    die "debootstrap failed (no network to $MIRROR?); see $CACHE/debootstrap.log"
+  # No service may start during package installation; we start the nodes ourselves.
+  printf '#!/bin/sh\nexit 101\n' >"$tmp/usr/sbin/policy-rc.d"
+  chmod +x "$tmp/usr/sbin/policy-rc.d"
+  cp /etc/resolv.conf "$tmp/etc/resolv.conf" 2>/dev/null || true
+  printf '127.0.0.1 localhost\n::1 localhost\n' >"$tmp/etc/hosts"
+  log "installing Debian's rabbitmq-server in the chroot (about 10 s)"
+  mount_root "$tmp"
+  if ! chroot "$tmp" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+    sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends rabbitmq-server' \
+    >"$CACHE/apt.log" 2>&1; then
+    umount_root "$tmp"
+    die "installing rabbitmq-server failed (no network to the package mirror?); see $CACHE/apt.log"
+  fi
+  umount_root "$tmp"
+  local version
+  version=$(chroot "$tmp" dpkg-query -W -f '${Version}' rabbitmq-server)
+  case "$version" in
+    4.*) ;;
+    *) die "the chroot has rabbitmq-server $version; the stream client needs 4.x" ;;
+  esac
+  touch "$tmp/.stream-dedup-ready"
+  mv "$tmp" "$ROOT"
+  log "rabbitmq-server $version installed"
+}
+
+mount_root() {
+  local r=$1
+  mountpoint -q "$r/proc" || mount -t proc proc "$r/proc"
+  mountpoint -q "$r/dev" || mount --bind /dev "$r/dev"
+}
+
+umount_root() {
+  local r=$1
+  for m in "$r/dev" "$r/proc"; do
+    if [ -d "$m" ] && mountpoint -q "$m"; then umount "$m" 2>/dev/null || umount -l "$m"; fi
+  done
+}
+
+# --- nodes -----------------------------------------------------------------------------------
+# write_node NAME AMQP STREAM: config, data and log folders for one node.
+write_node() {
+  local name=$1 amqp=$2 stream=$3
+  local dir="$ROOT/var/lib/stream-dedup/$name"
+  mkdir -p "$dir/mnesia" "$dir/log"
+  cat >"$dir/rabbitmq.conf" <<EOF
+listeners.tcp.1 = 127.0.0.1:$amqp
+stream.listeners.tcp.1 = 127.0.0.1:$stream
+# Publisher connections dial the host and port the broker advertises.
+stream.advertised_host = localhost
+stream.advertised_port = $stream
+management.tcp.ip = 127.0.0.1
+log.file.level = warning
+log.console = false
+EOF
+  echo '[rabbitmq_stream].' >"$dir/enabled_plugins"
+  in_root chown -R rabbitmq:rabbitmq "/var/lib/stream-dedup"
+}
+
+node_running() { as_rabbit rabbitmqctl -q -n "$1@localhost" status >/dev/null 2>&1; }
+
+# start_node NAME AMQP STREAM DIST
+start_node() {
+  local name=$1 amqp=$2 stream=$3 dist=$4
+  if node_running "$name"; then
+    log "node $name@localhost already running"
+    return
+  fi
+  for p in "$amqp" "$stream" "$dist"; do
+    if port_open "$p"; then
+      die "port 127.0.0.1:$p is taken by another process; free it or choose other ports (RABBITMQ_AMQP_PORT, RABBITMQ_STREAM_PORT, RABBITMQ_DIST_PORT, CLUSTER_*_BASE)"
+    fi
+  done
+  write_node "$name" "$amqp" "$stream"
+  log "starting node $name@localhost (AMQP $amqp, stream $stream)"
+  local dir="/var/lib/stream-dedup/$name"
+  setsid chroot --userspec=rabbitmq:rabbitmq "$ROOT" /usr/bin/env -i \
+    PATH=/usr/lib/rabbitmq/bin:/usr/sbin:/usr/bin:/bin HOME=/var/lib/rabbitmq LANG=C.UTF-8 \
+    ERL_EPMD_ADDRESS=127.0.0.1 RABBITMQ_NODENAME="$name@localhost" RABBITMQ_DIST_PORT="$dist" \
+    RABBITMQ_CONFIG_FILE="$dir/rabbitmq.conf" RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" \
+    RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log" RABBITMQ_PID_FILE="$dir/pid" \
+    "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}" \
+    /usr/lib/rabbitmq/bin/rabbitmq-server \
+    >"$ROOT/var/lib/stream-dedup/$name/log/console.log" 2>&1 </dev/null 9>&- &
+  disown
+}
+
+# wait_node NAME STREAM: until the node has booted and its stream port accepts connections.
+wait_node() {
+  local name=$1 stream=$2 deadline=$((SECONDS + READY_TIMEOUT))
+  until as_rabbit rabbitmqctl -q -n "$name@localhost" await_startup --timeout 5 >/dev/null 2>&1 && port_open "$stream"; do
+    if [ $SECONDS -ge $deadline ]; then
+      tail -n 30 "$ROOT/var/lib/stream-dedup/$name/log/console.log" >&2 || true
+      die "node $name@localhost did not become ready within ${READY_TIMEOUT}s; log above, more in $ROOT/var/lib/stream-dedup/$name/log"
+    fi
+    sleep 1
+  done
+  log "node $name@localhost ready (stream 127.0.0.1:$stream)"
+}
+
+stop_node() {
+  local name=$1
+  if node_running "$name"; then
+    as_rabbit rabbitmqctl -q -n "$name@localhost" stop >/dev/null 2>&1 || kill_node "$name"
+  fi
+}
+
+kill_node() {
+  local pidfile="$ROOT/var/lib/stream-dedup/$1/pid" pid
+  pid=$(cat "$pidfile" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -9 "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "$pidfile"
+}
+
+# --- commands --------------------------------------------------------------------------------
+with_lock() {
+  mkdir -p "$CACHE" 2>/dev/null || true
+  { exec 9>"$CACHE/.lock"; } 2>/dev/null || return 0
+  flock -w 600 9 || die "another rabbitmq.sh holds $CACHE/.lock"
+}
+
+cmd_up() {
+  if port_open "$AMQP_PORT" && port_open "$STREAM_PORT"; then
+    speaks_amqp "$AMQP_PORT" || die "127.0.0.1:$AMQP_PORT is taken by something that does not speak AMQP 0-9-1"
+    log "using the broker already listening on 127.0.0.1 (AMQP $AMQP_PORT, stream $STREAM_PORT)"
+    return
+  fi
+  need_root
+  with_lock
+  ensure_root
+  mount_root "$ROOT"
+  start_node rabbit "$AMQP_PORT" "$STREAM_PORT" "$DIST_PORT"
+  wait_node rabbit "$STREAM_PORT"
+}
+
+cluster_ports() { # cluster_ports I -> "AMQP STREAM DIST"
+  echo $((CLUSTER_AMQP_BASE + $1)) $((CLUSTER_STREAM_BASE + $1)) $((CLUSTER_DIST_BASE + $1))
+}
+
+cmd_cluster() {
+  need_root
+  with_lock
+  ensure_root
+  mount_root "$ROOT"
+  local i
+  for i in 1 2 3; do
+    # shellcheck disable=SC2046
+    start_node "node$i" $(cluster_ports $i)
+  done
+  for i in 1 2 3; do
+    local ports
+    read -r -a ports <<<"$(cluster_ports $i)"
+    wait_node "node$i" "${ports[1]}"
+  done
+  for i in 2 3; do
+    if as_rabbit rabbitmqctl -q -n "node$i@localhost" cluster_status --formatter json 2>/dev/null | grep -q 'node1@localhost'; then
+      continue
+    fi
+    log "joining node$i to node1"
+    as_rabbit rabbitmqctl -q -n "node$i@localhost" stop_app
+    as_rabbit rabbitmqctl -q -n "node$i@localhost" reset
+    as_rabbit rabbitmqctl -q -n "node$i@localhost" join_cluster node1@localhost
+    as_rabbit rabbitmqctl -q -n "node$i@localhost" start_app
+  done
+  log "cluster of node1..node3@localhost ready; stream ports $((CLUSTER_STREAM_BASE + 1))-$((CLUSTER_STREAM_BASE + 3)), AMQP $((CLUSTER_AMQP_BASE + 1))-$((CLUSTER_AMQP_BASE + 3))"
+}
+
+node_index() {
+  case "${1:-}" in 1 | 2 | 3) ;; *) die "usage: $0 node-kill|node-start|node-stop 1|2|3" ;; esac
+}
+
+cmd_node_start() {
+  node_index "${1:-}"
+  need_root
+  mount_root "$ROOT"
+  local ports
+  read -r -a ports <<<"$(cluster_ports "$1")"
+  start_node "node$1" "${ports[@]}"
+  wait_node "node$1" "${ports[1]}"
+}
+
+known_nodes() {
+  ls "$ROOT/var/lib/stream-dedup" 2>/dev/null || true
+}
+
+cmd_down() {
+  [ -d "$ROOT" ] || return 0
+  need_root
+  local n
+  for n in $(known_nodes); do
+    if node_running "$n"; then
+      log "stopping node $n@localhost"
+      stop_node "$n"
+    fi
+    kill_node "$n"
+  done
+  # epmd outlives the nodes; it belongs to this chroot's Erlang.
+  pkill -f "$ROOT/.*epmd" 2>/dev/null || as_rabbit epmd -kill >/dev/null 2>&1 || true
+  umount_root "$ROOT"
+}
+
+cmd_status() {
+  local rc=0
+  if [ -d "$ROOT" ] && [ "$(id -u)" = 0 ]; then
+    local n
+    for n in $(known_nodes); do
+      if node_running "$n"; then echo "$n@localhost: running"; else echo "$n@localhost: stopped"; fi
+    done
+  fi
+  for p in "$AMQP_PORT" "$STREAM_PORT"; do
+    if port_open "$p"; then echo "127.0.0.1:$p: listening"; else
+      echo "127.0.0.1:$p: closed"
+      rc=1
+    fi
+  done
+  return $rc
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  cluster) cmd_cluster ;;
+  node-start) cmd_node_start "${2:-}" ;;
+  node-stop)
+    node_index "${2:-}"
+    stop_node "node$2"
+    ;;
+  node-kill)
+    node_index "${2:-}"
+    kill_node "node$2"
+    ;;
+  reset)
+    cmd_down
+    rm -rf "$ROOT/var/lib/stream-dedup"
+    ;;
+  *)
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac

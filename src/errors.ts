@@ -1,0 +1,65 @@
+/**
+ * The stable error codes of stream-dedup. A code, once released, keeps its meaning in every later
+ * minor and patch version; new codes may be added in minor versions.
+ *
+ * @remarks Since 0.1.0
+ */
+export type DedupErrorCode =
+  /** Another process (or another open store object) holds the LevelDB lock on the store folder. */
+  | 'DEDUP_STORE_LOCKED'
+  /** The store holds a record this version cannot decode, or its folder cannot be opened. */
+  | 'DEDUP_STORE_CORRUPT'
+  /** On open, the broker's last publishing ID for the name is above the store's: the name is used elsewhere, or the store was lost or restored. */
+  | 'DEDUP_SEQUENCE_REGRESSION'
+  /** An application-supplied publishing ID is not above the last accepted one: the broker would drop it silently. */
+  | 'DEDUP_ID_REGRESSION'
+  /** The publisher was opened in one ID mode (automatic, explicit or keyed) and a send used another. */
+  | 'DEDUP_ID_MODE_MISMATCH'
+  /** While running, the broker's last ID for our name moved past ours: another writer uses the name. */
+  | 'DEDUP_NAME_CONFLICT'
+  /** The broker did not confirm a message in time. The message stays in the outbox and is re-sent. */
+  | 'DEDUP_CONFIRM_TIMEOUT'
+  /** `send()` after `close()`, or a send still waiting when `close()` gave up on it. */
+  | 'DEDUP_PUBLISHER_CLOSED'
+  /** The broker could not be reached or refused the connection (open, or reconnect exhausted). */
+  | 'DEDUP_BROKER_UNREACHABLE'
+  /** The broker refused an operation (stream missing, access refused, publish error). */
+  | 'DEDUP_BROKER_REFUSED'
+  /** A message's identity headers are missing or malformed (consumer side). */
+  | 'DEDUP_INVALID_IDENTITY'
+  /** A wait was cancelled through an `AbortSignal`. */
+  | 'DEDUP_ABORTED';
+
+/**
+ * Every operational failure stream-dedup reports is a `DedupError` with a stable {@link DedupErrorCode}.
+ * Misuse of the API (an argument of the wrong type or out of range) throws a plain `TypeError` or
+ * `RangeError` instead.
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await StreamDedupPublisher.open(options);
+ * } catch (err) {
+ *   if (err instanceof DedupError && err.code === 'DEDUP_SEQUENCE_REGRESSION') {
+ *     // the broker knows a higher publishing ID for this name than our store: investigate
+ *   }
+ *   throw err;
+ * }
+ * ```
+ * @remarks Since 0.1.0
+ */
+export class DedupError extends Error {
+  /** The stable code; switch on it, not on the message. */
+  readonly code: DedupErrorCode;
+
+  constructor(code: DedupErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** True when `err` is a {@link DedupError}, optionally with the given code. */
+export function isDedupError(err: unknown, code?: DedupErrorCode): err is DedupError {
+  return err instanceof DedupError && (code === undefined || err.code === code);
+}

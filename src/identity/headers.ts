@@ -1,0 +1,72 @@
+import { MAX_PRODUCER_NAME_BYTES } from './producer-name.js';
+import { parsePublishingId } from './publishing-id.js';
+
+/** Header (application property) that carries the producer name. */
+export const PRODUCER_HEADER = 'x-dedup-producer';
+/** Header (application property) that carries the publishing ID as a decimal string. */
+export const ID_HEADER = 'x-dedup-id';
+
+/** The identity a publisher stamps into every message. */
+export interface MessageIdentity {
+  readonly producerName: string;
+  readonly publishingId: bigint;
+}
+
+/** What {@link readIdentity} found in a message's headers. */
+export type IdentityReading =
+  | { readonly kind: 'ok'; readonly identity: MessageIdentity }
+  | { readonly kind: 'missing' }
+  | { readonly kind: 'malformed'; readonly reason: string };
+
+/**
+ * The two headers for a message. Values are decimal strings: only strings survive every path
+ * (an AMQP 0-9-1 header of another type may not cross into a stream consumer, DESIGN §3).
+ */
+export function identityHeaders(producerName: string, publishingId: bigint): Record<string, string> {
+  return { [PRODUCER_HEADER]: producerName, [ID_HEADER]: publishingId.toString() };
+}
+
+/**
+ * Reads the identity stamped by a stream-dedup publisher from a message's application
+ * properties (stream protocol) or headers (AMQP 0-9-1). Never throws: a message with neither
+ * header is `missing`, one with a single header or a value of the wrong type or form is
+ * `malformed`, with the reason.
+ */
+export function readIdentity(headers: Readonly<Record<string, unknown>> | undefined | null): IdentityReading {
+  if (headers === undefined || headers === null || typeof headers !== 'object') return { kind: 'missing' };
+  const hasName = Object.hasOwn(headers, PRODUCER_HEADER);
+  const hasId = Object.hasOwn(headers, ID_HEADER);
+  if (!hasName && !hasId) return { kind: 'missing' };
+  const name = hasName ? headers[PRODUCER_HEADER] : undefined;
+  const id = hasId ? headers[ID_HEADER] : undefined;
+  if (typeof name !== 'string' || name.length === 0) {
+    return {
+      kind: 'malformed',
+      reason: `${PRODUCER_HEADER} must be a non-empty string, got ${describe(name)}`,
+    };
+  }
+  if (Buffer.byteLength(name, 'utf8') > MAX_PRODUCER_NAME_BYTES) {
+    return {
+      kind: 'malformed',
+      reason: `${PRODUCER_HEADER} is longer than ${MAX_PRODUCER_NAME_BYTES} bytes`,
+    };
+  }
+  const text = Buffer.isBuffer(id) ? id.toString('utf8') : id;
+  if (typeof text !== 'string') {
+    return { kind: 'malformed', reason: `${ID_HEADER} must be a decimal string, got ${describe(id)}` };
+  }
+  const publishingId = parsePublishingId(text);
+  if (publishingId === undefined) {
+    return {
+      kind: 'malformed',
+      reason: `${ID_HEADER} must be a decimal from 1 to 2^64 - 1, got ${JSON.stringify(text.slice(0, 40))}`,
+    };
+  }
+  return { kind: 'ok', identity: { producerName: name, publishingId } };
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  if (value === null) return 'null';
+  return typeof value;
+}

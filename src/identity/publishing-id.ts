@@ -1,0 +1,29 @@
+/** The largest publishing ID: the stream protocol carries it as an unsigned 64-bit integer. */
+export const MAX_PUBLISHING_ID: bigint = 0xffff_ffff_ffff_ffffn;
+
+/**
+ * Checks an application-supplied publishing ID: a `bigint` from 1 to 2^64 - 1. Zero is refused
+ * because the broker answers 0 both for "never published" and "last ID was 0".
+ *
+ * @throws TypeError when `id` is not a bigint.
+ * @throws RangeError when it is below 1 or above 2^64 - 1.
+ */
+export function assertPublishingId(id: unknown, what = 'publishingId'): asserts id is bigint {
+  if (typeof id !== 'bigint') throw new TypeError(`${what} must be a bigint, got ${typeof id}`);
+  if (id < 1n || id > MAX_PUBLISHING_ID) {
+    throw new RangeError(`${what} must be between 1 and 2^64 - 1, got ${id}`);
+  }
+}
+
+const DECIMAL = /^[1-9][0-9]{0,19}$/;
+
+/**
+ * Parses the decimal form of a publishing ID as stamped in message headers. Returns `undefined`
+ * for anything that is not a canonical decimal from 1 to 2^64 - 1 (no sign, no leading zeros, no
+ * white space), so that two spellings can never name one ID.
+ */
+export function parsePublishingId(text: string): bigint | undefined {
+  if (!DECIMAL.test(text)) return undefined;
+  const id = BigInt(text);
+  return id <= MAX_PUBLISHING_ID ? id : undefined;
+}
