@@ -1,0 +1,48 @@
+import { connect, type Client } from 'rabbitmq-stream-js-client';
+
+/** The broker the benchmarks use: loopback and the ports scripts/rabbitmq.sh starts. */
+export const CONNECTION = {
+  hostname: process.env.RABBITMQ_HOST ?? '127.0.0.1',
+  port: Number(process.env.RABBITMQ_STREAM_PORT ?? 5552),
+  username: process.env.RABBITMQ_USER ?? 'guest',
+  password: process.env.RABBITMQ_PASSWORD ?? 'guest',
+  vhost: process.env.RABBITMQ_VHOST ?? '/',
+};
+
+export function connectClient(): Promise<Client> {
+  return connect({ ...CONNECTION, addressResolver: { enabled: false } });
+}
+
+export function uniqueName(prefix: string): string {
+  return `${prefix}-${process.pid}-${Date.now().toString(36)}`;
+}
+
+export interface Row {
+  readonly name: string;
+  readonly msgsPerSec: number;
+  readonly ratio: number;
+  readonly target?: number;
+}
+
+/** Prints a table, then the rows as one JSON line (the last line of the output). */
+export function report(bench: string, rows: readonly Row[], extra: Record<string, unknown> = {}): void {
+  const width = Math.max(...rows.map((r) => r.name.length));
+  console.log(`${'case'.padEnd(width)}  ${'msg/s'.padStart(10)}  ${'ratio'.padStart(6)}  target`);
+  for (const r of rows) {
+    const verdict = r.target === undefined ? '' : `${r.ratio >= r.target ? '≥' : '<'} ${r.target}`;
+    console.log(
+      `${r.name.padEnd(width)}  ${Math.round(r.msgsPerSec).toString().padStart(10)}  ${r.ratio.toFixed(2).padStart(6)}  ${verdict}`,
+    );
+  }
+  console.log(
+    JSON.stringify({
+      bench,
+      ...extra,
+      rows: rows.map((r) => ({
+        ...r,
+        msgsPerSec: Math.round(r.msgsPerSec),
+        ratio: Number(r.ratio.toFixed(3)),
+      })),
+    }),
+  );
+}

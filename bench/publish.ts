@@ -1,0 +1,108 @@
+/**
+ * npm run bench:publish — 100 000 messages of 100 B through the raw client (named publisher,
+ * waiting for every confirm) and through StreamDedupPublisher in each mode, in the same run.
+ * Prints a table and, as the last line, JSON with each case's msg/s and its ratio to raw.
+ * Each case runs ROUNDS times on a fresh stream; the median is reported.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { StreamDedupPublisher } from '../src/transport/stream.js';
+import type { Durability } from '../src/publisher/types.js';
+import { CONNECTION, connectClient, report, uniqueName, type Row } from './common.js';
+
+const COUNT = Number(process.env.BENCH_COUNT ?? 100_000);
+const SIZE = 100;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const body = Buffer.alloc(SIZE, 0x61);
+
+async function raw(): Promise<number> {
+  const client = await connectClient();
+  const stream = uniqueName('bench-raw');
+  await client.createStream({ stream, arguments: {} });
+  try {
+    const publisher = await client.declarePublisher({ stream, publisherRef: 'bench-raw' });
+    let confirmed = 0;
+    let done!: () => void;
+    const all = new Promise<void>((resolve) => (done = resolve));
+    publisher.on('publish_confirm', (err, ids) => {
+      if (err !== null) throw new Error(`publish error ${err}`);
+      confirmed += ids.length;
+      if (confirmed >= COUNT) done();
+    });
+    const t0 = performance.now();
+    for (let i = 0; i < COUNT; i++) await publisher.send(body);
+    await publisher.flush();
+    await all;
+    const seconds = (performance.now() - t0) / 1000;
+    await client.deletePublisher(publisher.extendedId);
+    return COUNT / seconds;
+  } finally {
+    await client.deleteStream({ stream });
+    await client.close();
+  }
+}
+
+async function dedup(durability: Durability, sync: boolean): Promise<number> {
+  const dir = await mkdtemp(join(tmpdir(), 'bench-dedup-'));
+  const stream = uniqueName(`bench-${durability}`);
+  const client = await connectClient();
+  await client.createStream({ stream, arguments: {} });
+  try {
+    const pub = await StreamDedupPublisher.open({
+      connection: CONNECTION,
+      stream,
+      producerName: 'bench-dedup',
+      store: join(dir, 'store'),
+      durability,
+      sync,
+    });
+    const t0 = performance.now();
+    const sends: Promise<unknown>[] = new Array<Promise<unknown>>(COUNT);
+    for (let i = 0; i < COUNT; i++) sends[i] = pub.send(body);
+    await Promise.all(sends);
+    const seconds = (performance.now() - t0) / 1000;
+    await pub.close();
+    return COUNT / seconds;
+  } finally {
+    await client.deleteStream({ stream });
+    await client.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+const cases: Array<{ name: string; run: () => Promise<number>; target?: number }> = [
+  { name: 'raw client (named, confirms)', run: raw },
+  { name: 'dedup outbox', run: () => dedup('outbox', false), target: 0.85 },
+  { name: 'dedup outbox + fsync', run: () => dedup('outbox', true), target: 0.6 },
+  { name: 'dedup reserve', run: () => dedup('reserve', false), target: 0.95 },
+];
+
+// Warm-up: JIT and broker caches, not measured.
+await raw();
+await dedup('outbox', false);
+const results = new Map<string, number[]>();
+for (let round = 0; round < ROUNDS; round++) {
+  // Interleave the cases so drift on a shared machine hits them alike.
+  for (const c of cases) {
+    const r = results.get(c.name) ?? [];
+    r.push(await c.run());
+    results.set(c.name, r);
+  }
+}
+const rawRate = median(results.get(cases[0]!.name)!);
+const rows: Row[] = cases.map((c) => {
+  const rate = median(results.get(c.name)!);
+  return {
+    name: c.name,
+    msgsPerSec: rate,
+    ratio: rate / rawRate,
+    ...(c.target === undefined ? {} : { target: c.target }),
+  };
+});
+report('publish', rows, { messages: COUNT, bytes: SIZE, rounds: ROUNDS });

@@ -1,0 +1,161 @@
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { checkHistory, type HistoryReport } from '../history/checker.js';
+import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
+import type { Durability } from '../publisher/types.js';
+import { readStreamToEnd } from '../transport/stream.js';
+import { connectionFromEnv } from './env.js';
+
+/** Options of {@link runCrashScenario}. */
+export interface CrashScenarioOptions {
+  /** The command that starts this CLI (for example `[process.execPath, 'dist/cli/main.js']`). */
+  readonly cli: readonly string[];
+  readonly stream: string;
+  readonly producerName: string;
+  /** How many runs are SIGKILLed mid-way; one last run then finishes. */
+  readonly kills: number;
+  /** Messages each run tries to send. */
+  readonly perRun: number;
+  /** Kill after a random delay in [minKillMs, maxKillMs) once the producer is open. */
+  readonly minKillMs?: number;
+  readonly maxKillMs?: number;
+  readonly durability?: Durability;
+  /** Called with a line of progress. */
+  readonly onProgress?: (line: string) => void;
+}
+
+/** What {@link runCrashScenario} measured. */
+export interface CrashScenarioResult {
+  readonly report: HistoryReport;
+  readonly runs: number;
+  readonly kills: number;
+  readonly attempted: number;
+  readonly acknowledged: number;
+  readonly streamMessages: number;
+  /** Outbox messages re-sent with their original IDs, summed over every restart. */
+  readonly resent: number;
+}
+
+/**
+ * Runs a producer process, SIGKILLs it at random moments `kills` times, restarts it each time on
+ * the same store, lets the last run finish, then reads the stream back and checks the history:
+ * every acknowledged message exactly once, nothing twice, IDs increasing.
+ */
+export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashScenarioResult> {
+  const dir = await mkdtemp(join(tmpdir(), 'stream-dedup-crash-'));
+  const log = join(dir, 'history.log');
+  const store = join(dir, 'store');
+  const minKill = o.minKillMs ?? 50;
+  const maxKill = o.maxKillMs ?? 600;
+  let resent = 0;
+  let kills = 0;
+  let runs = 0;
+  const progress = (run: number, outcome: { killed: boolean; resent: number }): void => {
+    runs = run;
+    o.onProgress?.(
+      `run ${run}: ${outcome.killed ? 'killed (SIGKILL)' : 'finished'}` +
+        `${outcome.resent > 0 ? `, re-sent ${outcome.resent} outbox messages on open` : ''}`,
+    );
+  };
+  try {
+    // Runs until `kills` runs were really killed mid-way (a run may finish before its kill time),
+    // then one last run that finishes.
+    let run = 0;
+    while (kills < o.kills) {
+      run++;
+      if (run > o.kills * 5 + 5)
+        throw new Error(`only ${kills} of ${o.kills} kills landed in ${run - 1} runs`);
+      const outcome = await runOnce(o, {
+        run,
+        store,
+        log,
+        killAfterMs: minKill + Math.random() * (maxKill - minKill),
+      });
+      resent += outcome.resent;
+      if (outcome.killed) kills++;
+      progress(run, outcome);
+    }
+    run++;
+    const last = await runOnce(o, { run, store, log, killAfterMs: undefined });
+    resent += last.resent;
+    progress(run, last);
+    const records = await readStreamToEnd(connectionFromEnv(), o.stream);
+    const text = await readFile(log, 'utf8');
+    const attempted: string[] = [];
+    const acknowledged: string[] = [];
+    for (const line of text.split('\n')) {
+      if (line.startsWith('a ')) attempted.push(line.slice(2));
+      else if (line.startsWith('k ')) acknowledged.push(line.slice(2));
+    }
+    const observed = records.map((r) => {
+      const id = r.applicationProperties[ID_HEADER];
+      const producer = r.applicationProperties[PRODUCER_HEADER];
+      return {
+        label: r.body.toString('utf8'),
+        producerName: typeof producer === 'string' ? producer : undefined,
+        publishingId: typeof id === 'string' ? BigInt(id) : undefined,
+      };
+    });
+    const report = checkHistory({ attempted, acknowledged, observed });
+    return {
+      report,
+      runs,
+      kills,
+      attempted: attempted.length,
+      acknowledged: acknowledged.length,
+      streamMessages: records.length,
+      resent,
+    };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+async function runOnce(
+  o: CrashScenarioOptions,
+  r: { run: number; store: string; log: string; killAfterMs: number | undefined },
+): Promise<{ killed: boolean; resent: number }> {
+  const [cmd, ...args] = o.cli;
+  const child = spawn(
+    cmd!,
+    [
+      ...args,
+      '_produce',
+      '--stream',
+      o.stream,
+      '--producer',
+      o.producerName,
+      '--store',
+      r.store,
+      '--run',
+      String(r.run),
+      '--count',
+      String(o.perRun),
+      '--log',
+      r.log,
+      '--durability',
+      o.durability ?? 'outbox',
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  let resent = 0;
+  let killed = false;
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  for await (const line of createInterface({ input: child.stdout })) {
+    const msg = JSON.parse(line) as { ready?: boolean; resent?: number };
+    if (msg.ready === true) {
+      resent = msg.resent ?? 0;
+      if (r.killAfterMs !== undefined) {
+        setTimeout(() => {
+          killed = child.kill('SIGKILL');
+        }, r.killAfterMs);
+      }
+    }
+  }
+  const code = await exited;
+  if (!killed && code !== 0) throw new Error(`producer run ${r.run} exited with code ${code}`);
+  return { killed, resent };
+}

@@ -1,0 +1,54 @@
+import { openSync, writeSync } from 'node:fs';
+import { StreamDedupPublisher } from '../transport/stream.js';
+import type { Durability } from '../publisher/types.js';
+import { connectionFromEnv } from './env.js';
+
+/** Options of the producer process that the demo and the crash tests kill and restart. */
+export interface ProduceOptions {
+  readonly stream: string;
+  readonly producerName: string;
+  readonly store: string;
+  /** Labels are `<run>-<i>`: unique across runs, so every body names one logical message. */
+  readonly run: number;
+  readonly count: number;
+  /** Append-only log: `a <label>` before a send, `k <label>` once it resolved. */
+  readonly log: string;
+  readonly durability: Durability;
+  readonly concurrency: number;
+}
+
+/**
+ * Publishes `count` uniquely labelled messages, logging each attempt before the send and each
+ * acknowledgement after it (synchronous appends: they survive a SIGKILL). Prints one JSON line
+ * `{"ready":…}` on stdout once open, so a parent knows when killing it is interesting.
+ */
+export async function produce(o: ProduceOptions): Promise<void> {
+  const fd = openSync(o.log, 'a');
+  const pub = await StreamDedupPublisher.open({
+    connection: connectionFromEnv(),
+    stream: o.stream,
+    producerName: o.producerName,
+    store: o.store,
+    durability: o.durability,
+    createStream: true,
+  });
+  process.stdout.write(`${JSON.stringify({ ready: true, ...jsonable(pub.openReport) })}\n`);
+  let next = 1;
+  const worker = async (): Promise<void> => {
+    while (next <= o.count) {
+      const label = `${o.run}-${next++}`;
+      writeSync(fd, `a ${label}\n`);
+      await pub.send(Buffer.from(label));
+      writeSync(fd, `k ${label}\n`);
+    }
+  };
+  await Promise.all(Array.from({ length: o.concurrency }, worker));
+  await pub.close();
+  process.stdout.write(
+    `${JSON.stringify({ done: true, lastPublishingId: pub.lastPublishingId.toString() })}\n`,
+  );
+}
+
+function jsonable(o: object): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, typeof v === 'bigint' ? v.toString() : v]));
+}

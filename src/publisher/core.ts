@@ -1,0 +1,758 @@
+import { DedupError } from '../errors.js';
+import { ID_HEADER, identityHeaders, PRODUCER_HEADER } from '../identity/headers.js';
+import { assertProducerName } from '../identity/producer-name.js';
+import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
+import type { Headers, OutboxEntry, ProducerMeta } from '../store/codec.js';
+import { DedupStore, type ProducerState } from '../store/store.js';
+import type {
+  DedupPublisherOptions,
+  Durability,
+  OpenReport,
+  OutgoingMessage,
+  PublishTransport,
+  SendOptions,
+  SendResult,
+} from './types.js';
+
+/** A message between `send()` and its confirm. */
+interface Entry {
+  readonly publishingId: bigint;
+  readonly body: Uint8Array;
+  readonly headers: Headers | undefined;
+  /** Settles the caller's promise; absent for messages recovered from the outbox. */
+  resolve?: ((result: SendResult) => void) | undefined;
+  reject?: ((error: Error) => void) | undefined;
+  /** The outbox segment holding it (outbox durability). */
+  segment?: Segment | undefined;
+  /** When it was last handed to the transport (ms, monotonic); 0 when not yet sent on this connection. */
+  sentAt: number;
+  onAbort?: (() => void) | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+/** One group commit's record, deleted once every message in it is confirmed. */
+interface Segment {
+  readonly firstId: bigint;
+  remaining: number;
+}
+
+type State = 'open' | 'reconnecting' | 'closing' | 'closed';
+
+const DEFAULTS = {
+  durability: 'outbox' as Durability,
+  maxInFlight: 10_000,
+  maxBatch: 2_000,
+  reserveBlock: 10_000,
+  confirmTimeoutMs: 30_000,
+  closeTimeoutMs: 10_000,
+  initialDelayMs: 100,
+  maxDelayMs: 5_000,
+  giveUpAfterMs: 120_000,
+  watchIntervalMs: 0,
+};
+
+const RESERVED_PREFIX = 'x-dedup-';
+
+function positiveInt(value: number | undefined, fallback: number, what: string, allowZero = false): number {
+  if (value === undefined) return fallback;
+  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1)) {
+    throw new RangeError(`${what} must be an integer ≥ ${allowZero ? 0 : 1}, got ${value}`);
+  }
+  return value;
+}
+
+/**
+ * The transport-agnostic dedup publisher: it assigns and persists publishing IDs, keeps the
+ * outbox, reconciles with the broker on open and after every reconnect, applies backpressure and
+ * settles `send()` on confirm. Transports (stream protocol, AMQP 0-9-1) wrap it.
+ *
+ * @internal Applications use `StreamDedupPublisher` or `AmqpDedupPublisher`.
+ */
+export class DedupPublisherCore {
+  readonly producerName: string;
+  readonly durability: Durability;
+  readonly idMode: 'auto' | 'explicit';
+  readonly report: OpenReport;
+
+  readonly #transport: PublishTransport;
+  readonly #state: ProducerState;
+  readonly #ownedStore: DedupStore | undefined;
+  readonly #opts: Required<
+    Pick<
+      DedupPublisherOptions,
+      'maxInFlight' | 'maxBatch' | 'reserveBlock' | 'confirmTimeoutMs' | 'closeTimeoutMs' | 'watchIntervalMs'
+    >
+  > & { initialDelayMs: number; maxDelayMs: number; giveUpAfterMs: number };
+
+  #status: State = 'open';
+  /** Set by `close()`: new sends are refused while accepted ones drain. */
+  #closeRequested = false;
+  #fatal: DedupError | undefined;
+  /** Highest ID handed out (written to the store before it leaves in outbox mode). */
+  #lastAssigned: bigint;
+  /** Highest ID durable in the store (meta.lastId). */
+  #lastDurable: bigint;
+  #reservedUpTo: bigint;
+  /** Sends waiting for room, in ID order, from #waitingHead on (a queue without O(n) shifts). */
+  #waiting: Entry[] = [];
+  #waitingHead = 0;
+  /** Accepted, not yet committed to the store, in ID order. */
+  #batch: Entry[] = [];
+  /** Committed, waiting for the confirm, in ID order (Map keeps insertion order). */
+  readonly #pending = new Map<bigint, Entry>();
+  #segmentsToDelete: bigint[] = [];
+  #pumping = false;
+  #pumpScheduled = false;
+  #resendAll = false;
+  #epoch = 0;
+  #timer: NodeJS.Timeout | undefined;
+  #watchTimer: NodeJS.Timeout | undefined;
+  #reconnectWake: (() => void) | undefined;
+  #closing: Promise<void> | undefined;
+  readonly #closedPromise: Promise<DedupError | undefined>;
+  #resolveClosed!: (value: DedupError | undefined) => void;
+  readonly #idle: Array<() => void> = [];
+
+  private constructor(
+    transport: PublishTransport,
+    state: ProducerState,
+    ownedStore: DedupStore | undefined,
+    options: DedupPublisherOptions,
+    localLast: bigint,
+    reservedUpTo: bigint,
+    report: OpenReport,
+  ) {
+    this.producerName = options.producerName;
+    this.durability = options.durability ?? DEFAULTS.durability;
+    this.idMode = options.idMode ?? 'auto';
+    this.#transport = transport;
+    this.#state = state;
+    this.#ownedStore = ownedStore;
+    this.#lastAssigned = localLast;
+    this.#lastDurable = localLast;
+    this.#reservedUpTo = reservedUpTo;
+    this.report = report;
+    const r = options.reconnect ?? {};
+    this.#opts = {
+      maxInFlight: positiveInt(options.maxInFlight, DEFAULTS.maxInFlight, 'maxInFlight'),
+      maxBatch: positiveInt(options.maxBatch, DEFAULTS.maxBatch, 'maxBatch'),
+      reserveBlock: positiveInt(options.reserveBlock, DEFAULTS.reserveBlock, 'reserveBlock'),
+      confirmTimeoutMs: positiveInt(options.confirmTimeoutMs, DEFAULTS.confirmTimeoutMs, 'confirmTimeoutMs'),
+      closeTimeoutMs: positiveInt(options.closeTimeoutMs, DEFAULTS.closeTimeoutMs, 'closeTimeoutMs', true),
+      watchIntervalMs: positiveInt(
+        options.watchIntervalMs,
+        DEFAULTS.watchIntervalMs,
+        'watchIntervalMs',
+        true,
+      ),
+      initialDelayMs: positiveInt(r.initialDelayMs, DEFAULTS.initialDelayMs, 'reconnect.initialDelayMs'),
+      maxDelayMs: positiveInt(r.maxDelayMs, DEFAULTS.maxDelayMs, 'reconnect.maxDelayMs'),
+      giveUpAfterMs: positiveInt(r.giveUpAfterMs, DEFAULTS.giveUpAfterMs, 'reconnect.giveUpAfterMs'),
+    };
+    this.#closedPromise = new Promise((resolve) => (this.#resolveClosed = resolve));
+  }
+
+  /**
+   * Opens the store, claims the producer, connects, reconciles local and broker IDs and queues
+   * the outbox for re-sending before any new message.
+   */
+  static async open(
+    transport: PublishTransport,
+    options: DedupPublisherOptions,
+  ): Promise<DedupPublisherCore> {
+    validateOptions(options);
+    const ownedStore =
+      typeof options.store === 'string'
+        ? await DedupStore.open(options.store, { sync: options.sync ?? false })
+        : undefined;
+    const store = ownedStore ?? (options.store as DedupStore);
+    let state: ProducerState | undefined;
+    try {
+      state = store.claimProducer(transport.target, options.producerName);
+      const idMode = options.idMode ?? 'auto';
+      const loaded = await state.load();
+      if (loaded.meta !== undefined && loaded.meta.idMode !== idMode) {
+        throw new DedupError(
+          'DEDUP_ID_MODE_MISMATCH',
+          `producer "${options.producerName}" was opened with idMode '${loaded.meta.idMode}' before; ` +
+            `reopening it with '${idMode}' could reuse IDs. Use the same idMode, or another producer name.`,
+        );
+      }
+      const meta = loaded.meta;
+      const localLast =
+        meta === undefined ? 0n : meta.lastId > meta.reservedUpTo ? meta.lastId : meta.reservedUpTo;
+      let brokerLast: bigint | undefined;
+      const core = (
+        brokerLastId: bigint | undefined,
+        resent: number,
+        reassigned: number,
+        start: bigint,
+      ): DedupPublisherCore =>
+        new DedupPublisherCore(transport, state!, ownedStore, options, start, meta?.reservedUpTo ?? 0n, {
+          localLastId: localLast,
+          brokerLastId,
+          resent,
+          reassigned,
+        });
+      // The core must exist before connecting: confirms for re-sent messages go to it.
+      const handlersTarget: { core?: DedupPublisherCore } = {};
+      try {
+        brokerLast = await transport.connect({
+          confirmed: (ids) => {
+            if (handlersTarget.core !== undefined) handlersTarget.core.#onConfirmed(ids);
+          },
+          disconnected: (err) => {
+            if (handlersTarget.core !== undefined) handlersTarget.core.#onDisconnected(err, 0);
+          },
+        });
+      } catch (err) {
+        throw asDedupError(
+          err,
+          'DEDUP_BROKER_UNREACHABLE',
+          `cannot connect to the broker for "${transport.target}"`,
+        );
+      }
+      const outbox = loaded.segments.flatMap((s) => s.entries);
+      let publisher: DedupPublisherCore;
+      if (brokerLast !== undefined && brokerLast > localLast) {
+        if ((options.onBrokerAhead ?? 'error') === 'error') {
+          throw new DedupError(
+            'DEDUP_SEQUENCE_REGRESSION',
+            `the broker's last publishing ID for producer "${options.producerName}" on "${transport.target}" is ${brokerLast}, ` +
+              `above this store's ${localLast}. Either another process publishes under this name (names must be unique ` +
+              `among live producers), or this store was lost, replaced or restored from a backup. Publishing now would ` +
+              `reuse IDs the broker drops silently. Investigate, or open with onBrokerAhead: 'adopt' to continue above ` +
+              `${brokerLast}${outbox.length > 0 ? ` (the ${outbox.length} outbox messages would be re-sent under new IDs)` : ''}.`,
+          );
+        }
+        publisher = core(brokerLast, 0, outbox.length, brokerLast);
+        handlersTarget.core = publisher;
+        publisher.#epoch = 0;
+        // Their old IDs are at or below the broker's: re-send them as new messages above it.
+        publisher.#segmentsToDelete.push(...loaded.segments.map((s) => s.firstId));
+        for (const e of outbox) publisher.#accept(e.body, e.headers, undefined, undefined, undefined);
+      } else {
+        publisher = core(brokerLast, outbox.length, 0, localLast);
+        handlersTarget.core = publisher;
+        for (const s of loaded.segments) {
+          const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
+          for (const e of s.entries) {
+            publisher.#pending.set(e.publishingId, { ...e, segment, sentAt: 0 });
+          }
+        }
+        publisher.#resendAll = publisher.#pending.size > 0;
+      }
+      publisher.#startTimers();
+      publisher.#schedulePump();
+      return publisher;
+    } catch (err) {
+      state?.release();
+      await transport.close();
+      await ownedStore?.close();
+      throw err;
+    }
+  }
+
+  /** The last publishing ID handed out (0n before the first). */
+  get lastPublishingId(): bigint {
+    return this.#lastAssigned;
+  }
+
+  /** Messages accepted and not yet confirmed. */
+  get inFlight(): number {
+    return this.#waiting.length - this.#waitingHead + this.#batch.length + this.#pending.size;
+  }
+
+  /** True after `close()` or a fatal error. */
+  get isClosed(): boolean {
+    return this.#closeRequested || this.#status === 'closed';
+  }
+
+  /** Resolves when the publisher has closed: with the error that closed it, or `undefined` after `close()`. */
+  closed(): Promise<DedupError | undefined> {
+    return this.#closedPromise;
+  }
+
+  /** See `StreamDedupPublisher.send`. */
+  send(body: Uint8Array, options: SendOptions = {}): Promise<SendResult> {
+    if (!(body instanceof Uint8Array)) {
+      throw new TypeError(`body must be a Buffer or Uint8Array, got ${body === null ? 'null' : typeof body}`);
+    }
+    const headers = validateHeaders(options.headers);
+    if (this.#fatal !== undefined) return Promise.reject(this.#fatal);
+    if (this.#closeRequested || this.#status === 'closed') {
+      return Promise.reject(
+        new DedupError(
+          'DEDUP_PUBLISHER_CLOSED',
+          `publisher "${this.producerName}" is closed; nothing was sent`,
+        ),
+      );
+    }
+    const size = body.length + headersSize(headers) + Buffer.byteLength(this.producerName) + 64;
+    if (size > this.#transport.maxMessageBytes) {
+      throw new RangeError(
+        `message of about ${size} bytes exceeds the broker's limit of ${this.#transport.maxMessageBytes} bytes`,
+      );
+    }
+    const signal = options.signal;
+    if (signal?.aborted) return Promise.reject(abortError(signal));
+    let explicitId: bigint | undefined;
+    if (this.idMode === 'explicit') {
+      if (options.publishingId === undefined) {
+        return Promise.reject(
+          new DedupError(
+            'DEDUP_ID_MODE_MISMATCH',
+            `publisher "${this.producerName}" uses idMode 'explicit': every send() needs options.publishingId`,
+          ),
+        );
+      }
+      assertPublishingId(options.publishingId, 'options.publishingId');
+      if (options.publishingId <= this.#lastAssigned) {
+        return Promise.reject(
+          new DedupError(
+            'DEDUP_ID_REGRESSION',
+            `publishingId ${options.publishingId} is not above the last accepted ${this.#lastAssigned} for producer ` +
+              `"${this.producerName}": the broker would drop it and still confirm it (silent loss). Nothing was sent.`,
+          ),
+        );
+      }
+      explicitId = options.publishingId;
+    } else if (options.publishingId !== undefined) {
+      return Promise.reject(
+        new DedupError(
+          'DEDUP_ID_MODE_MISMATCH',
+          `publisher "${this.producerName}" uses idMode 'auto': open it with idMode 'explicit' to pass publishingId`,
+        ),
+      );
+    }
+    return new Promise<SendResult>((resolve, reject) => {
+      this.#accept(body, headers, explicitId, { resolve, reject }, signal);
+    });
+  }
+
+  /** Assigns the ID and queues the message (or parks it while there is no room). */
+  #accept(
+    body: Uint8Array,
+    headers: Headers | undefined,
+    explicitId: bigint | undefined,
+    settle: { resolve: (r: SendResult) => void; reject: (e: Error) => void } | undefined,
+    signal: AbortSignal | undefined,
+  ): void {
+    const publishingId = explicitId ?? this.#lastAssigned + 1n;
+    if (publishingId > MAX_PUBLISHING_ID) {
+      settle?.reject(
+        new RangeError(`publishing IDs of producer "${this.producerName}" are exhausted (2^64 - 1)`),
+      );
+      return;
+    }
+    this.#lastAssigned = publishingId;
+    const entry: Entry = {
+      publishingId,
+      body,
+      headers,
+      resolve: settle?.resolve,
+      reject: settle?.reject,
+      sentAt: 0,
+    };
+    if (signal !== undefined) {
+      entry.signal = signal;
+      entry.onAbort = () => this.#abort(entry);
+      signal.addEventListener('abort', entry.onAbort, { once: true });
+    }
+    if (this.#waiting.length > this.#waitingHead || this.inFlight >= this.#opts.maxInFlight) {
+      this.#waiting.push(entry);
+    } else {
+      this.#batch.push(entry);
+      this.#schedulePump();
+    }
+  }
+
+  #abort(entry: Entry): void {
+    const i = this.#waiting.indexOf(entry, this.#waitingHead);
+    // Still waiting for room: it never reaches the store or the wire; its ID stays unused.
+    if (i >= 0) this.#waiting.splice(i, 1);
+    // Otherwise the message may be published anyway; only the caller stops waiting.
+    this.#settle(entry, abortError(entry.signal!));
+  }
+
+  #settle(entry: Entry, outcome: Error | SendResult): void {
+    const { resolve, reject } = entry;
+    entry.resolve = undefined;
+    entry.reject = undefined;
+    if (entry.onAbort !== undefined) {
+      entry.signal?.removeEventListener('abort', entry.onAbort);
+      entry.onAbort = undefined;
+    }
+    if (outcome instanceof Error) reject?.(outcome);
+    else resolve?.(outcome);
+  }
+
+  #schedulePump(): void {
+    if (this.#pumping || this.#pumpScheduled) return;
+    this.#pumpScheduled = true;
+    // setImmediate, not a microtask: sends made in the same tick join one group commit.
+    setImmediate(() => {
+      this.#pumpScheduled = false;
+      void this.#pump();
+    });
+  }
+
+  /**
+   * The only place that writes the store and hands messages to the transport, one step at a
+   * time, so that the wire sees IDs in increasing order.
+   */
+  async #pump(): Promise<void> {
+    if (this.#pumping) return;
+    this.#pumping = true;
+    try {
+      for (;;) {
+        if (this.#fatal !== undefined) break;
+        if (this.#resendAll && this.#status !== 'reconnecting') {
+          this.#resendAll = false;
+          await this.#publish([...this.#pending.values()]);
+          continue;
+        }
+        if (this.#batch.length === 0 && this.#segmentsToDelete.length === 0) break;
+        const batch =
+          this.#batch.length <= this.#opts.maxBatch ? this.#batch : this.#batch.slice(0, this.#opts.maxBatch);
+        this.#batch = batch === this.#batch ? [] : this.#batch.slice(batch.length);
+        try {
+          await this.#commit(batch);
+        } catch (err) {
+          this.#fail(asDedupError(err, 'DEDUP_STORE_CORRUPT', 'writing the store failed'), batch);
+          break;
+        }
+        for (const e of batch) this.#pending.set(e.publishingId, e);
+        // After a reconnect the whole pending set (this batch included) goes out first, in ID
+        // order: publishing this batch ahead of older re-sends would make the broker drop them.
+        if (batch.length > 0 && this.#status !== 'reconnecting' && !this.#resendAll)
+          await this.#publish(batch);
+        this.#refill();
+      }
+    } finally {
+      this.#pumping = false;
+      for (const wake of this.#idle.splice(0)) wake();
+    }
+  }
+
+  async #commit(batch: readonly Entry[]): Promise<void> {
+    const deleteSegments = this.#segmentsToDelete;
+    this.#segmentsToDelete = [];
+    const last = batch.length > 0 ? batch[batch.length - 1]!.publishingId : this.#lastDurable;
+    if (this.durability === 'outbox') {
+      let segment: Segment | undefined;
+      if (batch.length > 0) {
+        segment = { firstId: batch[0]!.publishingId, remaining: batch.length };
+        for (const e of batch) e.segment = segment;
+      }
+      const meta: ProducerMeta = { idMode: this.idMode, lastId: last, reservedUpTo: this.#reservedUpTo };
+      await this.#state.commit({ meta, segment: batch as readonly OutboxEntry[], deleteSegments });
+      this.#lastDurable = last;
+    } else if (last > this.#reservedUpTo || deleteSegments.length > 0) {
+      // Reserve a block past the batch before any of it leaves, so a restart skips it all.
+      const reservedUpTo =
+        last > this.#reservedUpTo ? last + BigInt(this.#opts.reserveBlock) : this.#reservedUpTo;
+      const capped = reservedUpTo > MAX_PUBLISHING_ID ? MAX_PUBLISHING_ID : reservedUpTo;
+      await this.#state.commit({
+        meta: { idMode: this.idMode, lastId: last, reservedUpTo: capped },
+        deleteSegments,
+      });
+      this.#reservedUpTo = capped;
+      this.#lastDurable = last;
+    }
+  }
+
+  async #publish(entries: readonly Entry[]): Promise<void> {
+    if (entries.length === 0) return;
+    const epoch = this.#epoch;
+    const now = performance.now();
+    const out: OutgoingMessage[] = new Array<OutgoingMessage>(entries.length);
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i]!;
+      e.sentAt = now;
+      out[i] = { publishingId: e.publishingId, body: e.body, headers: this.#stamp(e) };
+    }
+    try {
+      await this.#transport.publish(out);
+    } catch (err) {
+      this.#onDisconnected(err instanceof Error ? err : new Error(String(err)), epoch);
+    }
+  }
+
+  #stamp(e: Entry): Headers {
+    const stamps = identityHeaders(this.producerName, e.publishingId);
+    return e.headers === undefined ? stamps : { ...e.headers, ...stamps };
+  }
+
+  #takeWaiting(): Entry[] {
+    const taken = this.#waiting.slice(this.#waitingHead);
+    this.#waiting = [];
+    this.#waitingHead = 0;
+    return taken;
+  }
+
+  /** Moves parked sends into the batch while there is room. */
+  #refill(): void {
+    let moved = false;
+    while (
+      this.#waiting.length > this.#waitingHead &&
+      this.#batch.length + this.#pending.size < this.#opts.maxInFlight
+    ) {
+      this.#batch.push(this.#waiting[this.#waitingHead++]!);
+      moved = true;
+    }
+    if (this.#waitingHead > 1024 && this.#waitingHead * 2 > this.#waiting.length) {
+      this.#waiting = this.#waiting.slice(this.#waitingHead);
+      this.#waitingHead = 0;
+    }
+    if (moved) this.#schedulePump();
+  }
+
+  #onConfirmed(ids: readonly bigint[]): void {
+    for (const id of ids) {
+      const e = this.#pending.get(id);
+      if (e === undefined) continue;
+      this.#pending.delete(id);
+      if (e.segment !== undefined && --e.segment.remaining === 0)
+        this.#segmentsToDelete.push(e.segment.firstId);
+      this.#settle(e, { publishingId: id, outcome: 'published' });
+    }
+    this.#refill();
+    if (this.#segmentsToDelete.length > 0) this.#schedulePump();
+    if (this.inFlight === 0) for (const wake of this.#idle.splice(0)) wake();
+  }
+
+  #onDisconnected(error: Error, epoch: number): void {
+    if (epoch !== this.#epoch || this.#status !== 'open' || this.#fatal !== undefined) return;
+    this.#status = 'reconnecting';
+    this.#epoch++;
+    void this.#reconnect(error);
+  }
+
+  async #reconnect(cause: Error): Promise<void> {
+    const started = performance.now();
+    let delay = this.#opts.initialDelayMs;
+    let lastError: unknown = cause;
+    while (this.#status === 'reconnecting') {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, delay * (0.5 + Math.random() / 2));
+        this.#reconnectWake = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      this.#reconnectWake = undefined;
+      if (this.#status !== 'reconnecting') return;
+      const epoch = this.#epoch;
+      try {
+        const brokerLast = await this.#transport.connect({
+          // Confirms from any connection count: the broker stored (or had) those IDs.
+          confirmed: (ids) => this.#onConfirmed(ids),
+          disconnected: (err) => this.#onDisconnected(err, epoch),
+        });
+        if (this.#status !== 'reconnecting') return;
+        if (brokerLast !== undefined && brokerLast > this.#lastAssigned) {
+          this.#fail(this.#nameConflict(brokerLast));
+          return;
+        }
+        // Everything unconfirmed goes out again, in ID order, with its original ID; the broker drops
+        // (and confirms) what it already stored.
+        this.#status = 'open';
+        this.#resendAll = true;
+        this.#schedulePump();
+        return;
+      } catch (err) {
+        lastError = err;
+        if (performance.now() - started > this.#opts.giveUpAfterMs) {
+          this.#fail(
+            asDedupError(
+              lastError,
+              'DEDUP_BROKER_UNREACHABLE',
+              `no connection to the broker for ${Math.round(this.#opts.giveUpAfterMs / 1000)} s; ` +
+                `${this.inFlight} unconfirmed messages stay in the outbox for the next open()`,
+            ),
+          );
+          return;
+        }
+        delay = Math.min(delay * 2, this.#opts.maxDelayMs);
+      }
+    }
+  }
+
+  #nameConflict(brokerLast: bigint): DedupError {
+    return new DedupError(
+      'DEDUP_NAME_CONFLICT',
+      `the broker's last publishing ID for producer "${this.producerName}" on "${this.#transport.target}" is ${brokerLast}, ` +
+        `above the ${this.#lastAssigned} this publisher handed out: another writer publishes under this name, and the ` +
+        `broker drops whichever of the two is behind. Stopped; unconfirmed messages stay in the outbox.`,
+    );
+  }
+
+  #startTimers(): void {
+    const interval = Math.max(50, Math.min(1_000, Math.floor(this.#opts.confirmTimeoutMs / 4)));
+    this.#timer = setInterval(() => this.#checkTimeouts(), interval);
+    this.#timer.unref();
+    if (this.#opts.watchIntervalMs > 0) {
+      this.#watchTimer = setInterval(() => void this.#watch(), this.#opts.watchIntervalMs);
+      this.#watchTimer.unref();
+    }
+  }
+
+  #checkTimeouts(): void {
+    if (this.#status !== 'open') return;
+    const deadline = performance.now() - this.#opts.confirmTimeoutMs;
+    let expired = 0;
+    for (const e of this.#pending.values()) {
+      if (e.sentAt === 0 || e.sentAt > deadline) break;
+      if (e.reject === undefined) continue;
+      expired++;
+      this.#settle(
+        e,
+        new DedupError(
+          'DEDUP_CONFIRM_TIMEOUT',
+          `publishing ID ${e.publishingId} of producer "${this.producerName}" was not confirmed within ` +
+            `${this.#opts.confirmTimeoutMs} ms. It stays in the outbox and is re-sent with the same ID; ` +
+            `do not send it again yourself (a new send gets a new ID).`,
+        ),
+      );
+    }
+    // A connection that stops confirming is treated as lost: reconnect and re-send.
+    if (expired > 0) this.#onDisconnected(new Error('confirm timeout'), this.#epoch);
+  }
+
+  async #watch(): Promise<void> {
+    if (this.#status !== 'open') return;
+    try {
+      const brokerLast = await this.#transport.queryLastId();
+      if (brokerLast !== undefined && brokerLast > this.#lastAssigned && this.#status === 'open') {
+        this.#fail(this.#nameConflict(brokerLast));
+      }
+    } catch {
+      // A failed query is the reconnect logic's business, not the watch's.
+    }
+  }
+
+  /** Stops for good: every waiting send rejects with `error`; the outbox keeps unconfirmed messages. */
+  #fail(error: DedupError, extra: readonly Entry[] = []): void {
+    if (this.#fatal !== undefined) return;
+    this.#fatal = error;
+    for (const e of [...extra, ...this.#takeWaiting(), ...this.#batch.splice(0), ...this.#pending.values()]) {
+      this.#settle(e, error);
+    }
+    this.#pending.clear();
+    void this.close();
+  }
+
+  /**
+   * Waits (up to `closeTimeoutMs`) for outstanding confirms, frees the name on the broker,
+   * releases the store. Sends still unconfirmed then reject with `DEDUP_PUBLISHER_CLOSED` and stay
+   * in the outbox. Idempotent.
+   */
+  close(): Promise<void> {
+    this.#closing ??= this.#doClose();
+    return this.#closing;
+  }
+
+  async #doClose(): Promise<void> {
+    this.#closeRequested = true;
+    const deadline = performance.now() + this.#opts.closeTimeoutMs;
+    if (this.#fatal === undefined) {
+      // Let accepted sends finish (reconnecting if need be): parked ones move on as confirms free room.
+      while (this.inFlight > 0 && performance.now() < deadline && this.#fatal === undefined) {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, Math.max(1, deadline - performance.now()));
+          this.#idle.push(() => {
+            clearTimeout(t);
+            resolve();
+          });
+        });
+      }
+    }
+    this.#status = 'closing';
+    this.#reconnectWake?.();
+    clearInterval(this.#timer);
+    clearInterval(this.#watchTimer);
+    const closedError = new DedupError(
+      'DEDUP_PUBLISHER_CLOSED',
+      `publisher "${this.producerName}" closed before the broker confirmed this message; it stays in the outbox ` +
+        `and is re-sent by the next open() of this producer`,
+    );
+    for (const e of [...this.#takeWaiting(), ...this.#batch.splice(0), ...this.#pending.values()]) {
+      this.#settle(e, this.#fatal ?? closedError);
+    }
+    while (this.#pumping) await new Promise<void>((resolve) => this.#idle.push(resolve));
+    // Delete segments confirmed since the last commit, so the next open re-sends less.
+    if (this.#segmentsToDelete.length > 0 && this.durability === 'outbox') {
+      await this.#commit([]).catch(() => undefined);
+    }
+    await this.#transport.close();
+    this.#state.release();
+    await this.#ownedStore?.close();
+    this.#status = 'closed';
+    this.#resolveClosed(this.#fatal);
+  }
+}
+
+function validateOptions(options: DedupPublisherOptions): void {
+  if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
+  assertProducerName(options.producerName);
+  if (typeof options.store !== 'string' && !(options.store instanceof DedupStore)) {
+    throw new TypeError('store must be a folder path or an opened DedupStore');
+  }
+  if (
+    options.durability !== undefined &&
+    options.durability !== 'outbox' &&
+    options.durability !== 'reserve'
+  ) {
+    throw new RangeError(`durability must be 'outbox' or 'reserve', got ${String(options.durability)}`);
+  }
+  if (options.idMode !== undefined && options.idMode !== 'auto' && options.idMode !== 'explicit') {
+    throw new RangeError(`idMode must be 'auto' or 'explicit', got ${String(options.idMode)}`);
+  }
+  if (
+    options.onBrokerAhead !== undefined &&
+    options.onBrokerAhead !== 'error' &&
+    options.onBrokerAhead !== 'adopt'
+  ) {
+    throw new RangeError(`onBrokerAhead must be 'error' or 'adopt', got ${String(options.onBrokerAhead)}`);
+  }
+}
+
+function validateHeaders(headers: SendOptions['headers']): Headers | undefined {
+  if (headers === undefined) return undefined;
+  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) {
+    throw new TypeError('options.headers must be an object of string or number values');
+  }
+  let any = false;
+  for (const [k, v] of Object.entries(headers)) {
+    if (k.startsWith(RESERVED_PREFIX)) {
+      throw new RangeError(
+        `header ${k} is reserved: stream-dedup stamps ${PRODUCER_HEADER} and ${ID_HEADER} itself`,
+      );
+    }
+    if (typeof v !== 'string' && !(typeof v === 'number' && Number.isFinite(v))) {
+      throw new TypeError(`header ${k} must be a string or a finite number, got ${typeof v}`);
+    }
+    any = true;
+  }
+  return any ? headers : undefined;
+}
+
+function headersSize(headers: Headers | undefined): number {
+  if (headers === undefined) return 0;
+  let n = 0;
+  for (const [k, v] of Object.entries(headers)) n += Buffer.byteLength(k) + Buffer.byteLength(String(v)) + 8;
+  return n;
+}
+
+function abortError(signal: AbortSignal): DedupError {
+  return new DedupError('DEDUP_ABORTED', 'the wait was aborted; the message may still be published', {
+    cause: signal.reason,
+  });
+}
+
+function asDedupError(err: unknown, code: DedupError['code'], message: string): DedupError {
+  if (err instanceof DedupError) return err;
+  const detail = err instanceof Error ? err.message : String(err);
+  return new DedupError(code, `${message}: ${detail}`, { cause: err });
+}

@@ -1,0 +1,140 @@
+import type { Headers } from '../store/codec.js';
+import type { DedupStore } from '../store/store.js';
+
+/** A message as a transport puts it on the wire: identity stamps already in `headers`. */
+export interface OutgoingMessage {
+  readonly publishingId: bigint;
+  readonly body: Uint8Array;
+  readonly headers: Headers;
+}
+
+/** What a transport reports back to the publisher core. */
+export interface TransportHandlers {
+  /** The broker confirmed these IDs (stored, or an equal-or-higher ID was already stored). */
+  confirmed(publishingIds: readonly bigint[]): void;
+  /** The connection is gone or unusable; the core reconnects and re-sends. */
+  disconnected(error: Error): void;
+}
+
+/**
+ * The broker-specific half of a dedup publisher. The core (IDs, outbox, reconcile, backpressure,
+ * reconnect) is the same for every transport; a transport only connects, publishes and confirms.
+ */
+export interface PublishTransport {
+  /** What the producer publishes into: a stream name, or an AMQP queue. */
+  readonly target: string;
+  /**
+   * Connects (or reconnects from scratch) and declares the producer. Resolves with the broker's
+   * last publishing ID for the name (0n when it never published), or `undefined` when the
+   * transport cannot ask the broker (AMQP 0-9-1).
+   */
+  connect(handlers: TransportHandlers): Promise<bigint | undefined>;
+  /** Puts messages on the wire in order. Rejects when the connection is unusable. */
+  publish(messages: readonly OutgoingMessage[]): Promise<void>;
+  /** The broker's last publishing ID for the name, for the name-conflict watch. */
+  queryLastId(): Promise<bigint | undefined>;
+  /** The largest body plus headers, in bytes, that fits one message. */
+  readonly maxMessageBytes: number;
+  /** Frees the producer name on the broker and closes connections. Idempotent, never throws. */
+  close(): Promise<void>;
+}
+
+/** How the outbox protects messages. */
+export type Durability = 'outbox' | 'reserve';
+
+/** Reconnect behaviour after a lost connection or a broker restart. */
+export interface ReconnectOptions {
+  /** First delay before reconnecting, in ms. @defaultValue 100 */
+  readonly initialDelayMs?: number;
+  /** Largest delay between attempts, in ms (exponential backoff with jitter up to it). @defaultValue 5000 */
+  readonly maxDelayMs?: number;
+  /**
+   * Give up after this long without a connection, in ms: the publisher then closes with
+   * `DEDUP_BROKER_UNREACHABLE`; unconfirmed messages stay in the outbox for the next `open()`.
+   * @defaultValue 120000
+   */
+  readonly giveUpAfterMs?: number;
+}
+
+/** Options every dedup publisher shares, whatever its transport. */
+export interface DedupPublisherOptions {
+  /**
+   * The producer's stable name: the same logical producer must use the same name after every
+   * restart, and no two live producers may share it on one stream. 1 to 256 UTF-8 bytes, no
+   * control characters.
+   */
+  readonly producerName: string;
+  /** A LevelDB folder (opened and closed by the publisher), or an opened {@link DedupStore} shared by several producers. */
+  readonly store: string | DedupStore;
+  /**
+   * `outbox`: each message is written to LevelDB (one batch per flush) before it is sent, and
+   * re-sent with its original ID after a crash. `reserve`: only IDs are made durable, in blocks;
+   * a message whose `send()` had not resolved when the process died is not re-sent.
+   * @defaultValue 'outbox'
+   */
+  readonly durability?: Durability;
+  /** fsync every LevelDB commit. Only when `store` is a path. @defaultValue false */
+  readonly sync?: boolean;
+  /**
+   * `auto`: the publisher numbers messages 1, 2, 3, … `explicit`: every `send()` passes its own
+   * `publishingId` (for example a source offset + 1), strictly increasing. A store remembers the
+   * mode and refuses to reopen in the other.
+   * @defaultValue 'auto'
+   */
+  readonly idMode?: 'auto' | 'explicit';
+  /**
+   * When the broker's last ID for the name is above the store's on open: `error` throws
+   * `DEDUP_SEQUENCE_REGRESSION`; `adopt` continues above the broker's ID and re-sends any
+   * outbox messages under new IDs (they may then be in the stream twice).
+   * @defaultValue 'error'
+   */
+  readonly onBrokerAhead?: 'error' | 'adopt';
+  /** Most messages accepted and not yet confirmed; `send()` waits beyond it. @defaultValue 10000 */
+  readonly maxInFlight?: number;
+  /** Most messages in one group commit (one LevelDB record). @defaultValue 2000 */
+  readonly maxBatch?: number;
+  /** IDs reserved per LevelDB write in `reserve` durability. @defaultValue 10000 */
+  readonly reserveBlock?: number;
+  /** A `send()` not confirmed within this many ms rejects with `DEDUP_CONFIRM_TIMEOUT` (the message stays in the outbox and is re-sent). @defaultValue 30000 */
+  readonly confirmTimeoutMs?: number;
+  /** How long `close()` waits for outstanding confirms, in ms. @defaultValue 10000 */
+  readonly closeTimeoutMs?: number;
+  /** Reconnect policy. */
+  readonly reconnect?: ReconnectOptions;
+  /**
+   * Every this many ms, compare the broker's last ID for the name with ours; a higher one means
+   * another writer uses the name: the publisher closes with `DEDUP_NAME_CONFLICT`. 0 turns the
+   * watch off. @defaultValue 0
+   */
+  readonly watchIntervalMs?: number;
+}
+
+/** Per-message options of `send()`. */
+export interface SendOptions {
+  /** Application properties (stream) or headers (AMQP): string or number values. Names starting with `x-dedup-` are reserved. */
+  readonly headers?: Readonly<Record<string, string | number>>;
+  /** In `explicit` ID mode: this message's publishing ID, above every earlier one. */
+  readonly publishingId?: bigint;
+  /** Cancels the wait for room (backpressure) and for the confirm; the message may still be published. */
+  readonly signal?: AbortSignal;
+}
+
+/** What a resolved `send()` tells. */
+export interface SendResult {
+  /** The message's publishing ID. */
+  readonly publishingId: bigint;
+  /** `published`: the broker confirmed it. */
+  readonly outcome: 'published';
+}
+
+/** What `open()` found and did while reconciling. */
+export interface OpenReport {
+  /** The store's highest ID before open (0n for a new producer). */
+  readonly localLastId: bigint;
+  /** The broker's last ID for the name, or `undefined` when the transport cannot tell. */
+  readonly brokerLastId: bigint | undefined;
+  /** Outbox messages re-sent with their original IDs. */
+  readonly resent: number;
+  /** Outbox messages re-sent under new IDs because the broker was ahead and `onBrokerAhead: 'adopt'`. */
+  readonly reassigned: number;
+}

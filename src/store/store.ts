@@ -1,0 +1,263 @@
+import { Level } from 'level';
+import { DedupError } from '../errors.js';
+import {
+  decodeMeta,
+  decodeSegment,
+  encodeMeta,
+  encodeSegment,
+  type OutboxEntry,
+  type ProducerMeta,
+} from './codec.js';
+
+/**
+ * The subset of an abstract-level database the store uses. `level` (LevelDB on disk) is the
+ * default; property tests pass a `memory-level` instance.
+ */
+export interface KeyValueDb {
+  readonly status: string;
+  open(): Promise<void>;
+  close(): Promise<void>;
+  get(key: string): Promise<Uint8Array | undefined>;
+  batch(
+    ops: Array<{ type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string }>,
+    options?: { sync?: boolean },
+  ): Promise<void>;
+  iterator(options: { gte: string; lt: string }): AsyncIterableIterator<[string, Uint8Array]> & {
+    close(): Promise<void>;
+  };
+}
+
+/** Options of {@link DedupStore.open}. */
+export interface StoreOptions {
+  /**
+   * Ask LevelDB to fsync every commit (`sync: true`). Without it a commit survives a process
+   * crash but not a machine crash or power loss.
+   * @defaultValue false
+   */
+  readonly sync?: boolean;
+}
+
+/**
+ * The durable state of every producer and verifier using one folder: publishing IDs, outbox
+ * segments and verifier scopes, in one LevelDB. LevelDB's lock keeps a second process out.
+ *
+ * @example
+ * ```ts
+ * const store = await DedupStore.open('./.dedup');
+ * // share it between producers, then
+ * await store.close();
+ * ```
+ */
+export class DedupStore {
+  readonly #db: KeyValueDb;
+  readonly #sync: boolean;
+  readonly #claims = new Set<string>();
+  #closing: Promise<void> | undefined;
+
+  private constructor(db: KeyValueDb, sync: boolean) {
+    this.#db = db;
+    this.#sync = sync;
+  }
+
+  /**
+   * Opens (creating if needed) the LevelDB store in `path`.
+   *
+   * @throws DedupError `DEDUP_STORE_LOCKED` when another process (or another open store object)
+   *   holds the folder's lock; `DEDUP_STORE_CORRUPT` when LevelDB reports corruption or the folder
+   *   cannot be opened.
+   */
+  static async open(path: string, options: StoreOptions = {}): Promise<DedupStore> {
+    if (typeof path !== 'string' || path.length === 0)
+      throw new TypeError('store path must be a non-empty string');
+    const db = new Level<string, Uint8Array>(path, { keyEncoding: 'utf8', valueEncoding: 'view' });
+    try {
+      await db.open();
+    } catch (err) {
+      throw mapOpenError(err, path);
+    }
+    return new DedupStore(db as unknown as KeyValueDb, options.sync ?? false);
+  }
+
+  /** Wraps an already created abstract-level database (opened here if needed). */
+  static async wrap(db: KeyValueDb, options: StoreOptions = {}): Promise<DedupStore> {
+    if (db.status !== 'open') {
+      try {
+        await db.open();
+      } catch (err) {
+        throw mapOpenError(err, '(wrapped database)');
+      }
+    }
+    return new DedupStore(db, options.sync ?? false);
+  }
+
+  /** True once {@link DedupStore.close} was called. */
+  get isClosed(): boolean {
+    return this.#closing !== undefined;
+  }
+
+  /** Whether commits are fsynced. */
+  get sync(): boolean {
+    return this.#sync;
+  }
+
+  /**
+   * Claims one producer's state. A producer is claimed at most once at a time per store, so two
+   * publishers in one process cannot share a name on one target by accident.
+   *
+   * @throws DedupError `DEDUP_STORE_LOCKED` when the producer is already claimed.
+   */
+  claimProducer(target: string, producerName: string): ProducerState {
+    if (this.#closing !== undefined) throw new DedupError('DEDUP_STORE_CORRUPT', 'the store is closed');
+    const prefix = producerPrefix(target, producerName);
+    if (this.#claims.has(prefix)) {
+      throw new DedupError(
+        'DEDUP_STORE_LOCKED',
+        `producer "${producerName}" on "${target}" is already open on this store; one live producer per name`,
+      );
+    }
+    this.#claims.add(prefix);
+    return new ProducerState(this.#db, prefix, this.#sync, () => this.#claims.delete(prefix));
+  }
+
+  /** Lists the producers with state in this store (for `inspect`). */
+  async listProducers(): Promise<Array<{ target: string; producerName: string; meta: ProducerMeta }>> {
+    const out: Array<{ target: string; producerName: string; meta: ProducerMeta }> = [];
+    for await (const [key, value] of this.#db.iterator({ gte: 'p:', lt: 'p;' })) {
+      if (!key.endsWith(META_SUFFIX)) continue;
+      const parsed = parseProducerPrefix(key.slice(0, -META_SUFFIX.length));
+      if (parsed !== undefined) out.push({ ...parsed, meta: decodeMeta(value, key) });
+    }
+    return out;
+  }
+
+  /** The raw database, for the verifier and consumer state that share this store. */
+  get db(): KeyValueDb {
+    return this.#db;
+  }
+
+  /** Closes the database. Idempotent. */
+  close(): Promise<void> {
+    this.#closing ??= this.#db.close();
+    return this.#closing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+const META_SUFFIX = '/m';
+const OUTBOX_INFIX = '/o/';
+
+/** `p:` + length-prefixed target and name: injective, and one producer's keys share a prefix. */
+function producerPrefix(target: string, producerName: string): string {
+  return `p:${target.length}:${target}${producerName.length}:${producerName}`;
+}
+
+function parseProducerPrefix(prefix: string): { target: string; producerName: string } | undefined {
+  const m = /^p:(\d+):/.exec(prefix);
+  if (m === null) return undefined;
+  let o = m[0].length;
+  const tLen = Number(m[1]);
+  const target = prefix.slice(o, o + tLen);
+  o += tLen;
+  const m2 = /^(\d+):/.exec(prefix.slice(o));
+  if (m2 === null) return undefined;
+  o += m2[0].length;
+  const producerName = prefix.slice(o, o + Number(m2[1]));
+  return o + Number(m2[1]) === prefix.length ? { target, producerName } : undefined;
+}
+
+/** 20 decimal digits: lexicographic order of keys is numeric order of IDs. */
+function idKey(id: bigint): string {
+  return id.toString().padStart(20, '0');
+}
+
+/** What {@link ProducerState.load} finds. */
+export interface LoadedProducer {
+  readonly meta: ProducerMeta | undefined;
+  /** Outbox segments in ID order, each with its key ID (the first entry's ID). */
+  readonly segments: ReadonlyArray<{ readonly firstId: bigint; readonly entries: readonly OutboxEntry[] }>;
+}
+
+/** One group commit: the new segment (if any), the meta, and segments to delete. */
+export interface ProducerCommit {
+  readonly meta: ProducerMeta;
+  readonly segment?: readonly OutboxEntry[] | undefined;
+  readonly deleteSegments?: readonly bigint[] | undefined;
+}
+
+/** The durable state of one producer in a {@link DedupStore}. */
+export class ProducerState {
+  readonly #db: KeyValueDb;
+  readonly #prefix: string;
+  readonly #sync: boolean;
+  readonly #release: () => void;
+  #released = false;
+
+  /** @internal */
+  constructor(db: KeyValueDb, prefix: string, sync: boolean, release: () => void) {
+    this.#db = db;
+    this.#prefix = prefix;
+    this.#sync = sync;
+    this.#release = release;
+  }
+
+  /** Reads meta and every outbox segment. */
+  async load(): Promise<LoadedProducer> {
+    const metaKey = this.#prefix + META_SUFFIX;
+    const raw = await this.#db.get(metaKey);
+    const meta = raw === undefined ? undefined : decodeMeta(raw, metaKey);
+    const segments: Array<{ firstId: bigint; entries: OutboxEntry[] }> = [];
+    const gte = this.#prefix + OUTBOX_INFIX;
+    for await (const [key, value] of this.#db.iterator({ gte, lt: this.#prefix + '/o0' })) {
+      const entries = decodeSegment(value, key);
+      segments.push({ firstId: entries[0]!.publishingId, entries });
+    }
+    return { meta, segments };
+  }
+
+  /** Writes one group commit as a single LevelDB batch (atomic). */
+  commit(commit: ProducerCommit): Promise<void> {
+    const ops: Array<{ type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string }> = [];
+    if (commit.segment !== undefined && commit.segment.length > 0) {
+      ops.push({
+        type: 'put',
+        key: this.#prefix + OUTBOX_INFIX + idKey(commit.segment[0]!.publishingId),
+        value: encodeSegment(commit.segment),
+      });
+    }
+    for (const id of commit.deleteSegments ?? []) {
+      ops.push({ type: 'del', key: this.#prefix + OUTBOX_INFIX + idKey(id) });
+    }
+    ops.push({ type: 'put', key: this.#prefix + META_SUFFIX, value: encodeMeta(commit.meta) });
+    return this.#db.batch(ops, { sync: this.#sync });
+  }
+
+  /** Gives the claim back to the store. Idempotent. */
+  release(): void {
+    if (!this.#released) {
+      this.#released = true;
+      this.#release();
+    }
+  }
+}
+
+function mapOpenError(err: unknown, path: string): DedupError {
+  const code = (err as { cause?: { code?: string } } | undefined)?.cause?.code;
+  if (code === 'LEVEL_LOCKED') {
+    return new DedupError(
+      'DEDUP_STORE_LOCKED',
+      `store ${path} is locked by another process (or another open store in this one); ` +
+        `one process per store: share one opened DedupStore between producers instead`,
+      { cause: err },
+    );
+  }
+  return new DedupError(
+    'DEDUP_STORE_CORRUPT',
+    `store ${path} cannot be opened: ${String((err as Error)?.cause ?? err)}`,
+    {
+      cause: err,
+    },
+  );
+}
