@@ -1,0 +1,106 @@
+import { fork } from 'node:child_process';
+import { readdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { DedupError } from '../../src/errors.js';
+import { decodeMeta, decodeSegment, encodeMeta, encodeSegment } from '../../src/store/codec.js';
+import { DedupStore } from '../../src/store/store.js';
+import { useTempDir } from '../support/tmp.js';
+
+const tempDir = useTempDir();
+const holder = fileURLToPath(new URL('../fixtures/hold-store.ts', import.meta.url));
+
+describe('store - lock', () => {
+  it('a second process opening the same store gets DEDUP_STORE_LOCKED, and the store opens after it exits', async () => {
+    const path = join(await tempDir(), 'store');
+    const child = fork(holder, [path], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
+    try {
+      const [message] = (await once(child, 'message')) as [string];
+      expect(message).toBe('open');
+      const err = await DedupStore.open(path).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(DedupError);
+      expect((err as DedupError).code).toBe('DEDUP_STORE_LOCKED');
+      expect((err as DedupError).message).toMatch(/locked by another process/);
+      child.send('close');
+      await once(child, 'exit');
+      const store = await DedupStore.open(path);
+      await store.close();
+    } finally {
+      child.kill('SIGKILL');
+    }
+  }, 30_000);
+
+  it('a second open in the same process is DEDUP_STORE_LOCKED too', async () => {
+    const path = join(await tempDir(), 'store');
+    const store = await DedupStore.open(path);
+    await expect(DedupStore.open(path)).rejects.toMatchObject({ code: 'DEDUP_STORE_LOCKED' });
+    await store.close();
+    await store.close(); // idempotent
+  });
+});
+
+describe('store - corruption', () => {
+  it('a store whose LevelDB files are garbage is DEDUP_STORE_CORRUPT, not a crash', async () => {
+    const path = join(await tempDir(), 'store');
+    const store = await DedupStore.open(path);
+    await store.close();
+    for (const f of await readdir(path)) {
+      if (f.startsWith('MANIFEST') || f === 'CURRENT') await writeFile(join(path, f), 'garbage, not LevelDB');
+    }
+    await expect(DedupStore.open(path)).rejects.toMatchObject({ code: 'DEDUP_STORE_CORRUPT' });
+  });
+
+  it('an undecodable producer record is DEDUP_STORE_CORRUPT on load, naming the key', async () => {
+    const path = join(await tempDir(), 'store');
+    const store = await DedupStore.open(path);
+    const state = store.claimProducer('orders', 'p');
+    await state.commit({ meta: { idMode: 'auto', lastId: 1n, reservedUpTo: 0n } });
+    await store.db.batch([{ type: 'put', key: 'p:6:orders1:p/m', value: Buffer.from([9, 9]) }]);
+    await expect(state.load()).rejects.toMatchObject({
+      code: 'DEDUP_STORE_CORRUPT',
+      message: /p:6:orders1:p\/m/,
+    });
+    state.release();
+    await store.close();
+  });
+});
+
+describe('store - records', () => {
+  it('meta and segments round-trip, headers included (a header named __proto__ stays a header)', () => {
+    const meta = { idMode: 'explicit' as const, lastId: 0xffff_ffff_ffff_ffffn, reservedUpTo: 7n };
+    expect(decodeMeta(encodeMeta(meta))).toEqual(meta);
+    const entries = [
+      { publishingId: 1n, body: Buffer.from('a'), headers: undefined },
+      {
+        publishingId: 5n,
+        body: Buffer.alloc(0),
+        headers: JSON.parse('{"__proto__":"x","n":3}') as Record<string, string>,
+      },
+    ];
+    const decoded = decodeSegment(encodeSegment(entries));
+    expect(decoded.map((e) => [e.publishingId, Buffer.from(e.body).toString(), e.headers])).toEqual([
+      [1n, 'a', undefined],
+      [5n, '', entries[1]!.headers],
+    ]);
+    expect(Object.getPrototypeOf(decoded[1]!.headers)).toBe(Object.prototype);
+    expect(Object.keys(decoded[1]!.headers!)).toEqual(['__proto__', 'n']);
+  });
+
+  it('truncated, extended or reordered segments are DEDUP_STORE_CORRUPT', () => {
+    const good = encodeSegment([
+      { publishingId: 1n, body: Buffer.from('abc'), headers: { k: 'v' } },
+      { publishingId: 2n, body: Buffer.from('d'), headers: undefined },
+    ]);
+    for (let cut = 0; cut < good.length; cut++) {
+      expect(() => decodeSegment(good.subarray(0, cut))).toThrow(DedupError);
+    }
+    expect(() => decodeSegment(Buffer.concat([good, Buffer.from([0])]))).toThrow(/trailing/);
+    const reordered = encodeSegment([
+      { publishingId: 2n, body: Buffer.from('x'), headers: undefined },
+      { publishingId: 1n, body: Buffer.from('y'), headers: undefined },
+    ]);
+    expect(() => decodeSegment(reordered)).toThrow(/not increasing/);
+  });
+});
