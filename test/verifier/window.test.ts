@@ -171,9 +171,10 @@ describe('window policy - boundaries', () => {
       expect(() => tracker.check(id)).toThrow(RangeError);
       expect(() => tracker.record(id)).toThrow(RangeError);
     }
-    for (const id of [5, '5', undefined, null, {}]) {
-      expect(() => tracker.check(id as unknown as bigint)).toThrow(TypeError);
-      expect(() => tracker.record(id as unknown as bigint)).toThrow(TypeError);
+    const notBigints: unknown[] = [5, '5', undefined, null, {}];
+    for (const id of notBigints) {
+      expect(() => tracker.check(id as bigint)).toThrow(TypeError);
+      expect(() => tracker.record(id as bigint)).toThrow(TypeError);
     }
   });
 

@@ -1,0 +1,79 @@
+import net from 'node:net';
+
+/**
+ * A loopback TCP proxy in front of the broker, for fault tests: cut every connection, refuse new
+ * ones (the broker looks down), or stall traffic (the broker looks hung).
+ */
+export class FaultProxy {
+  readonly #server: net.Server;
+  readonly #pairs = new Set<[net.Socket, net.Socket]>();
+  #refusing = false;
+  #stalled = false;
+  connections = 0;
+
+  private constructor(server: net.Server) {
+    this.#server = server;
+  }
+
+  static async start(targetHost: string, targetPort: number): Promise<FaultProxy> {
+    let proxy!: FaultProxy;
+    const server = net.createServer((client) => proxy.#accept(client, targetHost, targetPort));
+    proxy = new FaultProxy(server);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return proxy;
+  }
+
+  get port(): number {
+    return (this.#server.address() as net.AddressInfo).port;
+  }
+
+  #accept(client: net.Socket, host: string, port: number): void {
+    if (this.#refusing) {
+      client.destroy();
+      return;
+    }
+    this.connections++;
+    const upstream = net.connect({ host, port });
+    const pair: [net.Socket, net.Socket] = [client, upstream];
+    this.#pairs.add(pair);
+    const forward = (from: net.Socket, to: net.Socket): void => {
+      from.on('data', (chunk: Buffer) => {
+        if (!this.#stalled) to.write(chunk);
+        // While stalled the bytes are dropped, as a hung peer would never answer them.
+      });
+    };
+    forward(client, upstream);
+    forward(upstream, client);
+    const close = (): void => {
+      client.destroy();
+      upstream.destroy();
+      this.#pairs.delete(pair);
+    };
+    client.on('close', close).on('error', close);
+    upstream.on('close', close).on('error', close);
+  }
+
+  /** Destroys every open connection (as a broker restart or a network cut would). */
+  cut(): void {
+    for (const [a, b] of this.#pairs) {
+      a.destroy();
+      b.destroy();
+    }
+    this.#pairs.clear();
+  }
+
+  /** While true, new connections are closed at once. */
+  refuse(on: boolean): void {
+    this.#refusing = on;
+  }
+
+  /** While true, bytes in both directions are dropped and the connections stay open. */
+  stall(on: boolean): void {
+    this.#stalled = on;
+  }
+
+  async close(): Promise<void> {
+    this.cut();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  }
+}
