@@ -1,5 +1,5 @@
 import { DedupError } from '../errors.js';
-import { ID_HEADER, identityHeaders, PRODUCER_HEADER } from '../identity/headers.js';
+import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
 import { assertProducerName } from '../identity/producer-name.js';
 import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
 import type { Headers, OutboxEntry, ProducerMeta } from '../store/codec.js';
@@ -8,7 +8,6 @@ import type {
   DedupPublisherOptions,
   Durability,
   OpenReport,
-  OutgoingMessage,
   PublishTransport,
   SendOptions,
   SendResult,
@@ -466,22 +465,13 @@ export class DedupPublisherCore {
     if (entries.length === 0) return;
     const epoch = this.#epoch;
     const now = performance.now();
-    const out: OutgoingMessage[] = new Array<OutgoingMessage>(entries.length);
-    for (let i = 0; i < entries.length; i++) {
-      const e = entries[i]!;
-      e.sentAt = now;
-      out[i] = { publishingId: e.publishingId, body: e.body, headers: this.#stamp(e) };
-    }
+    for (const e of entries) e.sentAt = now;
     try {
-      await this.#transport.publish(out);
+      // Entries are OutgoingMessages already: the transport stamps the identity itself.
+      await this.#transport.publish(entries);
     } catch (err) {
       this.#onDisconnected(err instanceof Error ? err : new Error(String(err)), epoch);
     }
-  }
-
-  #stamp(e: Entry): Headers {
-    const stamps = identityHeaders(this.producerName, e.publishingId);
-    return e.headers === undefined ? stamps : { ...e.headers, ...stamps };
   }
 
   #takeWaiting(): Entry[] {
@@ -730,8 +720,16 @@ function validateHeaders(headers: SendOptions['headers']): Headers | undefined {
         `header ${k} is reserved: stream-dedup stamps ${PRODUCER_HEADER} and ${ID_HEADER} itself`,
       );
     }
-    if (typeof v !== 'string' && !(typeof v === 'number' && Number.isFinite(v))) {
-      throw new TypeError(`header ${k} must be a string or a finite number, got ${typeof v}`);
+    // What survives to every consumer: rabbitmq-stream-js-client 1.0's decoder throws inside its
+    // socket handler on an empty string, a zero, or anything but a 32-bit integer.
+    if (typeof v === 'string') {
+      if (v.length === 0) throw new RangeError(`header ${k} must not be an empty string`);
+    } else if (typeof v === 'number') {
+      if (!Number.isInteger(v) || v === 0 || v < -0x8000_0000 || v > 0x7fff_ffff) {
+        throw new RangeError(`header ${k} must be a non-zero 32-bit integer (or a string), got ${v}`);
+      }
+    } else {
+      throw new TypeError(`header ${k} must be a string or a number, got ${typeof v}`);
     }
     any = true;
   }

@@ -1,11 +1,14 @@
 import type { Headers } from '../store/codec.js';
 import type { DedupStore } from '../store/store.js';
 
-/** A message as a transport puts it on the wire: identity stamps already in `headers`. */
+/**
+ * A message for a transport to put on the wire. The transport stamps the identity
+ * (`x-dedup-producer`, `x-dedup-id`) next to the caller's `headers`.
+ */
 export interface OutgoingMessage {
   readonly publishingId: bigint;
   readonly body: Uint8Array;
-  readonly headers: Headers;
+  readonly headers: Headers | undefined;
 }
 
 /** What a transport reports back to the publisher core. */
@@ -111,7 +114,11 @@ export interface DedupPublisherOptions {
 
 /** Per-message options of `send()`. */
 export interface SendOptions {
-  /** Application properties (stream) or headers (AMQP): string or number values. Names starting with `x-dedup-` are reserved. */
+  /**
+   * Application properties (stream) or headers (AMQP). Values are non-empty strings or non-zero
+   * 32-bit integers: other values crash the stream client's decoder on the consumer side. Names
+   * starting with `x-dedup-` are reserved.
+   */
   readonly headers?: Readonly<Record<string, string | number>>;
   /** In `explicit` ID mode: this message's publishing ID, above every earlier one. */
   readonly publishingId?: bigint;

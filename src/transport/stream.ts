@@ -4,6 +4,8 @@
  *
  * @packageDocumentation
  */
+import { once } from 'node:events';
+import { Socket } from 'node:net';
 import { connect, Offset, type Client, type ClientParams, type Publisher } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { DedupPublisherCore } from '../publisher/core.js';
@@ -16,6 +18,7 @@ import type {
   SendResult,
   TransportHandlers,
 } from '../publisher/types.js';
+import { PublishFrameEncoder } from './stream-frames.js';
 
 /**
  * Where and how to reach the broker's stream port: `rabbitmq-stream-js-client` connection
@@ -58,6 +61,8 @@ export class StreamTransport implements PublishTransport {
   #lost: Promise<never> | undefined;
   #markLost: ((error: Error) => void) | undefined;
   #maxFrameSize = 1_048_576;
+  #socket: Socket | undefined;
+  #encoder: PublishFrameEncoder | undefined;
 
   constructor(options: StreamDedupPublisherOptions) {
     if (typeof options.stream !== 'string' || options.stream.length === 0 || options.stream.length > 255) {
@@ -147,6 +152,8 @@ export class StreamTransport implements PublishTransport {
       publisherId = publisher.publisherId;
       connectionId = publisher.getConnectionInfo().id;
       this.#publisher = publisher;
+      this.#encoder = new PublishFrameEncoder(publisherId, this.#producerName, this.#maxFrameSize);
+      this.#socket = publisherSocket(publisher);
       return await publisher.getLastPublishingId();
     } catch (err) {
       await this.#teardown();
@@ -159,24 +166,24 @@ export class StreamTransport implements PublishTransport {
   }
 
   async publish(messages: readonly OutgoingMessage[]): Promise<void> {
-    // Bound to the publisher of this call: after a reconnect the rest must not leak onto the new
+    // Bound to the socket of this call: after a reconnect nothing of this call may reach the new
     // connection ahead of the re-sent older IDs.
-    const publisher = this.#publisher;
+    const socket = this.#socket;
     const lost = this.#lost;
-    if (publisher === undefined || lost === undefined || publisher.closed) throw new Error('not connected');
-    const info = publisher.getConnectionInfo();
-    if (!info.ready || !info.writable) throw new Error('connection not writable');
-    // basicSend only: it never touches the client's own counter (mixing it with send() loses
-    // messages). Calls are not awaited one by one: each hands a full chunk to the socket
-    // synchronously, so the wire order is the call order.
-    const writes: Promise<unknown>[] = new Array<Promise<unknown>>(messages.length + 1);
-    for (let i = 0; i < messages.length; i++) {
-      const m = messages[i]!;
-      writes[i] = publisher.basicSend(m.publishingId, toBuffer(m.body), { applicationProperties: m.headers });
+    const encoder = this.#encoder;
+    if (
+      socket === undefined ||
+      lost === undefined ||
+      encoder === undefined ||
+      socket.destroyed ||
+      !socket.writable
+    ) {
+      throw new Error('not connected');
     }
-    writes[messages.length] = publisher.flush();
-    // The client's socket write never settles once the socket is closed: race it with the loss.
-    await Promise.race([Promise.all(writes), lost]);
+    // Our own frames, written to the publisher's socket: one counter (ours), no basicSend/send mix.
+    for (const frame of encoder.encode(messages)) {
+      if (!socket.write(frame)) await Promise.race([once(socket, 'drain'), lost]);
+    }
   }
 
   async queryLastId(): Promise<bigint> {
@@ -199,7 +206,8 @@ export class StreamTransport implements PublishTransport {
     const publisher = this.#publisher;
     this.#client = undefined;
     this.#publisher = undefined;
-    if (publisher !== undefined) discardQueued(publisher);
+    this.#socket = undefined;
+    this.#encoder = undefined;
     if (client === undefined) return;
     if (deleteName && publisher !== undefined) {
       await withTimeout(client.deletePublisher(publisher.extendedId), 5_000, 'deletePublisher').catch(
@@ -317,18 +325,21 @@ export class StreamDedupPublisher {
   }
 }
 
-function toBuffer(body: Uint8Array): Buffer {
-  return Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength);
-}
-
 /**
- * The client re-schedules a flush on every tick while its queue holds messages and the connection
- * is down, forever: empty the queue of a publisher we are abandoning (the messages are ours, kept in
- * the core and re-sent on the next connection).
+ * The socket of the publisher's connection (rabbitmq-stream-js-client 1.0 keeps it in
+ * `publisher.connection.socket`). Checked, so that a client version that moved it fails at open
+ * with a clear message rather than later.
  */
-function discardQueued(publisher: Publisher): void {
-  const queue = (publisher as unknown as { queue?: unknown }).queue;
-  if (Array.isArray(queue)) queue.length = 0;
+function publisherSocket(publisher: Publisher): Socket {
+  const socket = (publisher as unknown as { connection?: { socket?: unknown } }).connection?.socket;
+  if (!(socket instanceof Socket)) {
+    throw new DedupError(
+      'DEDUP_BROKER_REFUSED',
+      'this rabbitmq-stream-js-client version does not expose the publisher connection stream-dedup writes to; ' +
+        'use the 1.0.x line pinned in package.json',
+    );
+  }
+  return socket;
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {

@@ -61,23 +61,28 @@ describe('publisher - ids and identity stamps', () => {
     const pub = await StreamDedupPublisher.open(options);
     expect(pub.openReport).toMatchObject({ localLastId: 0n, brokerLastId: 0n, resent: 0 });
     const a = await pub.send(Buffer.from('a'), { headers: { kind: 'x', n: 7 } });
-    const b = await pub.send(Buffer.from('b'));
+    // Long values take the str32 / vbin32 encodings.
+    const b = await pub.send(Buffer.from('b'), { headers: { long: 'é'.repeat(300), neg: -5 } });
+    const big = Buffer.alloc(70_000, 0x62);
+    expect((await pub.send(big)).publishingId).toBe(3n);
     expect([a, b]).toEqual([
       { publishingId: 1n, outcome: 'published' },
       { publishingId: 2n, outcome: 'published' },
     ]);
     await pub.close();
     const again = await StreamDedupPublisher.open(options);
-    expect(again.openReport).toMatchObject({ localLastId: 2n, brokerLastId: 2n, resent: 0 });
-    expect((await again.send(Buffer.from('c'))).publishingId).toBe(3n);
+    expect(again.openReport).toMatchObject({ localLastId: 3n, brokerLastId: 3n, resent: 0 });
+    expect((await again.send(Buffer.from('c'))).publishingId).toBe(4n);
     await again.close();
     const messages = await readAll(client, stream);
     expect(identities(messages)).toEqual([
       ['a', options.producerName, '1'],
       ['b', options.producerName, '2'],
-      ['c', options.producerName, '3'],
+      [big.toString(), options.producerName, '3'],
+      ['c', options.producerName, '4'],
     ]);
     expect(messages[0]!.applicationProperties).toMatchObject({ kind: 'x', n: 7 });
+    expect(messages[1]!.applicationProperties).toMatchObject({ long: 'é'.repeat(300), neg: -5 });
   });
 });
 

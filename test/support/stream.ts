@@ -1,11 +1,14 @@
 import { randomUUID } from 'node:crypto';
-import { connect, Offset, type Client, type Message } from 'rabbitmq-stream-js-client';
+import { connect, Offset, type Client } from 'rabbitmq-stream-js-client';
 import { STREAM_CONNECTION } from './broker.js';
 
 /** A client connected to the test broker. */
 export function connectClient(): Promise<Client> {
   return connect({ ...STREAM_CONNECTION, addressResolver: { enabled: false } });
 }
+
+/** A message as the client's consumer delivers it. */
+export type Message = Parameters<Parameters<Client['declareConsumer']>[1]>[0];
 
 const MARKER_HEADER = 'x-test-marker';
 

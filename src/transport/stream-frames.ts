@@ -1,0 +1,184 @@
+/**
+ * Encodes stream-protocol Publish frames (key 0x0002, version 1) with AMQP 1.0 messages, for the
+ * stream transport's hot path. The client's own encoder formats every frame for a debug log even
+ * when logging is off and walks the application properties several times per message, which
+ * costs two thirds of its throughput once two identity properties are stamped (measured: 392k →
+ * 118–138k msg/s); these frames carry the bytes the client would send.
+ *
+ * Message layout: application-properties section (described 0x74, map32 of str8/str32 keys to
+ * str8/str32 or int values, the identity stamps first) then one data section (described 0x75,
+ * vbin8/vbin32).
+ */
+import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
+import type { Headers } from '../store/codec.js';
+import type { OutgoingMessage } from '../publisher/types.js';
+
+const PUBLISH_KEY = 0x0002;
+const PUBLISH_VERSION = 1;
+/** u32 size, u16 key, u16 version, u8 publisher id, u32 message count. */
+const FRAME_HEADER = 4 + 2 + 2 + 1 + 4;
+/** u64 publishing id, u32 message length. */
+const ENTRY_HEADER = 8 + 4;
+
+/** Bytes of an AMQP 1.0 string (str8 or str32) holding `byteLength` UTF-8 bytes. */
+function strSize(byteLength: number): number {
+  return byteLength <= 255 ? 2 + byteLength : 5 + byteLength;
+}
+
+function writeStr(buf: Buffer, o: number, value: string, byteLength: number): number {
+  if (byteLength <= 255) {
+    buf[o] = 0xa1;
+    buf[o + 1] = byteLength;
+    o += 2;
+  } else {
+    buf[o] = 0xb1;
+    buf.writeUInt32BE(byteLength, o + 1);
+    o += 5;
+  }
+  return o + buf.write(value, o, byteLength, 'utf8');
+}
+
+function encodeStr(value: string): Buffer {
+  const len = Buffer.byteLength(value, 'utf8');
+  const buf = Buffer.allocUnsafe(strSize(len));
+  writeStr(buf, 0, value, len);
+  return buf;
+}
+
+/** Size of the caller's own headers inside the map (keys and values). */
+function headersSize(headers: Headers): number {
+  let n = 0;
+  for (const key of Object.keys(headers)) {
+    const value = headers[key]!;
+    n += strSize(Buffer.byteLength(key, 'utf8'));
+    n += typeof value === 'string' ? strSize(Buffer.byteLength(value, 'utf8')) : 5;
+  }
+  return n;
+}
+
+function writeHeaders(buf: Buffer, o: number, headers: Headers): number {
+  for (const key of Object.keys(headers)) {
+    const value = headers[key]!;
+    o = writeStr(buf, o, key, Buffer.byteLength(key, 'utf8'));
+    if (typeof value === 'string') {
+      o = writeStr(buf, o, value, Buffer.byteLength(value, 'utf8'));
+    } else {
+      buf[o] = 0x71;
+      buf.writeInt32BE(value, o + 1);
+      o += 5;
+    }
+  }
+  return o;
+}
+
+/** Encodes the Publish frames of one producer, stamping its identity into every message. */
+export class PublishFrameEncoder {
+  /** `x-dedup-producer` → name, then the `x-dedup-id` key: the same bytes in every message. */
+  readonly #stampPrefix: Buffer;
+  readonly #publisherId: number;
+  readonly #maxFrameSize: number;
+
+  constructor(publisherId: number, producerName: string, maxFrameSize: number) {
+    this.#publisherId = publisherId;
+    this.#maxFrameSize = maxFrameSize;
+    this.#stampPrefix = Buffer.concat([
+      encodeStr(PRODUCER_HEADER),
+      encodeStr(producerName),
+      encodeStr(ID_HEADER),
+    ]);
+  }
+
+  /** As few frames as fit the negotiated frame size, messages in order. */
+  encode(messages: readonly OutgoingMessage[]): Buffer[] {
+    const frames: Buffer[] = [];
+    const ids: string[] = new Array<string>(messages.length);
+    const sizes: number[] = new Array<number>(messages.length);
+    const fixed = 3 + 1 + 4 + 4 + this.#stampPrefix.length; // section, map32 code, size, count, stamps
+    for (let i = 0; i < messages.length; i++) {
+      const m = messages[i]!;
+      const id = m.publishingId.toString();
+      ids[i] = id;
+      const body = m.body.length;
+      sizes[i] =
+        fixed +
+        2 +
+        id.length +
+        (m.headers === undefined ? 0 : headersSize(m.headers)) +
+        3 +
+        (body <= 255 ? 2 : 5) +
+        body;
+    }
+    let start = 0;
+    while (start < messages.length) {
+      let size = FRAME_HEADER;
+      let end = start;
+      for (; end < messages.length; end++) {
+        const next = ENTRY_HEADER + sizes[end]!;
+        if (end > start && size + next > this.#maxFrameSize) break;
+        size += next;
+      }
+      frames.push(this.#frame(messages, ids, sizes, start, end, size));
+      start = end;
+    }
+    return frames;
+  }
+
+  #frame(
+    messages: readonly OutgoingMessage[],
+    ids: readonly string[],
+    sizes: readonly number[],
+    start: number,
+    end: number,
+    size: number,
+  ): Buffer {
+    const buf = Buffer.allocUnsafe(size);
+    buf.writeUInt32BE(size - 4, 0);
+    buf.writeUInt16BE(PUBLISH_KEY, 4);
+    buf.writeUInt16BE(PUBLISH_VERSION, 6);
+    buf[8] = this.#publisherId;
+    buf.writeUInt32BE(end - start, 9);
+    const stamps = this.#stampPrefix;
+    let o = FRAME_HEADER;
+    for (let i = start; i < end; i++) {
+      const m = messages[i]!;
+      const id = ids[i]!;
+      buf.writeBigUInt64BE(m.publishingId, o);
+      buf.writeUInt32BE(sizes[i]!, o + 8);
+      o += ENTRY_HEADER;
+      // application-properties: described 0x74, map32 { stamps..., headers... }
+      buf[o] = 0x00;
+      buf[o + 1] = 0x53;
+      buf[o + 2] = 0x74;
+      buf[o + 3] = 0xd1;
+      const sizeAt = o + 4;
+      const entries = 2 + (m.headers === undefined ? 0 : Object.keys(m.headers).length);
+      buf.writeUInt32BE(entries * 2, o + 8);
+      const mapStart = o + 8;
+      o += 12;
+      o += stamps.copy(buf, o);
+      buf[o] = 0xa1;
+      buf[o + 1] = id.length;
+      o += 2;
+      o += buf.write(id, o, 'latin1');
+      if (m.headers !== undefined) o = writeHeaders(buf, o, m.headers);
+      buf.writeUInt32BE(o - mapStart, sizeAt);
+      // data: described 0x75, vbin8 / vbin32
+      buf[o] = 0x00;
+      buf[o + 1] = 0x53;
+      buf[o + 2] = 0x75;
+      const body = m.body;
+      if (body.length <= 255) {
+        buf[o + 3] = 0xa0;
+        buf[o + 4] = body.length;
+        o += 5;
+      } else {
+        buf[o + 3] = 0xb0;
+        buf.writeUInt32BE(body.length, o + 4);
+        o += 8;
+      }
+      buf.set(body, o);
+      o += body.length;
+    }
+    return buf;
+  }
+}
