@@ -27,16 +27,35 @@ export function identityHeaders(producerName: string, publishingId: bigint): Rec
 }
 
 /**
- * Reads the identity stamped by a stream-dedup publisher from a message's application
- * properties (stream protocol) or headers (AMQP 0-9-1). Never throws: a message with neither
+ * Reads the identity stamped by a stream-dedup publisher. Never throws: a message with neither
  * header is `missing`, one with a single header or a value of the wrong type or form is
  * `malformed`, with the reason.
+ *
+ * Pass every place the headers may be, in order: the first that holds either header is read.
+ * Over the stream protocol, a stream publisher's stamps are application properties, but AMQP
+ * 0-9-1 headers whose names start with `x-` arrive as message annotations (RabbitMQ 4.0), so a
+ * stream consumer reads `readIdentity(m.applicationProperties, m.messageAnnotations)`. An AMQP
+ * 0-9-1 consumer reads `readIdentity(msg.properties.headers)`.
+ *
+ * @example
+ * ```ts
+ * const r = readIdentity(message.applicationProperties, message.messageAnnotations);
+ * if (r.kind === 'ok') console.log(r.identity.producerName, r.identity.publishingId);
+ * ```
  */
-export function readIdentity(headers: Readonly<Record<string, unknown>> | undefined | null): IdentityReading {
-  if (headers === undefined || headers === null || typeof headers !== 'object') return { kind: 'missing' };
+export function readIdentity(
+  ...sources: ReadonlyArray<Readonly<Record<string, unknown>> | undefined | null>
+): IdentityReading {
+  const headers = sources.find(
+    (h): h is Readonly<Record<string, unknown>> =>
+      h !== undefined &&
+      h !== null &&
+      typeof h === 'object' &&
+      (Object.hasOwn(h, PRODUCER_HEADER) || Object.hasOwn(h, ID_HEADER)),
+  );
+  if (headers === undefined) return { kind: 'missing' };
   const hasName = Object.hasOwn(headers, PRODUCER_HEADER);
   const hasId = Object.hasOwn(headers, ID_HEADER);
-  if (!hasName && !hasId) return { kind: 'missing' };
   const name = hasName ? headers[PRODUCER_HEADER] : undefined;
   const id = hasId ? headers[ID_HEADER] : undefined;
   if (typeof name !== 'string' || name.length === 0) {

@@ -2,7 +2,7 @@ import { DedupError } from '../errors.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
 import { assertProducerName } from '../identity/producer-name.js';
 import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
-import type { Headers, OutboxEntry, ProducerMeta } from '../store/codec.js';
+import type { Headers, ProducerMeta } from '../store/codec.js';
 import { DedupStore, type ProducerState } from '../store/store.js';
 import type {
   DedupPublisherOptions,
@@ -445,7 +445,7 @@ export class DedupPublisherCore {
         for (const e of batch) e.segment = segment;
       }
       const meta: ProducerMeta = { idMode: this.idMode, lastId: last, reservedUpTo: this.#reservedUpTo };
-      await this.#state.commit({ meta, segment: batch as readonly OutboxEntry[], deleteSegments });
+      await this.#state.commit({ meta, segment: batch, deleteSegments });
       this.#lastDurable = last;
     } else if (last > this.#reservedUpTo || deleteSegments.length > 0) {
       // Reserve a block past the batch before any of it leaves, so a restart skips it all.
@@ -519,10 +519,9 @@ export class DedupPublisherCore {
     void this.#reconnect(error);
   }
 
-  async #reconnect(cause: Error): Promise<void> {
+  async #reconnect(_cause: Error): Promise<void> {
     const started = performance.now();
     let delay = this.#opts.initialDelayMs;
-    let lastError: unknown = cause;
     while (this.#status === 'reconnecting') {
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, delay * (0.5 + Math.random() / 2));
@@ -552,11 +551,10 @@ export class DedupPublisherCore {
         this.#schedulePump();
         return;
       } catch (err) {
-        lastError = err;
         if (performance.now() - started > this.#opts.giveUpAfterMs) {
           this.#fail(
             asDedupError(
-              lastError,
+              err,
               'DEDUP_BROKER_UNREACHABLE',
               `no connection to the broker for ${Math.round(this.#opts.giveUpAfterMs / 1000)} s; ` +
                 `${this.inFlight} unconfirmed messages stay in the outbox for the next open()`,

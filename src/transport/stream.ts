@@ -18,6 +18,7 @@ import type {
   SendResult,
   TransportHandlers,
 } from '../publisher/types.js';
+import { errorText, withTimeout } from './util.js';
 import { PublishFrameEncoder } from './stream-frames.js';
 
 /**
@@ -340,20 +341,6 @@ function publisherSocket(publisher: Publisher): Socket {
     );
   }
   return socket;
-}
-
-function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-function errorText(err: unknown): string {
-  if (err instanceof AggregateError && err.errors.length > 0) return err.errors.map(errorText).join('; ');
-  if (err instanceof Error) return err.message || err.name;
-  return String(err);
 }
 
 /** One message read back by {@link readStreamToEnd}. */

@@ -1,0 +1,270 @@
+/**
+ * AMQP 0-9-1 transport (`amqplib`): the dedup publisher for stream queues reached over AMQP 0-9-1.
+ * Import from `stream-dedup/amqp`.
+ *
+ * The broker does **not** deduplicate AMQP 0-9-1 publishes, even into a stream queue: a re-sent
+ * outbox message can be stored twice. The publisher still gives every message a durable,
+ * strictly increasing ID and stamps it, and the verifying consumer removes the copies.
+ *
+ * @packageDocumentation
+ */
+import { once } from 'node:events';
+import { connect, type ChannelModel, type ConfirmChannel, type Options } from 'amqplib';
+import { DedupError } from '../errors.js';
+import { identityHeaders } from '../identity/headers.js';
+import { DedupPublisherCore } from '../publisher/core.js';
+import type {
+  DedupPublisherOptions,
+  OpenReport,
+  OutgoingMessage,
+  PublishTransport,
+  SendOptions,
+  SendResult,
+  TransportHandlers,
+} from '../publisher/types.js';
+import { errorText, withTimeout } from './util.js';
+
+/** Options of {@link AmqpDedupPublisher.open}. */
+export interface AmqpDedupPublisherOptions extends DedupPublisherOptions {
+  /** An AMQP URL (`amqp://guest:guest@127.0.0.1:5672`) or amqplib connect options. The publisher owns its connection. */
+  readonly url: string | Options.Connect;
+  /** The stream queue to publish into (through the default exchange). */
+  readonly queue: string;
+  /** Declare the queue as a durable stream queue (`x-queue-type: stream`) if missing. @defaultValue false */
+  readonly declareQueue?: boolean;
+  /** How long one connection attempt may take, in ms. @defaultValue 10000 */
+  readonly connectTimeoutMs?: number;
+}
+
+/** RabbitMQ 4's default `max_message_size` (16 MiB). */
+const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+
+/** @internal The AMQP 0-9-1 half of {@link AmqpDedupPublisher}. */
+export class AmqpTransport implements PublishTransport {
+  readonly target: string;
+  readonly maxMessageBytes: number = MAX_MESSAGE_BYTES;
+  readonly #url: string | Options.Connect;
+  readonly #producerName: string;
+  readonly #declare: boolean;
+  readonly #connectTimeoutMs: number;
+  #model: ChannelModel | undefined;
+  #channel: ConfirmChannel | undefined;
+  #lost: Promise<never> | undefined;
+  #markLost: ((error: Error) => void) | undefined;
+  #generation = 0;
+
+  constructor(options: AmqpDedupPublisherOptions) {
+    if (typeof options.queue !== 'string' || options.queue.length === 0 || options.queue.length > 255) {
+      throw new RangeError('queue must be a non-empty string of at most 255 characters');
+    }
+    if (typeof options.url !== 'string' && (typeof options.url !== 'object' || options.url === null)) {
+      throw new TypeError('url must be an AMQP URL or amqplib connect options');
+    }
+    this.target = options.queue;
+    this.#url = options.url;
+    this.#producerName = options.producerName;
+    this.#declare = options.declareQueue ?? false;
+    this.#connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
+  }
+
+  /**
+   * AMQP 0-9-1 has no per-name "last publishing ID" on the broker: resolves `undefined`, and the
+   * core trusts its store (reconciliation on open is the store's last ID; a second writer under
+   * the same name is not detected by the broker — the store's lock and one-producer-per-name rule
+   * are the defence).
+   */
+  async connect(handlers: TransportHandlers): Promise<undefined> {
+    await this.#teardown();
+    const generation = ++this.#generation;
+    let markLost!: (error: Error) => void;
+    const lost = new Promise<never>((_, reject) => (markLost = reject));
+    lost.catch(() => undefined);
+    this.#lost = lost;
+    this.#markLost = markLost;
+    const fail = (error: Error): void => {
+      markLost(error);
+      if (generation === this.#generation) handlers.disconnected(error);
+    };
+    let model: ChannelModel;
+    try {
+      model = await withTimeout(connect(this.#url), this.#connectTimeoutMs, 'connecting');
+    } catch (err) {
+      throw new DedupError(
+        'DEDUP_BROKER_UNREACHABLE',
+        `cannot connect to RabbitMQ over AMQP 0-9-1: ${errorText(err)}`,
+        {
+          cause: err,
+        },
+      );
+    }
+    this.#model = model;
+    // amqplib emits 'error' before 'close'; an unhandled 'error' event would kill the process.
+    model.on('error', () => undefined);
+    model.on('close', () => fail(new Error('AMQP connection closed')));
+    try {
+      const channel = await model.createConfirmChannel();
+      channel.on('error', () => undefined);
+      channel.on('close', () => fail(new Error('AMQP channel closed')));
+      if (this.#declare) {
+        await channel.assertQueue(this.target, { durable: true, arguments: { 'x-queue-type': 'stream' } });
+      } else {
+        await channel.checkQueue(this.target);
+      }
+      this.#channel = channel;
+      this.#handlers = handlers;
+      return undefined;
+    } catch (err) {
+      await this.#teardown();
+      throw new DedupError(
+        'DEDUP_BROKER_REFUSED',
+        `the broker refused queue "${this.target}": ${errorText(err)}`,
+        {
+          cause: err,
+        },
+      );
+    }
+  }
+
+  #handlers: TransportHandlers | undefined;
+
+  async publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    const channel = this.#channel;
+    const lost = this.#lost;
+    const handlers = this.#handlers;
+    const markLost = this.#markLost;
+    if (channel === undefined || lost === undefined || handlers === undefined || markLost === undefined) {
+      throw new Error('not connected');
+    }
+    const generation = this.#generation;
+    for (const m of messages) {
+      const id = m.publishingId;
+      const headers = { ...m.headers, ...identityHeaders(this.#producerName, id) };
+      const body = Buffer.isBuffer(m.body)
+        ? m.body
+        : Buffer.from(m.body.buffer, m.body.byteOffset, m.body.byteLength);
+      const hasRoom = channel.sendToQueue(
+        this.target,
+        body,
+        { headers, persistent: true },
+        (err: unknown) => {
+          if (generation !== this.#generation) return;
+          if (err === null || err === undefined) handlers.confirmed([id]);
+          else {
+            // A nack: the broker did not take it. Treat the channel as unusable: everything
+            // unconfirmed is re-sent on a fresh one.
+            const error = new Error(`the broker nacked publishing ID ${id}`);
+            markLost(error);
+            handlers.disconnected(error);
+          }
+        },
+      );
+      if (!hasRoom) await Promise.race([once(channel, 'drain'), lost]);
+    }
+  }
+
+  queryLastId(): Promise<undefined> {
+    return Promise.resolve(undefined);
+  }
+
+  async close(): Promise<void> {
+    await this.#teardown();
+  }
+
+  async #teardown(): Promise<void> {
+    this.#generation++;
+    this.#markLost?.(new Error('connection closed by the publisher'));
+    const model = this.#model;
+    this.#model = undefined;
+    this.#channel = undefined;
+    this.#handlers = undefined;
+    this.#lost = undefined;
+    this.#markLost = undefined;
+    if (model !== undefined) await withTimeout(model.close(), 5_000, 'closing').catch(() => undefined);
+  }
+}
+
+/**
+ * A dedup publisher for one producer name on one stream queue, over AMQP 0-9-1 with publisher
+ * confirms. Same IDs, outbox, backpressure and bad-input rules as `StreamDedupPublisher`; the
+ * identity is stamped as string headers `x-dedup-producer` and `x-dedup-id`.
+ *
+ * Unlike the stream protocol, the broker keeps no last ID per name and never drops a repeat: after
+ * a crash or reconnect, re-sent outbox messages may be in the stream twice. Consume with a
+ * verifying consumer, which removes them.
+ *
+ * @example
+ * ```ts
+ * await using pub = await AmqpDedupPublisher.open({
+ *   url: 'amqp://guest:guest@127.0.0.1:5672',
+ *   queue: 'orders',
+ *   declareQueue: true,
+ *   producerName: 'orders-amqp',
+ *   store: './.dedup',
+ * });
+ * await pub.send(Buffer.from('{"order":17}'));
+ * ```
+ */
+export class AmqpDedupPublisher {
+  readonly #core: DedupPublisherCore;
+
+  private constructor(core: DedupPublisherCore) {
+    this.#core = core;
+  }
+
+  /**
+   * Opens the store, connects, opens a confirm channel and re-sends unconfirmed outbox messages
+   * with their original IDs before any new message.
+   *
+   * @throws DedupError `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
+   *   `DEDUP_BROKER_REFUSED` (for example a missing queue), `DEDUP_ID_MODE_MISMATCH`.
+   * @throws TypeError or RangeError for invalid options.
+   */
+  static async open(options: AmqpDedupPublisherOptions): Promise<AmqpDedupPublisher> {
+    if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
+    return new AmqpDedupPublisher(await DedupPublisherCore.open(new AmqpTransport(options), options));
+  }
+
+  /** Publishes one message; resolves once the broker confirmed it. See `StreamDedupPublisher.send`. */
+  send(body: Uint8Array, options?: SendOptions): Promise<SendResult> {
+    return this.#core.send(body, options);
+  }
+
+  /** The last publishing ID handed out (0n before the first). */
+  get lastPublishingId(): bigint {
+    return this.#core.lastPublishingId;
+  }
+
+  /** What `open()` found and did (`brokerLastId` is always `undefined` over AMQP 0-9-1). */
+  get openReport(): OpenReport {
+    return this.#core.report;
+  }
+
+  /** Messages accepted and not yet confirmed. */
+  get inFlight(): number {
+    return this.#core.inFlight;
+  }
+
+  /** The producer name. */
+  get producerName(): string {
+    return this.#core.producerName;
+  }
+
+  /** True once closing or closed. */
+  get isClosed(): boolean {
+    return this.#core.isClosed;
+  }
+
+  /** Resolves when the publisher has closed: with the error that closed it, or `undefined` after `close()`. */
+  closed(): Promise<DedupError | undefined> {
+    return this.#core.closed();
+  }
+
+  /** Waits up to `closeTimeoutMs` for outstanding confirms, closes the connection, releases the store. Idempotent. */
+  close(): Promise<void> {
+    return this.#core.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
