@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { checkHistory, type HistoryReport } from '../history/checker.js';
-import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
+import { readIdentity } from '../identity/headers.js';
 import type { Durability } from '../publisher/types.js';
 import { readStreamToEnd } from '../transport/stream.js';
 import { connectionFromEnv } from './env.js';
@@ -23,6 +23,8 @@ export interface CrashScenarioOptions {
   readonly minKillMs?: number;
   readonly maxKillMs?: number;
   readonly durability?: Durability;
+  /** The producer's transport. @defaultValue 'stream' */
+  readonly transport?: 'stream' | 'amqp';
   /** Called with a line of progress. */
   readonly onProgress?: (line: string) => void;
 }
@@ -37,6 +39,8 @@ export interface CrashScenarioResult {
   readonly streamMessages: number;
   /** Outbox messages re-sent with their original IDs, summed over every restart. */
   readonly resent: number;
+  /** The labels acknowledged by the producer (for a consumer-side check). */
+  readonly acknowledgedLabels: readonly string[];
 }
 
 /**
@@ -91,12 +95,11 @@ export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashSc
       else if (line.startsWith('k ')) acknowledged.push(line.slice(2));
     }
     const observed = records.map((r) => {
-      const id = r.applicationProperties[ID_HEADER];
-      const producer = r.applicationProperties[PRODUCER_HEADER];
+      const identity = readIdentity(r.applicationProperties, r.messageAnnotations);
       return {
         label: r.body.toString('utf8'),
-        producerName: typeof producer === 'string' ? producer : undefined,
-        publishingId: typeof id === 'string' ? BigInt(id) : undefined,
+        producerName: identity.kind === 'ok' ? identity.identity.producerName : undefined,
+        publishingId: identity.kind === 'ok' ? identity.identity.publishingId : undefined,
       };
     });
     const report = checkHistory({ attempted, acknowledged, observed });
@@ -108,6 +111,7 @@ export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashSc
       acknowledged: acknowledged.length,
       streamMessages: records.length,
       resent,
+      acknowledgedLabels: acknowledged,
     };
   } finally {
     await rm(dir, { recursive: true, force: true });

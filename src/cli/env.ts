@@ -10,3 +10,11 @@ export function connectionFromEnv(env: NodeJS.ProcessEnv = process.env): StreamC
     vhost: env.RABBITMQ_VHOST ?? '/',
   };
 }
+
+/** The AMQP 0-9-1 URL of the broker the CLI talks to. */
+export function amqpUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string {
+  const user = encodeURIComponent(env.RABBITMQ_USER ?? 'guest');
+  const password = encodeURIComponent(env.RABBITMQ_PASSWORD ?? 'guest');
+  const vhost = encodeURIComponent(env.RABBITMQ_VHOST ?? '/');
+  return `amqp://${user}:${password}@${env.RABBITMQ_HOST ?? '127.0.0.1'}:${env.RABBITMQ_AMQP_PORT ?? 5672}/${vhost}`;
+}

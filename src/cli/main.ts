@@ -78,6 +78,7 @@ async function main(argv: string[]): Promise<number> {
           log: { type: 'string' },
           durability: { type: 'string', default: 'outbox' },
           concurrency: { type: 'string', default: '64' },
+          transport: { type: 'string', default: 'stream' },
         },
       });
       await produce({
@@ -89,6 +90,7 @@ async function main(argv: string[]): Promise<number> {
         log: values.log!,
         durability: values.durability === 'reserve' ? 'reserve' : 'outbox',
         concurrency: Number(values.concurrency),
+        transport: values.transport === 'amqp' ? 'amqp' : 'stream',
       });
       return 0;
     }

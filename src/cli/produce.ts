@@ -1,7 +1,8 @@
 import { openSync, writeSync } from 'node:fs';
+import { AmqpDedupPublisher } from '../transport/amqp.js';
 import { StreamDedupPublisher } from '../transport/stream.js';
 import type { Durability } from '../publisher/types.js';
-import { connectionFromEnv } from './env.js';
+import { amqpUrlFromEnv, connectionFromEnv } from './env.js';
 
 /** Options of the producer process that the demo and the crash tests kill and restart. */
 export interface ProduceOptions {
@@ -15,6 +16,8 @@ export interface ProduceOptions {
   readonly log: string;
   readonly durability: Durability;
   readonly concurrency: number;
+  /** `stream`: the stream protocol (broker dedup); `amqp`: AMQP 0-9-1 into the stream queue (no broker dedup). */
+  readonly transport: 'stream' | 'amqp';
 }
 
 /**
@@ -24,14 +27,21 @@ export interface ProduceOptions {
  */
 export async function produce(o: ProduceOptions): Promise<void> {
   const fd = openSync(o.log, 'a');
-  const pub = await StreamDedupPublisher.open({
-    connection: connectionFromEnv(),
-    stream: o.stream,
-    producerName: o.producerName,
-    store: o.store,
-    durability: o.durability,
-    createStream: true,
-  });
+  const common = { producerName: o.producerName, store: o.store, durability: o.durability };
+  const pub =
+    o.transport === 'amqp'
+      ? await AmqpDedupPublisher.open({
+          ...common,
+          url: amqpUrlFromEnv(),
+          queue: o.stream,
+          declareQueue: true,
+        })
+      : await StreamDedupPublisher.open({
+          ...common,
+          connection: connectionFromEnv(),
+          stream: o.stream,
+          createStream: true,
+        });
   process.stdout.write(`${JSON.stringify({ ready: true, ...jsonable(pub.openReport) })}\n`);
   let next = 1;
   const worker = async (): Promise<void> => {

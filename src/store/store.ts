@@ -119,6 +119,28 @@ export class DedupStore {
     return new ProducerState(this.#db, prefix, this.#sync, () => this.#claims.delete(prefix));
   }
 
+  /**
+   * Claims one verifying consumer's state: at most one consumer of a name per store at a time.
+   * Returns the function that gives the claim back.
+   *
+   * @throws DedupError `DEDUP_STORE_LOCKED` when the consumer is already claimed.
+   */
+  claimConsumer(consumerName: string): () => void {
+    if (this.#closing !== undefined) throw new DedupError('DEDUP_STORE_CORRUPT', 'the store is closed');
+    const claim = `c:${consumerName.length}:${consumerName}`;
+    if (this.#claims.has(claim)) {
+      throw new DedupError('DEDUP_STORE_LOCKED', `consumer "${consumerName}" is already open on this store`);
+    }
+    this.#claims.add(claim);
+    let released = false;
+    return () => {
+      if (!released) {
+        released = true;
+        this.#claims.delete(claim);
+      }
+    };
+  }
+
   /** Lists the producers with state in this store (for `inspect`). */
   async listProducers(): Promise<Array<{ target: string; producerName: string; meta: ProducerMeta }>> {
     const out: Array<{ target: string; producerName: string; meta: ProducerMeta }> = [];

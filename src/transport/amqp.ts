@@ -268,3 +268,5 @@ export class AmqpDedupPublisher {
     await this.close();
   }
 }
+
+export { AmqpVerifyingConsumer, type AmqpVerifyingConsumerOptions } from './amqp-consumer.js';

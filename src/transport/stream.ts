@@ -348,6 +348,8 @@ export interface StreamRecord {
   readonly offset: bigint;
   readonly body: Buffer;
   readonly applicationProperties: Readonly<Record<string, string | number>>;
+  /** Where RabbitMQ 4.0 puts AMQP 0-9-1 headers named `x-…` (the identity stamps of an AMQP publisher). */
+  readonly messageAnnotations: Readonly<Record<string, unknown>>;
 }
 
 /**
@@ -403,7 +405,12 @@ export async function readStreamToEnd(
       client
         .declareConsumer({ stream, offset: Offset.first() }, (m) => {
           const offset = m.offset ?? -1n;
-          records.push({ offset, body: m.content, applicationProperties: m.applicationProperties ?? {} });
+          records.push({
+            offset,
+            body: m.content,
+            applicationProperties: m.applicationProperties ?? {},
+            messageAnnotations: m.messageAnnotations ?? {},
+          });
           // The rest of the last chunk is delivered before the next macrotask.
           if (offset >= last && !finishing) {
             finishing = true;
@@ -427,3 +434,5 @@ export async function readStreamToEnd(
     await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
   }
 }
+
+export { StreamVerifyingConsumer, type StreamVerifyingConsumerOptions } from './stream-consumer.js';

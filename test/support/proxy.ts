@@ -16,9 +16,12 @@ export class FaultProxy {
   }
 
   static async start(targetHost: string, targetPort: number): Promise<FaultProxy> {
-    let proxy!: FaultProxy;
-    const server = net.createServer((client) => proxy.#accept(client, targetHost, targetPort));
-    proxy = new FaultProxy(server);
+    const holder: { proxy?: FaultProxy } = {};
+    const server = net.createServer((client) => {
+      if (holder.proxy !== undefined) holder.proxy.#accept(client, targetHost, targetPort);
+    });
+    const proxy = new FaultProxy(server);
+    holder.proxy = proxy;
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     return proxy;
   }

@@ -1,0 +1,248 @@
+import { connect, type Channel, type ChannelModel, type ConsumeMessage, type Options } from 'amqplib';
+import { DedupError } from '../errors.js';
+import { VerifyingConsumerCore, type VerifyingConsumerOptions, type VerifyStats } from '../consumer/core.js';
+import { errorText, withTimeout } from './util.js';
+
+/** Options of {@link AmqpVerifyingConsumer.open}. */
+export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions {
+  /** An AMQP URL or amqplib connect options. */
+  readonly url: string | Options.Connect;
+  /** The stream queue to consume. */
+  readonly queue: string;
+  /** Unacknowledged messages the broker may send ahead (basic.qos). @defaultValue 1000 */
+  readonly prefetch?: number;
+  /** Where a consumer without a committed offset starts (`x-stream-offset`). @defaultValue 'first' */
+  readonly startFrom?: 'first' | 'next';
+  /** Reconnect backoff, in ms. @defaultValue `{ initialDelayMs: 100, maxDelayMs: 5000 }` */
+  readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
+}
+
+/**
+ * Consumes a stream queue over AMQP 0-9-1 through the verifier — the only deduplication AMQP 0-9-1
+ * publishers get, since the broker does not deduplicate them. Effects, verifier state and the
+ * stream offset commit in one LevelDB batch; messages are acked only after that commit, and the
+ * consumer resumes with `x-stream-offset` = committed offset + 1.
+ *
+ * @example
+ * ```ts
+ * const consumer = await AmqpVerifyingConsumer.open({
+ *   url: 'amqp://guest:guest@127.0.0.1:5672',
+ *   queue: 'orders',
+ *   consumerName: 'order-projection',
+ *   store: './.dedup',
+ *   handler: (message, tx) => tx.put(`order:${message.identity?.publishingId}`, message.body),
+ * });
+ * ```
+ */
+export class AmqpVerifyingConsumer {
+  readonly #core: VerifyingConsumerCore;
+  readonly #options: AmqpVerifyingConsumerOptions;
+  #model: ChannelModel | undefined;
+  #queue: Promise<void> = Promise.resolve();
+  #generation = 0;
+  #closing: Promise<void> | undefined;
+  #resolveClosed!: (error: Error | undefined) => void;
+  readonly #closed: Promise<Error | undefined>;
+
+  private constructor(core: VerifyingConsumerCore, options: AmqpVerifyingConsumerOptions) {
+    this.#core = core;
+    this.#options = options;
+    this.#closed = new Promise((resolve) => (this.#resolveClosed = resolve));
+  }
+
+  /**
+   * Opens the store, connects, and consumes from the committed offset + 1.
+   *
+   * @throws DedupError `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
+   *   `DEDUP_BROKER_REFUSED` (for example a missing queue).
+   */
+  static async open(options: AmqpVerifyingConsumerOptions): Promise<AmqpVerifyingConsumer> {
+    if (typeof options?.queue !== 'string' || options.queue.length === 0) {
+      throw new RangeError('queue must be a non-empty string');
+    }
+    const prefetch = options.prefetch ?? 1000;
+    if (!Number.isInteger(prefetch) || prefetch < 1) throw new RangeError('prefetch must be an integer ≥ 1');
+    // A batch larger than the prefetch would wait for messages the broker holds back until acked.
+    const core = await VerifyingConsumerCore.open({
+      ...options,
+      commitEvery: Math.min(options.commitEvery ?? 1000, Math.max(1, Math.floor(prefetch / 2))),
+    });
+    const consumer = new AmqpVerifyingConsumer(core, options);
+    try {
+      await consumer.#subscribe();
+    } catch (err) {
+      await core.close();
+      throw err;
+    }
+    return consumer;
+  }
+
+  async #subscribe(): Promise<void> {
+    const generation = ++this.#generation;
+    let model: ChannelModel;
+    try {
+      model = await withTimeout(connect(this.#options.url), 10_000, 'connecting');
+    } catch (err) {
+      throw new DedupError(
+        'DEDUP_BROKER_UNREACHABLE',
+        `cannot connect to RabbitMQ over AMQP 0-9-1: ${errorText(err)}`,
+        {
+          cause: err,
+        },
+      );
+    }
+    this.#model = model;
+    // amqplib emits 'error' before 'close'; an unhandled 'error' event would kill the process.
+    model.on('error', () => undefined);
+    model.on('close', () => {
+      if (generation === this.#generation) this.#lost();
+    });
+    let channel: Channel;
+    try {
+      channel = await model.createChannel();
+      channel.on('error', () => undefined);
+      channel.on('close', () => {
+        if (generation === this.#generation) this.#lost();
+      });
+      await channel.prefetch(this.#options.prefetch ?? 1000);
+      const resume = this.#core.resumeOffset;
+      const start = resume !== undefined ? Number(resume) : (this.#options.startFrom ?? 'first');
+      await channel.consume(
+        this.#options.queue,
+        (msg) => {
+          if (msg === null) {
+            if (generation === this.#generation) this.#lost(); // cancelled by the broker
+            return;
+          }
+          this.#deliver(generation, channel, msg);
+        },
+        { noAck: false, arguments: { 'x-stream-offset': start } },
+      );
+    } catch (err) {
+      await withTimeout(model.close(), 2_000, 'closing').catch(() => undefined);
+      throw new DedupError(
+        'DEDUP_BROKER_REFUSED',
+        `cannot consume queue "${this.#options.queue}": ${errorText(err)}`,
+        {
+          cause: err,
+        },
+      );
+    }
+  }
+
+  #deliver(generation: number, channel: Channel, msg: ConsumeMessage): void {
+    const headers = (msg.properties.headers ?? {}) as Record<string, unknown>;
+    const rawOffset = headers['x-stream-offset'];
+    const incoming = {
+      offset: typeof rawOffset === 'number' || typeof rawOffset === 'bigint' ? BigInt(rawOffset) : -1n,
+      body: msg.content,
+      headerSources: [headers],
+      settle: () => {
+        if (generation === this.#generation) channel.ack(msg);
+      },
+    };
+    this.#queue = this.#queue.then(async () => {
+      if (generation !== this.#generation || this.#core.failure !== undefined) return;
+      if (incoming.offset < 0n) {
+        void this.#stop(
+          new DedupError(
+            'DEDUP_BROKER_REFUSED',
+            `queue "${this.#options.queue}" is not a stream queue (no x-stream-offset)`,
+          ),
+        );
+        return;
+      }
+      try {
+        await this.#core.process(incoming);
+      } catch (err) {
+        void this.#stop(err instanceof Error ? err : new Error(String(err)));
+      }
+    });
+  }
+
+  /** The connection went away: drop the uncommitted batch and consume again from the committed offset. */
+  #lost(): void {
+    if (this.#closing !== undefined) return;
+    this.#generation++;
+    const old = this.#model;
+    this.#model = undefined;
+    this.#queue = this.#queue.then(async () => {
+      this.#core.discardPending();
+      if (old !== undefined) await withTimeout(old.close(), 2_000, 'closing').catch(() => undefined);
+      let delay = this.#options.reconnect?.initialDelayMs ?? 100;
+      while (this.#closing === undefined) {
+        await new Promise((r) => setTimeout(r, delay * (0.5 + Math.random() / 2)));
+        try {
+          await this.#subscribe();
+          return;
+        } catch {
+          delay = Math.min(delay * 2, this.#options.reconnect?.maxDelayMs ?? 5_000);
+        }
+      }
+    });
+  }
+
+  /** Resolves once every message up to `offset` is committed. */
+  async waitForOffset(offset: bigint): Promise<void> {
+    const committed = this.#core.committedOffset;
+    if (committed !== undefined && committed >= offset) return;
+    let unsubscribe = (): void => undefined;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        unsubscribe = this.#core.onCommitted((at) => {
+          if (at >= offset) resolve();
+        });
+        void this.#closed.then((err) =>
+          reject(
+            err ?? new DedupError('DEDUP_PUBLISHER_CLOSED', 'the consumer closed before reaching the offset'),
+          ),
+        );
+      });
+    } finally {
+      unsubscribe();
+    }
+  }
+
+  /** Counters since open. */
+  get stats(): Readonly<VerifyStats> {
+    return this.#core.stats;
+  }
+
+  /** The last committed offset. */
+  get committedOffset(): bigint | undefined {
+    return this.#core.committedOffset;
+  }
+
+  /** Reads a value the handler committed. */
+  readEffect(key: string): Promise<Uint8Array | undefined> {
+    return this.#core.readEffect(key);
+  }
+
+  /** Resolves when the consumer stopped: with the error that stopped it, or `undefined` after `close()`. */
+  closed(): Promise<Error | undefined> {
+    return this.#closed;
+  }
+
+  async #stop(error: Error | undefined): Promise<void> {
+    this.#closing ??= (async () => {
+      // Commit (and ack) what was processed before the channel goes.
+      await this.#queue.catch(() => undefined);
+      await this.#core.close();
+      this.#generation++;
+      const model = this.#model;
+      this.#model = undefined;
+      if (model !== undefined) await withTimeout(model.close(), 5_000, 'closing').catch(() => undefined);
+      this.#resolveClosed(error ?? this.#core.failure);
+    })();
+    return this.#closing;
+  }
+
+  /** Commits what was processed, closes the connection and releases the store. Idempotent. */
+  close(): Promise<void> {
+    return this.#stop(undefined);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
