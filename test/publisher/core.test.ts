@@ -1,0 +1,113 @@
+import { describe, expect, it } from 'vitest';
+import { DedupPublisherCore } from '../../src/publisher/core.js';
+import { memoryDisk, memoryStore } from '../support/memory-store.js';
+import { ModelBroker, ModelTransport } from '../support/model-broker.js';
+
+async function setup(options: Partial<Parameters<typeof DedupPublisherCore.open>[1]> = {}) {
+  const broker = new ModelBroker();
+  const disk = memoryDisk();
+  const transport = new ModelTransport(broker, 'orders', 'p');
+  const core = await DedupPublisherCore.open(transport, {
+    producerName: 'p',
+    store: await memoryStore(disk),
+    reconnect: { initialDelayMs: 1, maxDelayMs: 2 },
+    ...options,
+  });
+  return { broker, disk, transport, core };
+}
+
+const body = (s: string): Buffer => Buffer.from(s);
+
+describe('publisher core', () => {
+  it('never has more than maxInFlight messages unconfirmed on the wire, and sends them in id order', async () => {
+    const { transport, core } = await setup({ maxInFlight: 8, maxBatch: 3 });
+    transport.faults.holdConfirms = true;
+    const sends = Array.from({ length: 50 }, (_, i) => core.send(body(`m${i + 1}`)));
+    let confirmed = 0;
+    let maxUnconfirmed = 0;
+    for (let round = 0; confirmed < 50 && round < 200; round++) {
+      await new Promise((r) => setImmediate(r));
+      maxUnconfirmed = Math.max(maxUnconfirmed, transport.published.length - confirmed);
+      confirmed = transport.published.length;
+      transport.releaseConfirms();
+    }
+    expect(confirmed).toBe(50);
+    expect(maxUnconfirmed).toBe(8);
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    const results = await Promise.all(sends);
+    expect(results.map((r) => r.publishingId)).toEqual(Array.from({ length: 50 }, (_, i) => BigInt(i + 1)));
+    expect(transport.published.map((m) => m.publishingId)).toEqual(results.map((r) => r.publishingId));
+    await core.close();
+  });
+
+  it('confirms arriving out of order settle the right sends', async () => {
+    const { transport, core } = await setup();
+    transport.faults.holdConfirms = true;
+    transport.faults.reverseConfirms = true;
+    const sends = Array.from({ length: 20 }, (_, i) => core.send(body(`m${i + 1}`)));
+    while (transport.published.length < 20) await new Promise((r) => setImmediate(r));
+    transport.releaseConfirms();
+    const results = await Promise.all(sends);
+    expect(results.map((r) => r.publishingId)).toEqual(Array.from({ length: 20 }, (_, i) => BigInt(i + 1)));
+    await core.close();
+  });
+
+  it('after a cut connection re-sends every unconfirmed message in id order before any new one', async () => {
+    const { broker, transport, core } = await setup();
+    transport.faults.holdConfirms = true;
+    const first = Array.from({ length: 10 }, (_, i) => core.send(body(`a${i + 1}`)));
+    while (transport.published.length < 10) await new Promise((r) => setImmediate(r));
+    transport.cut();
+    transport.faults.holdConfirms = false;
+    const second = Array.from({ length: 5 }, (_, i) => core.send(body(`b${i + 1}`)));
+    await Promise.all([...first, ...second]);
+    expect(transport.connects).toBe(2);
+    // The wire after the reconnect: 1..10 again, then 11..15.
+    expect(transport.published.slice(10).map((m) => Number(m.publishingId))).toEqual(
+      Array.from({ length: 15 }, (_, i) => i + 1),
+    );
+    expect(broker.messages('orders').map((m) => m.body)).toEqual([
+      ...Array.from({ length: 10 }, (_, i) => `a${i + 1}`),
+      ...Array.from({ length: 5 }, (_, i) => `b${i + 1}`),
+    ]);
+    await core.close();
+  });
+
+  it('close() waits for confirms; after closeTimeoutMs unconfirmed sends reject and stay in the outbox', async () => {
+    const { broker, disk, transport, core } = await setup({ closeTimeoutMs: 20 });
+    transport.faults.holdConfirms = true;
+    const pending = core.send(body('late'));
+    while (transport.published.length < 1) await new Promise((r) => setImmediate(r));
+    await core.close();
+    await expect(pending).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    expect(transport.closed).toBe(true);
+    // The next process re-sends it with its original id.
+    const next = new ModelTransport(broker, 'orders', 'p');
+    const reopened = await DedupPublisherCore.open(next, {
+      producerName: 'p',
+      store: await memoryStore(disk),
+    });
+    expect(reopened.report).toMatchObject({ localLastId: 1n, brokerLastId: 1n, resent: 1 });
+    while (next.published.length < 1) await new Promise((r) => setImmediate(r));
+    expect(next.published[0]!.publishingId).toBe(1n);
+    expect(broker.messages('orders').length).toBe(1); // the broker dropped the re-send
+    await reopened.close();
+  });
+
+  it('an aborted wait for room leaves no message and no id behind on the wire', async () => {
+    const { transport, core } = await setup({ maxInFlight: 1 });
+    transport.faults.holdConfirms = true;
+    const first = core.send(body('first'));
+    const controller = new AbortController();
+    const second = core.send(body('second'), { signal: controller.signal });
+    controller.abort();
+    await expect(second).rejects.toMatchObject({ code: 'DEDUP_ABORTED' });
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    await first;
+    expect((await core.send(body('third'))).publishingId).toBe(3n);
+    expect(transport.published.map((m) => Buffer.from(m.body).toString())).toEqual(['first', 'third']);
+    await core.close();
+  });
+});

@@ -1,0 +1,123 @@
+import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../../src/publisher/types.js';
+
+/** A message the model broker stored. */
+export interface StoredMessage {
+  readonly producerName: string;
+  readonly publishingId: bigint;
+  readonly body: string;
+}
+
+/**
+ * An in-memory model of the broker's measured rules (DESIGN §3), for unit and property tests:
+ * per (stream, producer name) a message is stored only if its ID is above the highest stored;
+ * otherwise it is dropped and still confirmed. Streams are independent. A restart keeps the
+ * stored messages and the per-name highest.
+ */
+export class ModelBroker {
+  readonly #streams = new Map<string, { messages: StoredMessage[]; highest: Map<string, bigint> }>();
+
+  #stream(name: string): { messages: StoredMessage[]; highest: Map<string, bigint> } {
+    let s = this.#streams.get(name);
+    if (s === undefined) {
+      s = { messages: [], highest: new Map() };
+      this.#streams.set(name, s);
+    }
+    return s;
+  }
+
+  /** Stores or drops one message; returns true when stored. Either way the caller confirms it. */
+  publish(stream: string, producerName: string, publishingId: bigint, body: string): boolean {
+    const s = this.#stream(stream);
+    if (publishingId <= (s.highest.get(producerName) ?? 0n)) return false;
+    s.highest.set(producerName, publishingId);
+    s.messages.push({ producerName, publishingId, body });
+    return true;
+  }
+
+  lastId(stream: string, producerName: string): bigint {
+    return this.#stream(stream).highest.get(producerName) ?? 0n;
+  }
+
+  messages(stream: string): readonly StoredMessage[] {
+    return this.#stream(stream).messages;
+  }
+}
+
+/** What a {@link ModelTransport} does with the next published messages. */
+export interface TransportFaults {
+  /** Hold confirms instead of sending them at once (release with `releaseConfirms`). */
+  holdConfirms: boolean;
+  /** Confirm held messages in reverse order. */
+  reverseConfirms: boolean;
+  /** Connecting fails while true. */
+  refuseConnect: boolean;
+}
+
+/**
+ * A transport over the model broker. Messages reach the broker in publish order (one connection);
+ * confirms can be held, reordered and released; the connection can be cut.
+ */
+export class ModelTransport implements PublishTransport {
+  readonly target: string;
+  readonly maxMessageBytes = 1_000_000;
+  readonly faults: TransportFaults = { holdConfirms: false, reverseConfirms: false, refuseConnect: false };
+  readonly published: OutgoingMessage[] = [];
+  readonly #broker: ModelBroker;
+  readonly #producerName: string;
+  #handlers: TransportHandlers | undefined;
+  #held: bigint[] = [];
+  connects = 0;
+  closed = false;
+
+  constructor(broker: ModelBroker, stream: string, producerName: string) {
+    this.#broker = broker;
+    this.target = stream;
+    this.#producerName = producerName;
+  }
+
+  connect(handlers: TransportHandlers): Promise<bigint> {
+    if (this.faults.refuseConnect) return Promise.reject(new Error('model broker refuses connections'));
+    this.connects++;
+    this.#handlers = handlers;
+    this.#held = [];
+    return Promise.resolve(this.#broker.lastId(this.target, this.#producerName));
+  }
+
+  publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    const handlers = this.#handlers;
+    if (handlers === undefined) return Promise.reject(new Error('not connected'));
+    for (const m of messages) {
+      this.published.push(m);
+      this.#broker.publish(this.target, this.#producerName, m.publishingId, Buffer.from(m.body).toString());
+    }
+    const ids = messages.map((m) => m.publishingId);
+    if (this.faults.holdConfirms) this.#held.push(...ids);
+    else queueMicrotask(() => handlers.confirmed(ids));
+    return Promise.resolve();
+  }
+
+  /** Sends the held confirms (in reverse when `reverseConfirms`). */
+  releaseConfirms(): void {
+    const ids = this.faults.reverseConfirms ? [...this.#held].reverse() : this.#held;
+    this.#held = [];
+    for (const id of ids) this.#handlers?.confirmed([id]);
+  }
+
+  /** Cuts the connection: held confirms are lost, the core is told. */
+  cut(): void {
+    const handlers = this.#handlers;
+    this.#handlers = undefined;
+    this.#held = [];
+    handlers?.disconnected(new Error('model connection cut'));
+  }
+
+  queryLastId(): Promise<bigint> {
+    return Promise.resolve(this.#broker.lastId(this.target, this.#producerName));
+  }
+
+  close(): Promise<void> {
+    this.closed = true;
+    this.#handlers = undefined;
+    return Promise.resolve();
+  }
+}
