@@ -55,10 +55,11 @@ export class ScopedVerifier {
   readonly #entries = new Map<string, MutableEntry>();
   // Answers `check` for scopes never recorded: always empty, never recorded into.
   readonly #empty: SequenceTracker;
-  // The entry the last check or record found: a consumer records right after it checks, so the
-  // record skips a second Map lookup. Cleared by anything that replaces or removes entries.
-  #lastKey: string | undefined;
-  #lastEntry: MutableEntry | undefined;
+  // The scope the last `check` looked up, and its entry: a consumer records right after it checks,
+  // and the record then skips a second Map lookup (the key is usually the very same string, so the
+  // comparison is a pointer comparison). Reset by everything that adds or removes entries.
+  #checkedKey: string | undefined;
+  #checkedEntry: MutableEntry | undefined;
 
   /**
    * @throws TypeError when `spec` is not an object, or a window `size` is not a number.
@@ -83,7 +84,9 @@ export class ScopedVerifier {
    */
   check(scopeKey: string, id: bigint): CheckResult {
     if (typeof scopeKey !== 'string') throw keyTypeError(scopeKey);
-    const entry = this.#find(scopeKey);
+    const entry = this.#entries.get(scopeKey);
+    this.#checkedKey = scopeKey;
+    this.#checkedEntry = entry;
     return (entry === undefined ? this.#empty : entry.tracker).check(id);
   }
 
@@ -97,7 +100,7 @@ export class ScopedVerifier {
   record(scopeKey: string, id: bigint, nowMs: number): RecordResult {
     if (typeof scopeKey !== 'string') throw keyTypeError(scopeKey);
     assertTime(nowMs, 'nowMs');
-    const entry = this.#find(scopeKey);
+    const entry = scopeKey === this.#checkedKey ? this.#checkedEntry : this.#entries.get(scopeKey);
     if (entry !== undefined) {
       const result = entry.tracker.record(id);
       entry.lastSeenMs = nowMs;
@@ -105,7 +108,8 @@ export class ScopedVerifier {
     }
     const tracker = createTracker(this.spec);
     const result = tracker.record(id);
-    this.#remember(scopeKey, { tracker, lastSeenMs: nowMs });
+    this.#forgetChecked();
+    this.#entries.set(scopeKey, { tracker, lastSeenMs: nowMs });
     return result;
   }
 
@@ -127,12 +131,13 @@ export class ScopedVerifier {
         `tracker policy ${describeSpec(spec)} differs from the verifier's ${describeSpec(this.spec)}`,
       );
     }
-    this.#remember(scopeKey, { tracker, lastSeenMs: nowMs });
+    this.#forgetChecked();
+    this.#entries.set(scopeKey, { tracker, lastSeenMs: nowMs });
   }
 
   /** The tracker of a scope, or `undefined` if the scope is not held. */
   get(scopeKey: string): SequenceTracker | undefined {
-    return this.#find(scopeKey)?.tracker;
+    return this.#entries.get(scopeKey)?.tracker;
   }
 
   /** The scopes held, in insertion order: `[scopeKey, entry]`. */
@@ -152,7 +157,7 @@ export class ScopedVerifier {
     if (typeof ttlMs !== 'number') throw new TypeError(`ttlMs must be a number, got ${typeof ttlMs}`);
     if (!(ttlMs >= 0)) throw new RangeError(`ttlMs must be >= 0, got ${ttlMs}`);
     let evicted = 0;
-    this.#lastKey = this.#lastEntry = undefined;
+    this.#forgetChecked();
     for (const [key, entry] of this.#entries) {
       if (nowMs - entry.lastSeenMs > ttlMs) {
         this.#entries.delete(key); // deleting the current entry while iterating a Map is safe
@@ -162,20 +167,9 @@ export class ScopedVerifier {
     return evicted;
   }
 
-  #find(scopeKey: string): MutableEntry | undefined {
-    if (scopeKey === this.#lastKey) return this.#lastEntry;
-    const entry = this.#entries.get(scopeKey);
-    if (entry !== undefined) {
-      this.#lastKey = scopeKey;
-      this.#lastEntry = entry;
-    }
-    return entry;
-  }
-
-  #remember(scopeKey: string, entry: MutableEntry): void {
-    this.#entries.set(scopeKey, entry);
-    this.#lastKey = scopeKey;
-    this.#lastEntry = entry;
+  #forgetChecked(): void {
+    this.#checkedKey = undefined;
+    this.#checkedEntry = undefined;
   }
 }
 

@@ -86,7 +86,7 @@ export interface RecordResult {
  *
  * @example
  * ```ts
- * const tracker = createTracker({ kind: 'window', size: 1024 });
+ * let tracker = createTracker({ kind: 'window', size: 1024 });
  * if (tracker.check(17n).outcome === 'new') {
  *   const next = tracker.clone();
  *   next.record(17n);

@@ -12,6 +12,7 @@ import {
   NO_GAPS,
   notNewError,
   STALE,
+  MAX_ID,
   type CheckResult,
   type IdRange,
   type PolicySpec,
@@ -44,8 +45,9 @@ export class WindowTracker implements SequenceTracker {
   readonly #blocks: Uint32Array;
   readonly #bits: number;
   #highest = 0n;
-  // highest + 1, kept so that the in-order case needs no bigint arithmetic.
-  #next = 1n;
+  // True when highest + 1 takes the in-order path: something was recorded (the first record sets
+  // the floor) and highest < 2^64 - 1.
+  #hasNext = false;
   // Ring position of the bit for `highest`.
   #pos: number;
   // How many of the oldest window slots are at or below the floor (never reported as gaps).
@@ -73,7 +75,7 @@ export class WindowTracker implements SequenceTracker {
     // The bitmap starts at ring position 0, so `highest` is at size - 1 (as after a first record).
     tracker.#blocks.set(state.words);
     tracker.#highest = highest;
-    tracker.#next = highest + 1n;
+    tracker.#hasNext = highest !== MAX_ID;
     const belowWindow = highest - BigInt(size);
     tracker.#floorSlots = floor > belowWindow ? Number(floor - belowWindow) : 0;
     return tracker;
@@ -86,11 +88,14 @@ export class WindowTracker implements SequenceTracker {
 
   /** {@inheritDoc SequenceTracker.check} */
   check(id: bigint): CheckResult {
+    // The in-order case first: for IDs below 2^63 V8 compiles `id - highest === 1n` to machine
+    // arithmetic (no allocation, no call).
+    if (typeof id === 'bigint' && id - this.#highest === 1n && this.#hasNext) return NEW;
     assertTrackerId(id);
     const highest = this.#highest;
     if (id > highest) {
-      if (id === this.#next || highest === 0n) return NEW;
-      return { outcome: 'new', skipped: { from: this.#next, to: id - 1n } };
+      if (highest === 0n) return NEW;
+      return { outcome: 'new', skipped: { from: highest + 1n, to: id - 1n } };
     }
     const offset = Number(highest - id); // exact whenever it matters: compared with size <= 2^20
     if (offset >= this.#size) return STALE;
@@ -101,6 +106,7 @@ export class WindowTracker implements SequenceTracker {
 
   /** {@inheritDoc SequenceTracker.record} */
   record(id: bigint): RecordResult {
+    if (typeof id === 'bigint' && id - this.#highest === 1n && this.#hasNext) return this.#advanceOne(id);
     assertTrackerId(id);
     const highest = this.#highest;
     if (id > highest) {
@@ -124,7 +130,7 @@ export class WindowTracker implements SequenceTracker {
     const copy = new WindowTracker(this.#size);
     copy.#blocks.set(this.#blocks);
     copy.#highest = this.#highest;
-    copy.#next = this.#next;
+    copy.#hasNext = this.#hasNext;
     copy.#pos = this.#pos;
     copy.#floorSlots = this.#floorSlots;
     return copy;
@@ -160,8 +166,34 @@ export class WindowTracker implements SequenceTracker {
     this.#floorSlots = this.#size - 1;
     this.#setBit(this.#pos);
     this.#highest = id;
-    this.#next = id + 1n;
+    this.#hasNext = id !== MAX_ID;
     return NO_GAPS;
+  }
+
+  /** `#advance(id, 1)`, the in-order case, without bigint arithmetic unless a gap is confirmed. */
+  #advanceOne(id: bigint): RecordResult {
+    const blocks = this.#blocks;
+    let result = NO_GAPS;
+    // The oldest slot (ID id - size) leaves the window.
+    if (this.#floorSlots > 0) {
+      this.#floorSlots--;
+    } else {
+      let leaving = this.#pos - (this.#size - 1);
+      if (leaving < 0) leaving += this.#bits;
+      if (((blocks[leaving >>> 5]! >>> (leaving & 31)) & 1) === 0) {
+        const gap = id - BigInt(this.#size);
+        result = { confirmedGaps: [{ from: gap, to: gap }] };
+      }
+    }
+    let pos = this.#pos + 1;
+    if (pos === this.#bits) pos = 0;
+    // Entering a block: its bits belong to IDs older than the window.
+    if ((pos & 31) === 0) blocks[pos >>> 5] = 1;
+    else blocks[pos >>> 5]! |= 1 << (pos & 31);
+    this.#pos = pos;
+    this.#highest = id;
+    this.#hasNext = id !== MAX_ID;
+    return result;
   }
 
   /** Moves the window up by `distance` (= id - highest, inexact above 2^53 where only `> size` matters). */
@@ -183,7 +215,7 @@ export class WindowTracker implements SequenceTracker {
       if (distance > size) {
         // highest + 1 .. id - size never entered the window: one range, however long. (It never
         // touches a range from the old window, whose last slot is the recorded `highest`.)
-        (gaps ??= []).push({ from: this.#next, to: id - BigInt(size) });
+        (gaps ??= []).push({ from: highest + 1n, to: id - BigInt(size) });
       }
       blocks.fill(0);
       this.#pos = size - 1;
@@ -202,7 +234,7 @@ export class WindowTracker implements SequenceTracker {
     }
     this.#setBit(this.#pos);
     this.#highest = id;
-    this.#next = id + 1n;
+    this.#hasNext = id !== MAX_ID;
     return gaps === undefined ? NO_GAPS : { confirmedGaps: gaps };
   }
 

@@ -65,6 +65,15 @@ describe('highest policy', () => {
     expect(tracker.check(MAX)).toEqual({ outcome: 'duplicate' });
   });
 
+  it('highest - takes 2^64 - 1 in order and then refuses 2^64 with RangeError', () => {
+    const tracker = recorded(MAX - 2n, MAX - 1n);
+    expect(tracker.check(MAX)).toEqual({ outcome: 'new' });
+    expect(tracker.record(MAX).confirmedGaps).toEqual([]);
+    expect(() => tracker.check(MAX + 1n)).toThrow(RangeError);
+    expect(() => tracker.record(MAX + 1n)).toThrow(RangeError);
+    expect(tracker.highest).toBe(MAX);
+  });
+
   it('highest - reports a jump of 2^63 as one range', () => {
     const tracker = recorded(1n);
     expect(tracker.record(2n ** 63n + 1n).confirmedGaps).toEqual([{ from: 2n, to: 2n ** 63n }]);

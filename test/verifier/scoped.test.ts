@@ -84,6 +84,36 @@ describe('scoped verifier', () => {
     expect(verifier.check(A, 2n).outcome).toBe('duplicate');
   });
 
+  it('scoped - a record after check uses the scope it names, whatever was checked before', () => {
+    const verifier = new ScopedVerifier({ kind: 'highest' });
+    verifier.record(A, 1n, 0);
+    verifier.record(B, 10n, 0);
+    expect(verifier.check(A, 2n).outcome).toBe('new');
+    verifier.record(B, 11n, 0); // checked A, records B
+    expect(verifier.get(A)?.highest).toBe(1n);
+    expect(verifier.get(B)?.highest).toBe(11n);
+    expect(verifier.check('1:c0:1:p', 5n).outcome).toBe('new'); // an unknown scope
+    verifier.record('1:c0:1:p', 5n, 0);
+    verifier.record('1:c0:1:p', 6n, 0);
+    expect(verifier.get('1:c0:1:p')?.highest).toBe(6n);
+  });
+
+  it('scoped - a record after check still sees evictions and replacements in between', () => {
+    const verifier = new ScopedVerifier({ kind: 'highest' });
+    verifier.record(A, 1n, 0);
+    expect(verifier.check(A, 2n).outcome).toBe('new');
+    verifier.evictIdle(100, 10);
+    verifier.record(A, 2n, 100); // a fresh tracker, not the evicted one
+    expect(verifier.size).toBe(1);
+    expect(verifier.get(A)?.highest).toBe(2n);
+    expect(verifier.check(A, 3n).outcome).toBe('new');
+    const replacement = createTracker({ kind: 'highest' });
+    replacement.record(50n);
+    verifier.set(A, replacement, 100);
+    expect(() => verifier.record(A, 3n, 100)).toThrow(/stale/);
+    expect(verifier.get(A)).toBe(replacement);
+  });
+
   it('scoped - lists entries in insertion order', () => {
     const verifier = new ScopedVerifier({ kind: 'highest' });
     verifier.record(B, 1n, 1);

@@ -165,6 +165,27 @@ describe('window policy - boundaries', () => {
     expect(outcome(tracker, 1n)).toBe('stale');
   });
 
+  it('window - takes 2^64 - 1 in order and then refuses 2^64 with RangeError', () => {
+    const tracker = windowOf(8, MAX - 2n, MAX - 1n);
+    expect(tracker.check(MAX)).toEqual({ outcome: 'new' });
+    expect(tracker.record(MAX).confirmedGaps).toEqual([]);
+    expect(() => tracker.check(MAX + 1n)).toThrow(RangeError);
+    expect(() => tracker.record(MAX + 1n)).toThrow(RangeError);
+    expect(outcome(tracker, MAX - 7n)).toBe('new');
+  });
+
+  it('window - takes 1 as the first id of an empty tracker, with the floor at 0', () => {
+    const tracker = createTracker({ kind: 'window', size: 4 });
+    expect(tracker.check(1n)).toEqual({ outcome: 'new' });
+    tracker.record(1n);
+    expect(tracker.check(1n)).toEqual({ outcome: 'duplicate' });
+    tracker.record(3n);
+    expect(tracker.record(9n).confirmedGaps).toEqual([
+      { from: 2n, to: 2n },
+      { from: 4n, to: 5n },
+    ]);
+  });
+
   it('window - throws RangeError for 0, negative and above-u64 ids and TypeError for non-bigints', () => {
     const tracker = windowOf(8, 5n);
     for (const id of [0n, -1n, MAX + 1n]) {
