@@ -1,14 +1,17 @@
 /**
  * npm run bench:publish — 100 000 messages of 100 B through the raw client (named publisher,
  * waiting for every confirm) and through StreamDedupPublisher in each mode, in the same run.
- * Prints a table and, as the last line, JSON with each case's msg/s and its ratio to raw.
+ * Prints a table and, as the last line, JSON with each case's msg/s and its ratio to raw (AMQP
+ * cases: to raw amqplib publishing into a stream queue through a confirm channel).
  * Each case runs ROUNDS times on a fresh stream; the median is reported.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { StreamDedupPublisher } from '../src/transport/stream.js';
-import type { Durability } from '../src/publisher/types.js';
+import { connect as amqpConnect } from 'amqplib';
+import { AmqpDedupPublisher } from 'stream-dedup/amqp';
+import { StreamDedupPublisher } from 'stream-dedup/stream';
+import type { Durability } from 'stream-dedup';
 import { CONNECTION, connectClient, report, uniqueName, type Row } from './common.js';
 
 const COUNT = Number(process.env.BENCH_COUNT ?? 100_000);
@@ -79,23 +82,81 @@ async function dedup(durability: Durability, sync: boolean): Promise<number> {
   }
 }
 
+const AMQP_URL = `amqp://${CONNECTION.username}:${CONNECTION.password}@${CONNECTION.hostname}:${process.env.RABBITMQ_AMQP_PORT ?? 5672}`;
+
+/** Raw amqplib: a confirm channel into a stream queue, every publish confirmed. */
+async function rawAmqp(): Promise<number> {
+  const model = await amqpConnect(AMQP_URL);
+  const channel = await model.createConfirmChannel();
+  const queue = uniqueName('bench-amqp-raw');
+  await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'stream' } });
+  try {
+    const t0 = performance.now();
+    const confirms: Promise<void>[] = new Array<Promise<void>>(COUNT);
+    for (let i = 0; i < COUNT; i++) {
+      confirms[i] = new Promise<void>((resolve, reject) => {
+        const ok = channel.sendToQueue(queue, body, { persistent: true }, (err: unknown) =>
+          err === null || err === undefined ? resolve() : reject(new Error('nack')),
+        );
+        void ok;
+      });
+    }
+    await Promise.all(confirms);
+    return COUNT / ((performance.now() - t0) / 1000);
+  } finally {
+    await channel.deleteQueue(queue);
+    await model.close();
+  }
+}
+
+async function dedupAmqp(): Promise<number> {
+  const dir = await mkdtemp(join(tmpdir(), 'bench-dedup-amqp-'));
+  const queue = uniqueName('bench-amqp-dedup');
+  try {
+    const pub = await AmqpDedupPublisher.open({
+      url: AMQP_URL,
+      queue,
+      declareQueue: true,
+      producerName: 'bench-dedup-amqp',
+      store: join(dir, 'store'),
+    });
+    const t0 = performance.now();
+    const sends: Promise<unknown>[] = new Array<Promise<unknown>>(COUNT);
+    for (let i = 0; i < COUNT; i++) sends[i] = pub.send(body);
+    await Promise.all(sends);
+    const seconds = (performance.now() - t0) / 1000;
+    await pub.close();
+    return COUNT / seconds;
+  } finally {
+    const model = await amqpConnect(AMQP_URL);
+    const channel = await model.createChannel();
+    await channel.deleteQueue(queue);
+    await model.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)]!;
 }
 
-const cases: Array<{ name: string; run: () => Promise<number>; target?: number }> = [
+const cases: Array<{ name: string; run: () => Promise<number>; target?: number; baseline?: string }> = [
   { name: 'raw client (named, confirms)', run: () => raw() },
   // Context, no target: the client's own encoder with the two identity properties.
   { name: 'raw client + 2 stamped properties', run: () => raw(true) },
   { name: 'dedup outbox', run: () => dedup('outbox', false), target: 0.85 },
   { name: 'dedup outbox + fsync', run: () => dedup('outbox', true), target: 0.6 },
   { name: 'dedup reserve', run: () => dedup('reserve', false), target: 0.95 },
+  { name: 'raw amqplib confirm channel', run: rawAmqp },
+  { name: 'dedup amqp outbox', run: dedupAmqp, target: 0.9, baseline: 'raw amqplib confirm channel' },
 ];
 
 // Warm-up: JIT and broker caches, not measured.
 await raw();
 await dedup('outbox', false);
+await rawAmqp();
+await dedupAmqp();
 const results = new Map<string, number[]>();
 for (let round = 0; round < ROUNDS; round++) {
   // Interleave the cases so drift on a shared machine hits them alike.
@@ -105,14 +166,11 @@ for (let round = 0; round < ROUNDS; round++) {
     results.set(c.name, r);
   }
 }
-const rawRate = median(results.get(cases[0]!.name)!);
 const rows: Row[] = cases.map((c) => {
   const rate = median(results.get(c.name)!);
-  return {
-    name: c.name,
-    msgsPerSec: rate,
-    ratio: rate / rawRate,
-    ...(c.target === undefined ? {} : { target: c.target }),
-  };
+  // Stream cases compare to the raw stream client, AMQP cases to raw amqplib.
+  const baseline = c.baseline ?? (c.name.includes('amqp') ? 'raw amqplib confirm channel' : cases[0]!.name);
+  const ratio = rate / median(results.get(baseline)!);
+  return { name: c.name, msgsPerSec: rate, ratio, ...(c.target === undefined ? {} : { target: c.target }) };
 });
 report('publish', rows, { messages: COUNT, bytes: SIZE, rounds: ROUNDS });

@@ -1,13 +1,13 @@
 // Consumer-side verification cost, against the bare Map compare-and-set it replaces, in one run.
 //
-//   npx tsx bench/verify.ts [messages] [scopes]
+//   npm run bench:verify [-- messages scopes]      (the consumer rows need the broker running)
 //
 // Every variant handles the same stream: `messages` checks spread round-robin over `scopes` scopes,
 // with increasing IDs per scope, and records each ID reported new (check + record per message, as a
 // consumer does). Variants run interleaved, after a warm-up, and the median of the measured rounds
 // is reported. The last line of output is one JSON object for CI.
-import { encodeScopeKey } from '../src/identity/scope-key.js';
-import { ScopedVerifier, type PolicySpec } from '../src/verifier/index.js';
+import { ScopedVerifier, encodeScopeKey, type PolicySpec } from 'stream-dedup';
+import { measureConsumers } from './consumer.js';
 
 const MESSAGES = Number(process.argv[2] ?? 10_000_000);
 const SCOPES = Number(process.argv[3] ?? 1_000);
@@ -118,12 +118,18 @@ const rows = variants.map(({ name }) => ({
   ratioTo: ratioTo[name]!,
 }));
 
+// The verifying stream consumer against the raw consumer, on the real broker (scripts/rabbitmq.sh up).
+const consumers = await measureConsumers();
+const consumerRatio = consumers.verifyingPerSec / consumers.rawPerSec;
+
 const targets = {
+  consumerToRaw: { target: 0.8, got: Number(consumerRatio.toFixed(3)) },
   highestOpsPerSec: { target: 10_000_000, got: Math.round(rate('highest')) },
   highestToMap: { target: 0.8, got: Number((rate('highest') / rate('map-baseline')).toFixed(3)) },
   windowToHighest: { target: 0.5, got: Number((rate('window-1024') / rate('highest')).toFixed(3)) },
 };
 const met = {
+  consumerToRaw: targets.consumerToRaw.got >= targets.consumerToRaw.target,
   highestOpsPerSec: targets.highestOpsPerSec.got >= targets.highestOpsPerSec.target,
   highestToMap: targets.highestToMap.got >= targets.highestToMap.target,
   windowToHighest: targets.windowToHighest.got >= targets.windowToHighest.target,
@@ -138,6 +144,12 @@ for (const row of rows) {
     `${row.name.padEnd(26)} ${row.opsPerSec.toLocaleString('en').padStart(12)}   ${row.ratio.toFixed(3)} of ${row.ratioTo}`,
   );
 }
+console.log(
+  `${'raw stream consumer'.padEnd(26)} ${Math.round(consumers.rawPerSec).toLocaleString('en').padStart(12)}   msg/s (${consumers.messages.toLocaleString('en')} messages)`,
+);
+console.log(
+  `${'verifying consumer'.padEnd(26)} ${Math.round(consumers.verifyingPerSec).toLocaleString('en').padStart(12)}   msg/s, ${consumerRatio.toFixed(3)} of raw consumer`,
+);
 for (const [name, ok] of Object.entries(met)) {
   const { target, got } = targets[name as keyof typeof targets];
   console.log(
@@ -152,6 +164,12 @@ console.log(
     measuredRounds: MEASURED,
     node: process.version,
     rows,
+    consumers: {
+      messages: consumers.messages,
+      rawPerSec: Math.round(consumers.rawPerSec),
+      verifyingPerSec: Math.round(consumers.verifyingPerSec),
+      ratio: Number(consumerRatio.toFixed(3)),
+    },
     targets,
     met,
   }),

@@ -32,3 +32,25 @@ export {
   type ObservedMessage,
   type OrderViolation,
 } from './history/checker.js';
+export {
+  MAX_WINDOW_SIZE,
+  ScopedVerifier,
+  createTracker,
+  decodeTracker,
+  type CheckResult,
+  type IdRange,
+  type Outcome,
+  type PolicySpec,
+  type RecordResult,
+  type ScopeEntry,
+  type SequenceTracker,
+} from './verifier/index.js';
+export { decodeScopeKey, encodeScopeKey, scopeKeyPrefix, type Scope } from './identity/scope-key.js';
+export type {
+  EffectTransaction,
+  MessageHandler,
+  VerifiedMessage,
+  VerifyEvent,
+  VerifyStats,
+  VerifyingConsumerOptions,
+} from './consumer/core.js';

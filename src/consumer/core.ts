@@ -130,8 +130,13 @@ export interface IncomingMessage {
   readonly settle?: (() => void) | undefined;
 }
 
+/**
+ * A scope's trackers: `committed` is durable, `committing` is in the batch being written,
+ * `working` has this batch's records. Readers take the newest that exists.
+ */
 interface ScopeState {
   committed: SequenceTracker;
+  committing: SequenceTracker | undefined;
   working: SequenceTracker | undefined;
   lastSeenMs: number;
 }
@@ -166,6 +171,7 @@ export class VerifyingConsumerCore {
   readonly #offsetKey: string;
   readonly #effectPrefix: string;
   readonly #scopes = new Map<string, ScopeState>();
+  readonly #scopeKeys = new Map<string, Map<string, string>>();
   #committedOffset: bigint | undefined;
   /** The uncommitted batch. */
   #ops = new Map<string, Op>();
@@ -175,7 +181,9 @@ export class VerifyingConsumerCore {
   #lastOffset: bigint | undefined;
   #linger: NodeJS.Timeout | undefined;
   #ttlTimer: NodeJS.Timeout | undefined;
+  /** The batch being written, if any (at most one at a time). */
   #committing: Promise<void> | undefined;
+  #inflightOps: Map<string, Op> | undefined;
   #failed: Error | undefined;
   #closed = false;
   #processing = false;
@@ -258,35 +266,49 @@ export class VerifyingConsumerCore {
    * error stops the consumer: nothing of the uncommitted batch is kept, and a restart reprocesses
    * from the last commit.
    */
-  async process(message: IncomingMessage): Promise<void> {
+  process(message: IncomingMessage): Promise<void> | undefined {
     if (this.#failed !== undefined) throw this.#failed;
     if (this.#closed) throw new DedupError('DEDUP_PUBLISHER_CLOSED', 'the verifying consumer is closed');
-    // Wait for a commit in progress: its snapshot must not see this message's writes.
-    if (this.#committing !== undefined) await this.#committing;
     if (this.#committedOffset !== undefined && message.offset <= this.#committedOffset) {
       // Redelivered below the committed offset (for example a re-subscription): already settled.
       message.settle?.();
-      return;
+      return undefined;
     }
+    // Synchronous unless a scope must be loaded, the handler is async, or a commit must wait:
+    // the per-message path costs no promise in the common case.
     this.#processing = true;
+    let applying: Promise<void> | undefined;
     try {
-      await this.#apply(message);
+      applying = this.#apply(message);
     } catch (err) {
-      throw this.#fail(err);
-    } finally {
       this.#processing = false;
+      throw this.#fail(err);
     }
+    if (applying === undefined) {
+      this.#processing = false;
+      return this.#applied(message);
+    }
+    return applying.then(
+      () => {
+        this.#processing = false;
+        return this.#applied(message);
+      },
+      (err: unknown) => {
+        this.#processing = false;
+        throw this.#fail(err);
+      },
+    );
+  }
+
+  #applied(message: IncomingMessage): Promise<void> | undefined {
     this.#lastOffset = message.offset;
     this.#pendingMessages++;
     if (message.settle !== undefined) this.#pendingSettles.push(message.settle);
-    if (
-      (this.#opts.commit ?? 'batch') === 'message' ||
-      this.#pendingMessages >= (this.#opts.commitEvery ?? 1000)
-    ) {
-      await this.flush();
-    } else {
-      this.#armLinger();
-    }
+    if ((this.#opts.commit ?? 'batch') === 'message') return this.flush();
+    // Pipelined: the next batch is processed while this one is written.
+    if (this.#pendingMessages >= (this.#opts.commitEvery ?? 1000)) return this.#startCommit();
+    this.#armLinger();
+    return undefined;
   }
 
   /** Commits a quiet tail after `commitLingerMs`; never while a handler runs (its reads would race the commit). */
@@ -299,130 +321,179 @@ export class VerifyingConsumerCore {
     }, this.#opts.commitLingerMs ?? 5);
   }
 
-  async #apply(message: IncomingMessage): Promise<void> {
-    const headers = mergeHeaders(message.headerSources);
-    const reading = readIdentity(...message.headerSources);
-    const tenant = this.#opts.tenant?.({ headers }) ?? '';
+  #apply(message: IncomingMessage): Promise<void> | undefined {
+    const verified = new Verified(message);
+    const sources = message.headerSources;
+    const reading = sources.length === 2 ? readIdentity(sources[0], sources[1]) : readIdentity(...sources);
+    const tenant = this.#opts.tenant === undefined ? '' : this.#opts.tenant({ headers: verified.headers });
+    verified.tenant = tenant;
     if (reading.kind !== 'ok') {
       const reason = reading.kind === 'missing' ? 'no identity headers' : reading.reason;
       const applied = (this.#opts.unidentified ?? 'reject') === 'pass-through';
       this.stats.unidentified++;
       this.#emit({ kind: 'unidentified', offset: message.offset, reason, applied });
-      if (applied) {
-        await this.#opts.handler(
-          { body: message.body, offset: message.offset, identity: undefined, tenant, headers },
-          this.#tx(),
-        );
-      }
-      return;
+      return applied ? asPromise(this.#opts.handler(verified, this.#tx)) : undefined;
     }
     const { identity } = reading;
-    const scope = encodeScopeKey({ consumer: this.consumerName, tenant, producer: identity.producerName });
-    const state = await this.#scope(scope);
-    const tracker = state.working ?? state.committed;
+    verified.identity = identity;
+    const scope = this.#scopeKey(tenant, identity.producerName);
+    const state = this.#scopes.get(scope);
+    if (state === undefined) {
+      return this.#loadScope(scope).then((loaded) =>
+        this.#applyIn(loaded, scope, verified, identity, message.offset),
+      );
+    }
+    return this.#applyIn(state, scope, verified, identity, message.offset);
+  }
+
+  #applyIn(
+    state: ScopeState,
+    scope: string,
+    verified: Verified,
+    identity: MessageIdentity,
+    offset: bigint,
+  ): Promise<void> | undefined {
+    const tracker = state.working ?? state.committing ?? state.committed;
     const verdict = tracker.check(identity.publishingId);
     if (verdict.outcome === 'duplicate') {
       this.stats.duplicate++;
-      this.#emit({ kind: 'duplicate', scope, publishingId: identity.publishingId, offset: message.offset });
-      return;
+      this.#emit({ kind: 'duplicate', scope, publishingId: identity.publishingId, offset });
+      return undefined;
     }
     if (verdict.outcome === 'stale') {
       this.stats.stale++;
-      this.#emit({ kind: 'stale', scope, publishingId: identity.publishingId, offset: message.offset });
-      return;
+      this.#emit({ kind: 'stale', scope, publishingId: identity.publishingId, offset });
+      return undefined;
     }
     if (verdict.skipped !== undefined && tracker.highest > 0n) {
       this.stats.gapsReported++;
       this.#emit({ kind: 'gap', scope, range: verdict.skipped, confirmed: false });
     }
-    await this.#opts.handler(
-      { body: message.body, offset: message.offset, identity, tenant, headers },
-      this.#tx(),
-    );
-    // The window advances in the working copy; the committed copy moves only after the commit.
-    const working = (state.working ??= state.committed.clone());
-    const { confirmedGaps } = working.record(identity.publishingId);
+    const effect = asPromise(this.#opts.handler(verified, this.#tx));
+    if (effect !== undefined) return effect.then(() => this.#record(state, scope, identity.publishingId));
+    this.#record(state, scope, identity.publishingId);
+    return undefined;
+  }
+
+  /** After the handler: the window advances in the working copy; the committed copy moves only after the commit. */
+  #record(state: ScopeState, scope: string, publishingId: bigint): void {
+    const working = (state.working ??= (state.committing ?? state.committed).clone());
+    const { confirmedGaps } = working.record(publishingId);
     for (const range of confirmedGaps) {
       this.stats.gapsConfirmed++;
       this.#emit({ kind: 'gap', scope, range, confirmed: true });
     }
-    state.lastSeenMs = Date.now();
     this.#touched.add(scope);
     this.stats.new++;
   }
 
-  #tx(): EffectTransaction {
-    const prefix = this.#effectPrefix;
-    return {
-      get: async (key) => {
-        const op = this.#ops.get(prefix + key);
-        if (op !== undefined) return op.type === 'put' ? op.value : undefined;
-        // A commit in flight holds writes the database does not show yet.
-        if (this.#committing !== undefined) await this.#committing;
-        return this.#ops.get(prefix + key)?.type === 'del' ? undefined : this.#db.get(prefix + key);
-      },
-      put: (key, value) => {
-        if (typeof key !== 'string') throw new TypeError('effect keys are strings');
-        const bytes = typeof value === 'string' ? Buffer.from(value, 'utf8') : value;
-        this.#ops.set(prefix + key, { type: 'put', key: prefix + key, value: bytes });
-      },
-      del: (key) => {
-        this.#ops.set(prefix + key, { type: 'del', key: prefix + key });
-      },
-    };
+  /** The encoded scope key, cached per (tenant, producer): encoding it per message costs more than the check. */
+  #scopeKey(tenant: string, producer: string): string {
+    let byTenant = this.#scopeKeys.get(producer);
+    if (byTenant === undefined) {
+      byTenant = new Map();
+      this.#scopeKeys.set(producer, byTenant);
+    }
+    let key = byTenant.get(tenant);
+    if (key === undefined) {
+      key = encodeScopeKey({ consumer: this.consumerName, tenant, producer });
+      if (byTenant.size < 4096) byTenant.set(tenant, key);
+    }
+    return key;
   }
 
-  async #scope(scope: string): Promise<ScopeState> {
-    let state = this.#scopes.get(scope);
-    if (state === undefined) {
-      const raw = await this.#db.get('v:' + scope);
-      state =
-        raw === undefined
-          ? { committed: createTracker(this.#policy), working: undefined, lastSeenMs: 0 }
-          : decodeScope(raw, scope);
-      this.#scopes.set(scope, state);
-    }
+  /** The handler's transaction: one object for the consumer's life, reading and writing the pending batch. */
+  readonly #tx: EffectTransaction = {
+    get: async (key) => {
+      const full = this.#effectPrefix + key;
+      // This batch, then the batch being written (the database does not show it yet), then the database.
+      const op = this.#ops.get(full) ?? this.#inflightOps?.get(full);
+      if (op !== undefined) return op.type === 'put' ? op.value : undefined;
+      return this.#db.get(full);
+    },
+    put: (key, value) => {
+      if (typeof key !== 'string') throw new TypeError('effect keys are strings');
+      const full = this.#effectPrefix + key;
+      const bytes = typeof value === 'string' ? Buffer.from(value, 'utf8') : value;
+      this.#ops.set(full, { type: 'put', key: full, value: bytes });
+    },
+    del: (key) => {
+      if (typeof key !== 'string') throw new TypeError('effect keys are strings');
+      const full = this.#effectPrefix + key;
+      this.#ops.set(full, { type: 'del', key: full });
+    },
+  };
+
+  async #loadScope(scope: string): Promise<ScopeState> {
+    const raw = await this.#db.get('v:' + scope);
+    // Another message of the scope may have loaded it meanwhile: keep the first.
+    const existing = this.#scopes.get(scope);
+    if (existing !== undefined) return existing;
+    const state =
+      raw === undefined
+        ? { committed: createTracker(this.#policy), committing: undefined, working: undefined, lastSeenMs: 0 }
+        : decodeScope(raw, scope);
+    this.#scopes.set(scope, state);
     return state;
   }
 
   /**
    * Commits the pending batch: effects, touched verifier states and the offset in one LevelDB
-   * batch; then settles (acks) the messages. Idempotent when nothing is pending.
+   * batch; then settles (acks) the messages. Resolves once it is durable. Idempotent when nothing
+   * is pending.
    */
   async flush(): Promise<void> {
-    if (this.#committing !== undefined) await this.#committing;
+    await this.#startCommit();
+    const committing = this.#committing;
+    if (committing !== undefined) await committing.catch(() => undefined);
+    if (this.#failed !== undefined) throw this.#failed;
+  }
+
+  /**
+   * Starts writing the pending batch once the previous one is durable (one write in flight at a
+   * time), without waiting for it. A failed write stops the consumer.
+   */
+  async #startCommit(): Promise<void> {
+    if (this.#committing !== undefined) await this.#committing.catch(() => undefined);
     if (this.#pendingMessages === 0 || this.#failed !== undefined) return;
     clearTimeout(this.#linger);
     this.#linger = undefined;
-    const ops = [...this.#ops.values()];
-    const touched = [...this.#touched];
-    for (const scope of touched) {
+    const batchOps = this.#ops;
+    const ops = [...batchOps.values()];
+    const touched: Array<[ScopeState, SequenceTracker]> = [];
+    // One clock read per commit: retention counts in hours, not per message.
+    const now = Date.now();
+    for (const scope of this.#touched) {
       const state = this.#scopes.get(scope)!;
-      ops.push({
-        type: 'put',
-        key: 'v:' + scope,
-        value: encodeScope(state.working ?? state.committed, state.lastSeenMs),
-      });
+      const snapshot = state.working!;
+      state.lastSeenMs = now;
+      // Later messages of the scope record into a fresh working copy of this snapshot.
+      state.committing = snapshot;
+      state.working = undefined;
+      touched.push([state, snapshot]);
+      ops.push({ type: 'put', key: 'v:' + scope, value: encodeScope(snapshot, state.lastSeenMs) });
     }
     const lastOffset = this.#lastOffset!;
     ops.push({ type: 'put', key: this.#offsetKey, value: encodeOffset(lastOffset) });
     const info = { messages: this.#pendingMessages, lastOffset };
     const settles = this.#pendingSettles;
+    this.#inflightOps = batchOps;
     this.#ops = new Map();
     this.#touched = new Set();
     this.#pendingMessages = 0;
     this.#pendingSettles = [];
-    this.#committing = (async () => {
+    const commit = (async () => {
       this.#opts.hooks?.beforeCommit?.(info);
       try {
         await this.#db.batch(ops, { sync: this.#sync });
       } catch (err) {
         throw this.#fail(err);
+      } finally {
+        if (this.#inflightOps === batchOps) this.#inflightOps = undefined;
       }
-      for (const scope of touched) {
-        const state = this.#scopes.get(scope)!;
-        if (state.working !== undefined) state.committed = state.working;
-        state.working = undefined;
+      for (const [state, snapshot] of touched) {
+        state.committed = snapshot;
+        if (state.committing === snapshot) state.committing = undefined;
       }
       this.#committedOffset = lastOffset;
       this.stats.commits++;
@@ -430,11 +501,11 @@ export class VerifyingConsumerCore {
       for (const listener of this.#commitListeners) listener(lastOffset);
       for (const settle of settles) settle();
     })();
-    try {
-      await this.#committing;
-    } finally {
-      this.#committing = undefined;
-    }
+    this.#committing = commit;
+    const done = (): void => {
+      if (this.#committing === commit) this.#committing = undefined;
+    };
+    commit.then(done, done);
   }
 
   /**
@@ -464,7 +535,7 @@ export class VerifyingConsumerCore {
     // After the consumer's part of a scope key comes the tenant's length: a digit, below ':'.
     for await (const [key, value] of this.#db.iterator({ gte: prefix, lt: prefix + ':' })) {
       const scope = key.slice(2);
-      if (this.#touched.has(scope)) continue;
+      if (this.#touched.has(scope) || this.#scopes.get(scope)?.committing !== undefined) continue;
       if (nowMs - decodeScope(value, scope).lastSeenMs > ttl) {
         dels.push({ type: 'del', key });
         this.#scopes.delete(scope);
@@ -493,6 +564,7 @@ export class VerifyingConsumerCore {
   async close(): Promise<void> {
     if (this.#closed) return;
     await this.flush().catch(() => undefined);
+    await this.#committing?.catch(() => undefined);
     this.#closed = true;
     clearTimeout(this.#linger);
     clearInterval(this.#ttlTimer);
@@ -523,6 +595,34 @@ function validate(options: VerifyingConsumerOptions): void {
 /** `${tag}:` + length-prefixed consumer name. */
 function consumerPrefix(tag: string, consumer: string): string {
   return `${tag}:${consumer.length}:${consumer}`;
+}
+
+/** The handler's message; `headers` merges the sources only when someone reads it. */
+class Verified implements VerifiedMessage {
+  readonly body: Buffer;
+  readonly offset: bigint;
+  identity: MessageIdentity | undefined = undefined;
+  tenant = '';
+  readonly #sources: IncomingMessage['headerSources'];
+  #headers: Readonly<Record<string, unknown>> | undefined;
+
+  constructor(message: IncomingMessage) {
+    this.body = message.body;
+    this.offset = message.offset;
+    this.#sources = message.headerSources;
+  }
+
+  get headers(): Readonly<Record<string, unknown>> {
+    this.#headers ??= mergeHeaders(this.#sources);
+    return this.#headers;
+  }
+}
+
+/** The handler's result as a promise when it is one (a thenable), else `undefined`. */
+function asPromise(result: unknown): Promise<void> | undefined {
+  if (result === undefined || result === null) return undefined;
+  const then = (result as { then?: unknown }).then;
+  return typeof then === 'function' ? Promise.resolve(result as PromiseLike<void>) : undefined;
 }
 
 function mergeHeaders(sources: IncomingMessage['headerSources']): Readonly<Record<string, unknown>> {
@@ -569,5 +669,5 @@ function decodeScope(raw: Uint8Array, scope: string): ScopeState {
       throw new DedupError(err.code, `verifier state of scope ${scope}: ${err.message}`, { cause: err });
     throw err;
   }
-  return { committed, working: undefined, lastSeenMs: Number(b.readBigUInt64BE(0)) };
+  return { committed, committing: undefined, working: undefined, lastSeenMs: Number(b.readBigUInt64BE(0)) };
 }

@@ -46,13 +46,18 @@ export function identityHeaders(producerName: string, publishingId: bigint): Rec
 export function readIdentity(
   ...sources: ReadonlyArray<Readonly<Record<string, unknown>> | undefined | null>
 ): IdentityReading {
-  const headers = sources.find(
-    (h): h is Readonly<Record<string, unknown>> =>
+  let headers: Readonly<Record<string, unknown>> | undefined;
+  for (const h of sources) {
+    if (
       h !== undefined &&
       h !== null &&
       typeof h === 'object' &&
-      (Object.hasOwn(h, PRODUCER_HEADER) || Object.hasOwn(h, ID_HEADER)),
-  );
+      (Object.hasOwn(h, PRODUCER_HEADER) || Object.hasOwn(h, ID_HEADER))
+    ) {
+      headers = h;
+      break;
+    }
+  }
   if (headers === undefined) return { kind: 'missing' };
   const hasName = Object.hasOwn(headers, PRODUCER_HEADER);
   const hasId = Object.hasOwn(headers, ID_HEADER);

@@ -153,7 +153,8 @@ export class AmqpVerifyingConsumer {
         return;
       }
       try {
-        await this.#core.process(incoming);
+        const pending = this.#core.process(incoming);
+        if (pending !== undefined) await pending;
       } catch (err) {
         void this.#stop(err instanceof Error ? err : new Error(String(err)));
       }

@@ -1,6 +1,11 @@
 import { connect, Offset, type Client, type ClientParams } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
-import { VerifyingConsumerCore, type VerifyingConsumerOptions, type VerifyStats } from '../consumer/core.js';
+import {
+  VerifyingConsumerCore,
+  type IncomingMessage,
+  type VerifyingConsumerOptions,
+  type VerifyStats,
+} from '../consumer/core.js';
 import { errorText, withTimeout } from './util.js';
 
 /** Connection parameters, as for `StreamDedupPublisher`. */
@@ -43,6 +48,10 @@ export class StreamVerifyingConsumer {
   readonly #options: StreamVerifyingConsumerOptions;
   #client: Client | undefined;
   #queue: Promise<void> = Promise.resolve();
+  /** Delivered, not yet processed, in stream order (read from #head on). */
+  #buffer: Array<IncomingMessage & { readonly generation: number }> = [];
+  #head = 0;
+  #draining = false;
   #generation = 0;
   #closing: Promise<void> | undefined;
   #resolveClosed!: (error: Error | undefined) => void;
@@ -125,23 +134,43 @@ export class StreamVerifyingConsumer {
           },
         },
         (message) => {
-          // The client calls this per message but may run two chunks' deliveries at once, and an
-          // exception here would be unhandled: serialise, and turn failures into a stop.
-          if (generation !== this.#generation) return Promise.resolve();
-          const incoming = {
+          // The client may deliver two chunks at once, and an exception here would be unhandled.
+          // Process right here while nothing waits (the common, synchronous case); otherwise
+          // buffer, and drain one at a time in order. Failures become a stop.
+          if (generation !== this.#generation) return;
+          const item = {
+            generation,
             offset: message.offset ?? 0n,
             body: message.content,
             headerSources: [message.applicationProperties, message.messageAnnotations],
           };
-          this.#queue = this.#queue.then(async () => {
-            if (generation !== this.#generation || this.#core.failure !== undefined) return;
-            try {
-              await this.#core.process(incoming);
-            } catch (err) {
-              void this.#stop(err instanceof Error ? err : new Error(String(err)));
-            }
-          });
-          return this.#queue;
+          if (this.#draining) {
+            this.#buffer.push(item);
+            return;
+          }
+          if (this.#core.failure !== undefined) return;
+          let pending: Promise<void> | undefined;
+          try {
+            pending = this.#core.process(item);
+          } catch (err) {
+            void this.#stop(err instanceof Error ? err : new Error(String(err)));
+            return;
+          }
+          if (pending !== undefined) {
+            this.#draining = true;
+            this.#queue = this.#queue.then(async () => {
+              try {
+                await pending;
+              } catch (err) {
+                void this.#stop(err instanceof Error ? err : new Error(String(err)));
+                this.#buffer = [];
+                this.#head = 0;
+                this.#draining = false;
+                return;
+              }
+              await this.#drain();
+            });
+          }
         },
       );
     } catch (err) {
@@ -151,6 +180,26 @@ export class StreamVerifyingConsumer {
         `cannot consume stream "${this.#options.stream}": ${errorText(err)}`,
         { cause: err },
       );
+    }
+  }
+
+  async #drain(): Promise<void> {
+    try {
+      while (this.#head < this.#buffer.length) {
+        const item = this.#buffer[this.#head++]!;
+        if (item.generation !== this.#generation || this.#core.failure !== undefined) continue;
+        try {
+          const pending = this.#core.process(item);
+          if (pending !== undefined) await pending;
+        } catch (err) {
+          void this.#stop(err instanceof Error ? err : new Error(String(err)));
+          break;
+        }
+      }
+    } finally {
+      this.#buffer = [];
+      this.#head = 0;
+      this.#draining = false;
     }
   }
 

@@ -7,14 +7,29 @@ export interface StoredMessage {
   readonly body: string;
 }
 
+/** Options of a {@link ModelBroker}. */
+export interface ModelBrokerOptions {
+  /**
+   * How many producer names a stream remembers across a segment roll-over (osiris keeps 255).
+   * @defaultValue Infinity (never forgets)
+   */
+  readonly maxProducerNames?: number;
+}
+
 /**
  * An in-memory model of the broker's measured rules (DESIGN §3), for unit and property tests:
  * per (stream, producer name) a message is stored only if its ID is above the highest stored;
  * otherwise it is dropped and still confirmed. Streams are independent. A restart keeps the
- * stored messages and the per-name highest.
+ * stored messages and the per-name highest. With `maxProducerNames`, {@link ModelBroker.rollSegment}
+ * forgets the least recently written names beyond the limit, as osiris does at segment roll-over.
  */
 export class ModelBroker {
   readonly #streams = new Map<string, { messages: StoredMessage[]; highest: Map<string, bigint> }>();
+  readonly #maxProducerNames: number;
+
+  constructor(options: ModelBrokerOptions = {}) {
+    this.#maxProducerNames = options.maxProducerNames ?? Number.POSITIVE_INFINITY;
+  }
 
   #stream(name: string): { messages: StoredMessage[]; highest: Map<string, bigint> } {
     let s = this.#streams.get(name);
@@ -29,9 +44,27 @@ export class ModelBroker {
   publish(stream: string, producerName: string, publishingId: bigint, body: string): boolean {
     const s = this.#stream(stream);
     if (publishingId <= (s.highest.get(producerName) ?? 0n)) return false;
+    // Delete first: the Map's order is then the order of last writes (oldest first).
+    s.highest.delete(producerName);
     s.highest.set(producerName, publishingId);
     s.messages.push({ producerName, publishingId, body });
     return true;
+  }
+
+  /**
+   * A segment roll-over: the stream keeps the state of its `maxProducerNames` most recently
+   * written names and forgets the others, whose late retries are then stored again. Returns the
+   * forgotten names.
+   */
+  rollSegment(stream: string): string[] {
+    const s = this.#stream(stream);
+    const forgotten: string[] = [];
+    for (const name of s.highest.keys()) {
+      if (s.highest.size - forgotten.length <= this.#maxProducerNames) break;
+      forgotten.push(name);
+    }
+    for (const name of forgotten) s.highest.delete(name);
+    return forgotten;
   }
 
   lastId(stream: string, producerName: string): bigint {
