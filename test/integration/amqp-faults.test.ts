@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AmqpDedupPublisher, AmqpVerifyingConsumer } from '../../src/transport/amqp.js';
-import { AMQP_URL, BROKER, uniqueName } from '../support/broker.js';
+import { BROKER, uniqueName } from '../support/broker.js';
 import { FaultProxy } from '../support/proxy.js';
 import { connectClient, readAll } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
