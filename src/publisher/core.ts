@@ -4,6 +4,7 @@ import { assertProducerName } from '../identity/producer-name.js';
 import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
 import type { Headers, ProducerMeta } from '../store/codec.js';
 import { DedupStore, type ProducerState } from '../store/store.js';
+import { PendingQueue } from './pending.js';
 import type {
   DedupPublisherOptions,
   Durability,
@@ -74,6 +75,8 @@ export class DedupPublisherCore {
   readonly report: OpenReport;
 
   readonly #transport: PublishTransport;
+  /** Room the identity stamps take in a message (name, a 20-digit ID, AMQP overhead). */
+  readonly #stampBytes: number;
   readonly #state: ProducerState;
   readonly #ownedStore: DedupStore | undefined;
   readonly #opts: Required<
@@ -98,7 +101,7 @@ export class DedupPublisherCore {
   /** Accepted, not yet committed to the store, in ID order. */
   #batch: Entry[] = [];
   /** Committed, waiting for the confirm, in ID order (Map keeps insertion order). */
-  readonly #pending = new Map<bigint, Entry>();
+  readonly #pending = new PendingQueue<Entry>();
   #segmentsToDelete: bigint[] = [];
   #pumping = false;
   #pumpScheduled = false;
@@ -125,6 +128,7 @@ export class DedupPublisherCore {
     this.durability = options.durability ?? DEFAULTS.durability;
     this.idMode = options.idMode ?? 'auto';
     this.#transport = transport;
+    this.#stampBytes = Buffer.byteLength(options.producerName) + 64;
     this.#state = state;
     this.#ownedStore = ownedStore;
     this.#lastAssigned = localLast;
@@ -236,7 +240,7 @@ export class DedupPublisherCore {
         for (const s of loaded.segments) {
           const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
           for (const e of s.entries) {
-            publisher.#pending.set(e.publishingId, { ...e, segment, sentAt: 0 });
+            publisher.#pending.push({ ...e, segment, sentAt: 0 });
           }
         }
         publisher.#resendAll = publisher.#pending.size > 0;
@@ -287,7 +291,7 @@ export class DedupPublisherCore {
         ),
       );
     }
-    const size = body.length + headersSize(headers) + Buffer.byteLength(this.producerName) + 64;
+    const size = body.length + (headers === undefined ? 0 : headersSize(headers)) + this.#stampBytes;
     if (size > this.#transport.maxMessageBytes) {
       throw new RangeError(
         `message of about ${size} bytes exceeds the broker's limit of ${this.#transport.maxMessageBytes} bytes`,
@@ -421,7 +425,7 @@ export class DedupPublisherCore {
           this.#fail(asDedupError(err, 'DEDUP_STORE_CORRUPT', 'writing the store failed'), batch);
           break;
         }
-        for (const e of batch) this.#pending.set(e.publishingId, e);
+        for (const e of batch) this.#pending.push(e);
         // After a reconnect the whole pending set (this batch included) goes out first, in ID
         // order: publishing this batch ahead of older re-sends would make the broker drop them.
         if (batch.length > 0 && this.#status !== 'reconnecting' && !this.#resendAll)
@@ -500,9 +504,8 @@ export class DedupPublisherCore {
 
   #onConfirmed(ids: readonly bigint[]): void {
     for (const id of ids) {
-      const e = this.#pending.get(id);
+      const e = this.#pending.take(id);
       if (e === undefined) continue;
-      this.#pending.delete(id);
       if (e.segment !== undefined && --e.segment.remaining === 0)
         this.#segmentsToDelete.push(e.segment.firstId);
       this.#settle(e, { publishingId: id, outcome: 'published' });
