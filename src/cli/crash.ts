@@ -25,6 +25,8 @@ export interface CrashScenarioOptions {
   readonly durability?: Durability;
   /** The producer's transport. @defaultValue 'stream' */
   readonly transport?: 'stream' | 'amqp';
+  /** Keyed sends, resuming from the first key after every kill. @defaultValue false */
+  readonly keyed?: boolean;
   /** Called with a line of progress. */
   readonly onProgress?: (line: string) => void;
 }
@@ -142,6 +144,9 @@ async function runOnce(
       r.log,
       '--durability',
       o.durability ?? 'outbox',
+      '--transport',
+      o.transport ?? 'stream',
+      ...(o.keyed === true ? ['--keyed'] : []),
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );

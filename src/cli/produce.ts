@@ -18,6 +18,11 @@ export interface ProduceOptions {
   readonly concurrency: number;
   /** `stream`: the stream protocol (broker dedup); `amqp`: AMQP 0-9-1 into the stream queue (no broker dedup). */
   readonly transport: 'stream' | 'amqp';
+  /**
+   * Keyed sends: every run sends keys `k-1` … `k-<count>` again from the start, as an application
+   * that re-creates its messages after a crash would; the key index publishes each once.
+   */
+  readonly keyed: boolean;
 }
 
 /**
@@ -27,7 +32,12 @@ export interface ProduceOptions {
  */
 export async function produce(o: ProduceOptions): Promise<void> {
   const fd = openSync(o.log, 'a');
-  const common = { producerName: o.producerName, store: o.store, durability: o.durability };
+  const common = {
+    producerName: o.producerName,
+    store: o.store,
+    durability: o.durability,
+    idMode: o.keyed ? ('keyed' as const) : ('auto' as const),
+  };
   const pub =
     o.transport === 'amqp'
       ? await AmqpDedupPublisher.open({
@@ -46,9 +56,9 @@ export async function produce(o: ProduceOptions): Promise<void> {
   let next = 1;
   const worker = async (): Promise<void> => {
     while (next <= o.count) {
-      const label = `${o.run}-${next++}`;
+      const label = o.keyed ? `k-${next++}` : `${o.run}-${next++}`;
       writeSync(fd, `a ${label}\n`);
-      await pub.send(Buffer.from(label));
+      await pub.send(Buffer.from(label), o.keyed ? { key: label } : {});
       writeSync(fd, `k ${label}\n`);
     }
   };

@@ -2,7 +2,7 @@ import { DedupError } from '../errors.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
 import { assertProducerName } from '../identity/producer-name.js';
 import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
-import type { Headers, ProducerMeta } from '../store/codec.js';
+import type { Headers, IdMode, KeyRecord, ProducerMeta } from '../store/codec.js';
 import { DedupStore, type ProducerState } from '../store/store.js';
 import { PendingQueue } from './pending.js';
 import type {
@@ -28,6 +28,15 @@ interface Entry {
   sentAt: number;
   onAbort?: (() => void) | undefined;
   signal?: AbortSignal | undefined;
+  /** Keyed sends: the domain key, and what settles the key's in-flight promise. */
+  key?: string | undefined;
+  keyDone?: KeyDone | undefined;
+}
+
+/** Settles the promise other sends of the same key wait on. */
+interface KeyDone {
+  resolve(publishingId: bigint): void;
+  reject(error: Error): void;
 }
 
 /** One group commit's record, deleted once every message in it is confirmed. */
@@ -71,7 +80,7 @@ function positiveInt(value: number | undefined, fallback: number, what: string, 
 export class DedupPublisherCore {
   readonly producerName: string;
   readonly durability: Durability;
-  readonly idMode: 'auto' | 'explicit';
+  readonly idMode: IdMode;
   readonly report: OpenReport;
 
   readonly #transport: PublishTransport;
@@ -103,6 +112,19 @@ export class DedupPublisherCore {
   /** Committed, waiting for the confirm, in ID order (Map keeps insertion order). */
   readonly #pending = new PendingQueue<Entry>();
   #segmentsToDelete: bigint[] = [];
+  /** Keys published (or being published) by this process and not yet confirmed. */
+  readonly #keysInFlight = new Map<string, Promise<bigint>>();
+  #lookups: Array<{
+    key: string;
+    resolve: (r: KeyRecord | undefined) => void;
+    reject: (e: unknown) => void;
+  }> = [];
+  #lookupScheduled = false;
+  /** Keyed sends, in call order, after their lookups. */
+  #keyChain: Promise<void> = Promise.resolve();
+  #pruneDue = false;
+  #pruneTimer: NodeJS.Timeout | undefined;
+  readonly #keyRetention: { readonly maxKeys: number; readonly maxAgeMs: number };
   #pumping = false;
   #pumpScheduled = false;
   #resendAll = false;
@@ -129,6 +151,10 @@ export class DedupPublisherCore {
     this.idMode = options.idMode ?? 'auto';
     this.#transport = transport;
     this.#stampBytes = Buffer.byteLength(options.producerName) + 64;
+    this.#keyRetention = {
+      maxKeys: positiveInt(options.keyRetention?.maxKeys, 1_000_000, 'keyRetention.maxKeys'),
+      maxAgeMs: positiveInt(options.keyRetention?.maxAgeMs, 7 * 24 * 3_600_000, 'keyRetention.maxAgeMs'),
+    };
     this.#state = state;
     this.#ownedStore = ownedStore;
     this.#lastAssigned = localLast;
@@ -233,14 +259,19 @@ export class DedupPublisherCore {
         publisher.#epoch = 0;
         // Their old IDs are at or below the broker's: re-send them as new messages above it.
         publisher.#segmentsToDelete.push(...loaded.segments.map((s) => s.firstId));
-        for (const e of outbox) publisher.#accept(e.body, e.headers, undefined, undefined, undefined);
+        for (const e of outbox) {
+          const keyDone = e.key === undefined ? undefined : publisher.#keyInFlight(e.key);
+          publisher.#accept(e.body, e.headers, undefined, undefined, undefined, e.key, keyDone);
+        }
       } else {
         publisher = core(brokerLast, outbox.length, 0, localLast);
         handlersTarget.core = publisher;
         for (const s of loaded.segments) {
           const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
           for (const e of s.entries) {
-            publisher.#pending.push({ ...e, segment, sentAt: 0 });
+            const entry: Entry = { ...e, segment, sentAt: 0 };
+            if (e.key !== undefined) entry.keyDone = publisher.#keyInFlight(e.key);
+            publisher.#pending.push(entry);
           }
         }
         publisher.#resendAll = publisher.#pending.size > 0;
@@ -324,13 +355,134 @@ export class DedupPublisherCore {
       return Promise.reject(
         new DedupError(
           'DEDUP_ID_MODE_MISMATCH',
-          `publisher "${this.producerName}" uses idMode 'auto': open it with idMode 'explicit' to pass publishingId`,
+          `publisher "${this.producerName}" uses idMode '${this.idMode}': open it with idMode 'explicit' to pass publishingId`,
+        ),
+      );
+    }
+    if (this.idMode === 'keyed') {
+      if (options.key === undefined) {
+        return Promise.reject(
+          new DedupError(
+            'DEDUP_ID_MODE_MISMATCH',
+            `publisher "${this.producerName}" uses idMode 'keyed': every send() needs options.key`,
+          ),
+        );
+      }
+      assertKey(options.key);
+      return this.#sendKeyed(body, headers, options.key, signal);
+    }
+    if (options.key !== undefined) {
+      return Promise.reject(
+        new DedupError(
+          'DEDUP_ID_MODE_MISMATCH',
+          `publisher "${this.producerName}" uses idMode '${this.idMode}': open it with idMode 'keyed' to pass a key`,
         ),
       );
     }
     return new Promise<SendResult>((resolve, reject) => {
       this.#accept(body, headers, explicitId, { resolve, reject }, signal);
     });
+  }
+
+  /**
+   * A keyed send: a key published before (and still retained) resolves with its original ID and
+   * `outcome: 'duplicate'`, publishing nothing; a new key is published under the next ID, and its
+   * record is written in the same group commit as the message.
+   */
+  #sendKeyed(
+    body: Uint8Array,
+    headers: Headers | undefined,
+    key: string,
+    signal: AbortSignal | undefined,
+  ): Promise<SendResult> {
+    const inFlight = this.#keysInFlight.get(key);
+    if (inFlight !== undefined) {
+      return inFlight.then((publishingId) => ({ publishingId, outcome: 'duplicate' as const }));
+    }
+    // Claimed now, synchronously: a second send of the key from here on waits for this one.
+    const keyDone = this.#keyInFlight(key);
+    const lookup = this.#lookupKey(key);
+    return new Promise<SendResult>((resolve, reject) => {
+      // In call order, so IDs follow the order of send() calls.
+      this.#keyChain = this.#keyChain.then(async () => {
+        let found: KeyRecord | undefined;
+        try {
+          found = await lookup;
+        } catch (err) {
+          const error = asDedupError(
+            err,
+            'DEDUP_STORE_CORRUPT',
+            `looking up key ${JSON.stringify(key)} failed`,
+          );
+          keyDone.reject(error);
+          reject(error);
+          return;
+        }
+        if (found !== undefined && this.#retained(found)) {
+          keyDone.resolve(found.publishingId);
+          resolve({ publishingId: found.publishingId, outcome: 'duplicate' });
+          return;
+        }
+        if (this.#fatal !== undefined || this.#closeRequested) {
+          const error =
+            this.#fatal ??
+            new DedupError(
+              'DEDUP_PUBLISHER_CLOSED',
+              `publisher "${this.producerName}" is closed; nothing was sent`,
+            );
+          keyDone.reject(error);
+          reject(error);
+          return;
+        }
+        this.#accept(body, headers, undefined, { resolve, reject }, signal, key, keyDone);
+      });
+    });
+  }
+
+  /** Marks a key in flight; the returned handle settles the promise other sends of the key wait on. */
+  #keyInFlight(key: string): KeyDone {
+    let done!: KeyDone;
+    const promise = new Promise<bigint>((resolve, reject) => {
+      done = {
+        resolve: (id) => {
+          if (this.#keysInFlight.get(key) === promise) this.#keysInFlight.delete(key);
+          resolve(id);
+        },
+        reject: (error) => {
+          if (this.#keysInFlight.get(key) === promise) this.#keysInFlight.delete(key);
+          reject(error);
+        },
+      };
+    });
+    promise.catch(() => undefined);
+    this.#keysInFlight.set(key, promise);
+    return done;
+  }
+
+  /** Looks a key up in the store, batched: one getMany per tick. */
+  #lookupKey(key: string): Promise<KeyRecord | undefined> {
+    return new Promise((resolve, reject) => {
+      this.#lookups.push({ key, resolve, reject });
+      if (this.#lookupScheduled) return;
+      this.#lookupScheduled = true;
+      setImmediate(() => {
+        this.#lookupScheduled = false;
+        const batch = this.#lookups;
+        this.#lookups = [];
+        this.#state.lookupKeys(batch.map((b) => b.key)).then(
+          (records) => batch.forEach((b, i) => b.resolve(records[i])),
+          (err: unknown) => batch.forEach((b) => b.reject(err)),
+        );
+      });
+    });
+  }
+
+  /** Whether a key's record is inside the retention (by count of later IDs, and by age). */
+  #retained(record: KeyRecord): boolean {
+    return (
+      this.#lastAssigned - record.publishingId < BigInt(this.#keyRetention.maxKeys) &&
+      Date.now() - record.createdAtMs <= this.#keyRetention.maxAgeMs
+    );
   }
 
   /** Assigns the ID and queues the message (or parks it while there is no room). */
@@ -340,12 +492,16 @@ export class DedupPublisherCore {
     explicitId: bigint | undefined,
     settle: { resolve: (r: SendResult) => void; reject: (e: Error) => void } | undefined,
     signal: AbortSignal | undefined,
+    key?: string,
+    keyDone?: KeyDone,
   ): void {
     const publishingId = explicitId ?? this.#lastAssigned + 1n;
     if (publishingId > MAX_PUBLISHING_ID) {
-      settle?.reject(
-        new RangeError(`publishing IDs of producer "${this.producerName}" are exhausted (2^64 - 1)`),
+      const error = new RangeError(
+        `publishing IDs of producer "${this.producerName}" are exhausted (2^64 - 1)`,
       );
+      keyDone?.reject(error);
+      settle?.reject(error);
       return;
     }
     this.#lastAssigned = publishingId;
@@ -356,6 +512,8 @@ export class DedupPublisherCore {
       resolve: settle?.resolve,
       reject: settle?.reject,
       sentAt: 0,
+      key,
+      keyDone,
     };
     if (signal !== undefined) {
       entry.signal = signal;
@@ -372,8 +530,12 @@ export class DedupPublisherCore {
 
   #abort(entry: Entry): void {
     const i = this.#waiting.indexOf(entry, this.#waitingHead);
-    // Still waiting for room: it never reaches the store or the wire; its ID stays unused.
-    if (i >= 0) this.#waiting.splice(i, 1);
+    // Still waiting for room: it never reaches the store or the wire; its ID stays unused, and
+    // its key is free again.
+    if (i >= 0) {
+      this.#waiting.splice(i, 1);
+      entry.keyDone?.reject(abortError(entry.signal!));
+    }
     // Otherwise the message may be published anyway; only the caller stops waiting.
     this.#settle(entry, abortError(entry.signal!));
   }
@@ -415,6 +577,12 @@ export class DedupPublisherCore {
           await this.#publish([...this.#pending.values()]);
           continue;
         }
+        if (this.#pruneDue) {
+          // Between group commits, so a key published again is never deleted by a stale sweep.
+          this.#pruneDue = false;
+          await this.#state.pruneKeys((record) => !this.#retained(record)).catch(() => undefined);
+          continue;
+        }
         if (this.#batch.length === 0 && this.#segmentsToDelete.length === 0) break;
         const batch =
           this.#batch.length <= this.#opts.maxBatch ? this.#batch : this.#batch.slice(0, this.#opts.maxBatch);
@@ -441,6 +609,15 @@ export class DedupPublisherCore {
   async #commit(batch: readonly Entry[]): Promise<void> {
     const deleteSegments = this.#segmentsToDelete;
     this.#segmentsToDelete = [];
+    let keys: Array<{ key: string; record: KeyRecord }> | undefined;
+    if (this.idMode === 'keyed') {
+      const createdAtMs = Date.now();
+      keys = [];
+      for (const e of batch) {
+        if (e.key !== undefined)
+          keys.push({ key: e.key, record: { publishingId: e.publishingId, createdAtMs } });
+      }
+    }
     const last = batch.length > 0 ? batch[batch.length - 1]!.publishingId : this.#lastDurable;
     if (this.durability === 'outbox') {
       let segment: Segment | undefined;
@@ -449,9 +626,13 @@ export class DedupPublisherCore {
         for (const e of batch) e.segment = segment;
       }
       const meta: ProducerMeta = { idMode: this.idMode, lastId: last, reservedUpTo: this.#reservedUpTo };
-      await this.#state.commit({ meta, segment: batch, deleteSegments });
+      await this.#state.commit({ meta, segment: batch, deleteSegments, keys });
       this.#lastDurable = last;
-    } else if (last > this.#reservedUpTo || deleteSegments.length > 0) {
+    } else if (
+      last > this.#reservedUpTo ||
+      deleteSegments.length > 0 ||
+      (keys !== undefined && keys.length > 0)
+    ) {
       // Reserve a block past the batch before any of it leaves, so a restart skips it all.
       const reservedUpTo =
         last > this.#reservedUpTo ? last + BigInt(this.#opts.reserveBlock) : this.#reservedUpTo;
@@ -459,6 +640,7 @@ export class DedupPublisherCore {
       await this.#state.commit({
         meta: { idMode: this.idMode, lastId: last, reservedUpTo: capped },
         deleteSegments,
+        keys,
       });
       this.#reservedUpTo = capped;
       this.#lastDurable = last;
@@ -508,6 +690,7 @@ export class DedupPublisherCore {
       if (e === undefined) continue;
       if (e.segment !== undefined && --e.segment.remaining === 0)
         this.#segmentsToDelete.push(e.segment.firstId);
+      e.keyDone?.resolve(id);
       this.#settle(e, { publishingId: id, outcome: 'published' });
     }
     this.#refill();
@@ -583,6 +766,15 @@ export class DedupPublisherCore {
     const interval = Math.max(50, Math.min(1_000, Math.floor(this.#opts.confirmTimeoutMs / 4)));
     this.#timer = setInterval(() => this.#checkTimeouts(), interval);
     this.#timer.unref();
+    if (this.idMode === 'keyed') {
+      // Keys past the retention are deleted from the store: on open, then every minute.
+      this.#pruneDue = true;
+      this.#pruneTimer = setInterval(() => {
+        this.#pruneDue = true;
+        this.#schedulePump();
+      }, 60_000);
+      this.#pruneTimer.unref();
+    }
     if (this.#opts.watchIntervalMs > 0) {
       this.#watchTimer = setInterval(() => void this.#watch(), this.#opts.watchIntervalMs);
       this.#watchTimer.unref();
@@ -663,6 +855,7 @@ export class DedupPublisherCore {
     this.#reconnectWake?.();
     clearInterval(this.#timer);
     clearInterval(this.#watchTimer);
+    clearInterval(this.#pruneTimer);
     const closedError = new DedupError(
       'DEDUP_PUBLISHER_CLOSED',
       `publisher "${this.producerName}" closed before the broker confirmed this message; it stays in the outbox ` +
@@ -697,8 +890,8 @@ function validateOptions(options: DedupPublisherOptions): void {
   ) {
     throw new RangeError(`durability must be 'outbox' or 'reserve', got ${String(options.durability)}`);
   }
-  if (options.idMode !== undefined && options.idMode !== 'auto' && options.idMode !== 'explicit') {
-    throw new RangeError(`idMode must be 'auto' or 'explicit', got ${String(options.idMode)}`);
+  if (options.idMode !== undefined && !['auto', 'explicit', 'keyed'].includes(options.idMode)) {
+    throw new RangeError(`idMode must be 'auto', 'explicit' or 'keyed', got ${String(options.idMode)}`);
   }
   if (
     options.onBrokerAhead !== undefined &&
@@ -707,6 +900,22 @@ function validateOptions(options: DedupPublisherOptions): void {
   ) {
     throw new RangeError(`onBrokerAhead must be 'error' or 'adopt', got ${String(options.onBrokerAhead)}`);
   }
+}
+
+/** The longest domain key, in UTF-8 bytes. */
+export const MAX_KEY_BYTES = 512;
+
+function assertKey(key: unknown): asserts key is string {
+  if (typeof key !== 'string') throw new TypeError(`options.key must be a string, got ${typeof key}`);
+  if (key.length === 0) throw new RangeError('options.key must not be empty');
+  const bytes = Buffer.byteLength(key, 'utf8');
+  if (bytes > MAX_KEY_BYTES) {
+    throw new RangeError(`options.key is ${bytes} UTF-8 bytes; at most ${MAX_KEY_BYTES}`);
+  }
+  // LevelDB stores keys as UTF-8, where every lone surrogate becomes U+FFFD: two distinct keys
+  // would collide, and the second would be dropped as a duplicate.
+  if (/[\uD800-\uDFFF]/u.test(key))
+    throw new RangeError('options.key must not contain a lone UTF-16 surrogate');
 }
 
 function validateHeaders(headers: SendOptions['headers']): Headers | undefined {

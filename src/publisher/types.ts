@@ -80,11 +80,18 @@ export interface DedupPublisherOptions {
   readonly sync?: boolean;
   /**
    * `auto`: the publisher numbers messages 1, 2, 3, … `explicit`: every `send()` passes its own
-   * `publishingId` (for example a source offset + 1), strictly increasing. A store remembers the
-   * mode and refuses to reopen in the other.
+   * `publishingId` (for example a source offset + 1), strictly increasing. `keyed`: every `send()`
+   * passes a domain `key`; a key already published (within `keyRetention`) publishes nothing and
+   * resolves with its first ID. A store remembers the mode and refuses to reopen in another.
    * @defaultValue 'auto'
    */
-  readonly idMode?: 'auto' | 'explicit';
+  readonly idMode?: 'auto' | 'explicit' | 'keyed';
+  /**
+   * `keyed` mode: how long a key is remembered — the last `maxKeys` IDs and at most `maxAgeMs`.
+   * A repeat after that is published again.
+   * @defaultValue `{ maxKeys: 1_000_000, maxAgeMs: 7 days }`
+   */
+  readonly keyRetention?: { readonly maxKeys?: number; readonly maxAgeMs?: number };
   /**
    * When the broker's last ID for the name is above the store's on open: `error` throws
    * `DEDUP_SEQUENCE_REGRESSION`; `adopt` continues above the broker's ID and re-sends any
@@ -122,16 +129,21 @@ export interface SendOptions {
   readonly headers?: Readonly<Record<string, string | number>>;
   /** In `explicit` ID mode: this message's publishing ID, above every earlier one. */
   readonly publishingId?: bigint;
+  /** In `keyed` ID mode: the message's domain key (1 to 512 UTF-8 bytes), e.g. `'credit-17'`. */
+  readonly key?: string;
   /** Cancels the wait for room (backpressure) and for the confirm; the message may still be published. */
   readonly signal?: AbortSignal;
 }
 
 /** What a resolved `send()` tells. */
 export interface SendResult {
-  /** The message's publishing ID. */
+  /** The message's publishing ID (for a duplicate key: the ID it was first published with). */
   readonly publishingId: bigint;
-  /** `published`: the broker confirmed it. */
-  readonly outcome: 'published';
+  /**
+   * `published`: the broker confirmed it. `duplicate` (keyed mode): the key was published before,
+   * within the retention; nothing was sent.
+   */
+  readonly outcome: 'published' | 'duplicate';
 }
 
 /** What `open()` found and did while reconciling. */

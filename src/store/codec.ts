@@ -9,6 +9,8 @@ export interface OutboxEntry {
   readonly body: Uint8Array;
   /** Application properties (stream) or headers (AMQP) the caller gave, without the identity stamps. */
   readonly headers: Headers | undefined;
+  /** The domain key of a keyed send (`idMode: 'keyed'`). */
+  readonly key?: string | undefined;
 }
 
 /** The durable state of one producer. */
@@ -22,11 +24,11 @@ export interface ProducerMeta {
 }
 
 /** How a producer's publishing IDs are chosen. */
-export type IdMode = 'auto' | 'explicit';
+export type IdMode = 'auto' | 'explicit' | 'keyed';
 
 const META_VERSION = 1;
 const SEGMENT_VERSION = 1;
-const ID_MODES: readonly IdMode[] = ['auto', 'explicit'];
+const ID_MODES: readonly IdMode[] = ['auto', 'explicit', 'keyed'];
 
 function corrupt(what: string, detail: string): DedupError {
   return new DedupError('DEDUP_STORE_CORRUPT', `store record ${what} cannot be decoded: ${detail}`);
@@ -58,7 +60,7 @@ export function decodeMeta(buf: Uint8Array, what = 'meta'): ProducerMeta {
  * Encodes a flush segment: every message of one group commit in a single record, so that the hot
  * path writes one LevelDB value per flush instead of one per message (DESIGN §3, LevelDB costs).
  * Layout: u8 version, u32 count, then per entry u64 id, u32 header-JSON length, header JSON,
- * u32 body length, body.
+ * u16 key length, key (UTF-8), u32 body length, body.
  */
 export function encodeSegment(entries: readonly OutboxEntry[]): Buffer {
   const headerJson: (Buffer | undefined)[] = new Array<Buffer | undefined>(entries.length);
@@ -67,7 +69,8 @@ export function encodeSegment(entries: readonly OutboxEntry[]): Buffer {
     const e = entries[i]!;
     const h = e.headers === undefined ? undefined : Buffer.from(JSON.stringify(e.headers), 'utf8');
     headerJson[i] = h;
-    size += 16 + (h?.length ?? 0) + e.body.length;
+    size +=
+      18 + (h?.length ?? 0) + (e.key === undefined ? 0 : Buffer.byteLength(e.key, 'utf8')) + e.body.length;
   }
   const buf = Buffer.allocUnsafe(size);
   buf.writeUInt8(SEGMENT_VERSION, 0);
@@ -81,6 +84,9 @@ export function encodeSegment(entries: readonly OutboxEntry[]): Buffer {
     buf.writeUInt32BE(h?.length ?? 0, o);
     o += 4;
     if (h !== undefined) o += h.copy(buf, o);
+    const keyLength = e.key === undefined ? 0 : buf.write(e.key, o + 2, 'utf8');
+    buf.writeUInt16BE(keyLength, o);
+    o += 2 + keyLength;
     buf.writeUInt32BE(e.body.length, o);
     o += 4;
     buf.set(e.body, o);
@@ -95,7 +101,7 @@ export function decodeSegment(input: Uint8Array, what = 'segment'): OutboxEntry[
   if (buf.length < 5) throw corrupt(what, 'truncated header');
   if (buf.readUInt8(0) !== SEGMENT_VERSION) throw corrupt(what, `unknown version ${buf.readUInt8(0)}`);
   const count = buf.readUInt32BE(1);
-  if (count === 0 || count > (buf.length - 5) / 16) throw corrupt(what, `impossible entry count ${count}`);
+  if (count === 0 || count > (buf.length - 5) / 18) throw corrupt(what, `impossible entry count ${count}`);
   const entries: OutboxEntry[] = [];
   let o = 5;
   let previous = 0n;
@@ -106,16 +112,21 @@ export function decodeSegment(input: Uint8Array, what = 'segment'): OutboxEntry[
     previous = publishingId;
     const hLen = buf.readUInt32BE(o + 8);
     o += 12;
-    if (o + hLen + 4 > buf.length) throw corrupt(what, `entry ${i} headers truncated`);
+    if (o + hLen + 6 > buf.length) throw corrupt(what, `entry ${i} headers truncated`);
     let headers: Headers | undefined;
     if (hLen > 0) {
       headers = parseHeaders(buf.toString('utf8', o, o + hLen), what, i);
       o += hLen;
     }
+    const kLen = buf.readUInt16BE(o);
+    o += 2;
+    if (o + kLen + 4 > buf.length) throw corrupt(what, `entry ${i} key truncated`);
+    const key = kLen === 0 ? undefined : buf.toString('utf8', o, o + kLen);
+    o += kLen;
     const bLen = buf.readUInt32BE(o);
     o += 4;
     if (o + bLen > buf.length) throw corrupt(what, `entry ${i} body truncated`);
-    entries.push({ publishingId, body: buf.subarray(o, o + bLen), headers });
+    entries.push({ publishingId, body: buf.subarray(o, o + bLen), headers, key });
     o += bLen;
   }
   if (o !== buf.length) throw corrupt(what, `${buf.length - o} trailing bytes`);
@@ -142,4 +153,25 @@ function parseHeaders(text: string, what: string, i: number): Headers {
     Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
   }
   return out;
+}
+
+/** A key's record: the ID it was first published with, and when (ms since the epoch). */
+export interface KeyRecord {
+  readonly publishingId: bigint;
+  readonly createdAtMs: number;
+}
+
+/** u64 publishing ID, u64 creation time in ms. */
+export function encodeKeyRecord(record: KeyRecord): Buffer {
+  const buf = Buffer.allocUnsafe(16);
+  buf.writeBigUInt64BE(record.publishingId, 0);
+  buf.writeBigUInt64BE(BigInt(Math.max(0, Math.floor(record.createdAtMs))), 8);
+  return buf;
+}
+
+/** @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a 16-byte record. */
+export function decodeKeyRecord(input: Uint8Array, what = 'key'): KeyRecord {
+  if (input.length !== 16) throw corrupt(what, `expected 16 bytes, got ${input.length}`);
+  const buf = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
+  return { publishingId: buf.readBigUInt64BE(0), createdAtMs: Number(buf.readBigUInt64BE(8)) };
 }

@@ -7,6 +7,7 @@ import { AmqpVerifyingConsumer } from '../../src/transport/amqp.js';
 import { StreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { AMQP_URL, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
+import { connectClient, readAll } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
 
 const tempDir = useTempDir();
@@ -27,6 +28,12 @@ describe('amqp 0-9-1 publisher + verifying consumer', () => {
       minKillMs: 20,
       maxKillMs: 300,
     });
+    // The producer really went through AMQP 0-9-1: its x- headers arrive as message annotations.
+    const client = await connectClient();
+    const [first] = await readAll(client, queue);
+    await client.close();
+    expect(first?.messageAnnotations?.['x-dedup-producer']).toBe('amqp-e2e-producer');
+    expect(first?.applicationProperties?.['x-dedup-producer']).toBeUndefined();
     // The raw stream: nothing acknowledged is missing; copies are allowed here, and counted.
     expect(result.kills).toBe(10);
     expect(result.report.lost).toEqual([]);

@@ -37,4 +37,29 @@ describe('publisher - crash and restart', () => {
       }
     }, 600_000);
   }
+
+  it('keyed: a producer re-sending keys k-1..k-N from the start after each of 10 SIGKILLs leaves each key once', async () => {
+    const result = await runCrashScenario({
+      cli: CLI_FROM_SOURCE,
+      stream: uniqueName('crash-keyed'),
+      producerName: 'crash-keyed',
+      keyed: true,
+      kills: 10,
+      perRun: 20_000,
+      minKillMs: 20,
+      maxKillMs: 300,
+    });
+    console.log(
+      `[crash keyed] runs=${result.runs} kills=${result.kills} acknowledged=${result.acknowledged} ` +
+        `stream=${result.streamMessages} ${formatReport(result.report)}`,
+    );
+    expect(result.kills).toBe(10);
+    // The last run finished: every key was acknowledged (published or a duplicate) and is there once.
+    expect(new Set(result.acknowledgedLabels).size).toBe(20_000);
+    expect(result.streamMessages).toBe(20_000);
+    expect(result.report.lost).toEqual([]);
+    expect(result.report.duplicated).toEqual([]);
+    expect(result.report.unexpected).toEqual([]);
+    expect(result.report.orderViolations).toEqual([]);
+  }, 600_000);
 });

@@ -1,0 +1,114 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { DedupPublisherCore } from '../../src/publisher/core.js';
+import type { DedupPublisherOptions } from '../../src/publisher/types.js';
+import { memoryDisk, memoryStore } from '../support/memory-store.js';
+import { ModelBroker, ModelTransport } from '../support/model-broker.js';
+
+const body = (s: string): Buffer => Buffer.from(s);
+
+async function life(
+  broker: ModelBroker,
+  disk: ReturnType<typeof memoryDisk>,
+  options: Partial<DedupPublisherOptions> = {},
+) {
+  const transport = new ModelTransport(broker, 'ledger', 'p');
+  const core = await DedupPublisherCore.open(transport, {
+    producerName: 'p',
+    store: await memoryStore(disk),
+    idMode: 'keyed',
+    ...options,
+  });
+  return { transport, core };
+}
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('keyed sends', () => {
+  it('a key publishes once: repeats, concurrent or later, resolve with the first id as duplicates', async () => {
+    const broker = new ModelBroker();
+    const { transport, core } = await life(broker, memoryDisk());
+    const [a, again, b] = await Promise.all([
+      core.send(body('credit-17'), { key: 'credit-17' }),
+      core.send(body('credit-17'), { key: 'credit-17' }),
+      core.send(body('credit-18'), { key: 'credit-18' }),
+    ]);
+    expect(a).toEqual({ publishingId: 1n, outcome: 'published' });
+    expect(again).toEqual({ publishingId: 1n, outcome: 'duplicate' });
+    expect(b).toEqual({ publishingId: 2n, outcome: 'published' });
+    expect(await core.send(body('credit-17'), { key: 'credit-17' })).toEqual({
+      publishingId: 1n,
+      outcome: 'duplicate',
+    });
+    expect(transport.published.map((m) => Buffer.from(m.body).toString())).toEqual([
+      'credit-17',
+      'credit-18',
+    ]);
+    await core.close();
+  });
+
+  it('keys survive a restart, and an outbox message recovered with its key answers repeats once confirmed', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const first = await life(broker, disk, { closeTimeoutMs: 0 });
+    await first.core.send(body('a'), { key: 'a' });
+    first.transport.faults.holdConfirms = true;
+    const pending = first.core.send(body('b'), { key: 'b' });
+    while (first.transport.published.length < 2) await new Promise((r) => setImmediate(r));
+    await first.core.close(); // b unconfirmed: it stays in the outbox with its key
+    await expect(pending).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+
+    const second = await life(broker, disk);
+    expect(second.core.report.resent).toBe(1);
+    const [a, b, c] = await Promise.all([
+      second.core.send(body('a'), { key: 'a' }),
+      second.core.send(body('b'), { key: 'b' }),
+      second.core.send(body('c'), { key: 'c' }),
+    ]);
+    expect([a, b, c]).toEqual([
+      { publishingId: 1n, outcome: 'duplicate' },
+      { publishingId: 2n, outcome: 'duplicate' },
+      { publishingId: 3n, outcome: 'published' },
+    ]);
+    expect(broker.messages('ledger').map((m) => m.body)).toEqual(['a', 'b', 'c']);
+    await second.core.close();
+  });
+
+  it('after the retention (count or age) a key is forgotten and a late repeat is published again', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    vi.setSystemTime(new Date('2026-01-01T00:00:00Z'));
+    const broker = new ModelBroker();
+    const { core } = await life(broker, memoryDisk(), { keyRetention: { maxKeys: 3, maxAgeMs: 60_000 } });
+    for (const k of ['a', 'b', 'c', 'd']) await core.send(body(k), { key: k });
+    expect(await core.send(body('d'), { key: 'd' })).toMatchObject({ outcome: 'duplicate' });
+    // 'a' is 4 IDs back: beyond maxKeys = 3.
+    expect(await core.send(body('a'), { key: 'a' })).toEqual({ publishingId: 5n, outcome: 'published' });
+    vi.setSystemTime(new Date('2026-01-01T00:01:01Z'));
+    expect(await core.send(body('d'), { key: 'd' })).toEqual({ publishingId: 6n, outcome: 'published' });
+    await core.close();
+  });
+
+  it('rejects bad keys and mixing modes, without using an id', async () => {
+    const broker = new ModelBroker();
+    const { core } = await life(broker, memoryDisk());
+    expect(() => core.send(body('x'), { key: '' })).toThrow(RangeError);
+    expect(() => core.send(body('x'), { key: 'é'.repeat(257) })).toThrow(/514 UTF-8 bytes/);
+    expect(() => core.send(body('x'), { key: 42 as unknown as string })).toThrow(TypeError);
+    expect(() => core.send(body('x'), { key: 'a\uD800b' })).toThrow(/surrogate/);
+    await expect(core.send(body('x'))).rejects.toMatchObject({ code: 'DEDUP_ID_MODE_MISMATCH' });
+    await expect(core.send(body('x'), { key: 'k', publishingId: 5n })).rejects.toMatchObject({
+      code: 'DEDUP_ID_MODE_MISMATCH',
+    });
+    expect(await core.send(body('ok'), { key: 'ok' })).toEqual({ publishingId: 1n, outcome: 'published' });
+    await core.close();
+    const auto = await DedupPublisherCore.open(new ModelTransport(broker, 'other', 'p'), {
+      producerName: 'p',
+      store: await memoryStore(),
+    });
+    await expect(auto.send(body('x'), { key: 'k' })).rejects.toMatchObject({
+      code: 'DEDUP_ID_MODE_MISMATCH',
+    });
+    await auto.close();
+  });
+});
