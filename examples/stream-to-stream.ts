@@ -1,0 +1,67 @@
+// An effectively-once stream-to-stream processor: consume stream A, transform each message,
+// publish the result to stream B with publishingId = source offset + 1.
+//
+// The identity comes from the source, not from the publisher: after a crash the processor
+// re-reads A from where B's producer stopped and re-creates the same outputs with the same IDs,
+// so the broker drops every output it already stored. This holds only while the publish is the
+// ONLY side effect of processing (DESIGN §2): anything else the processor does (a database write,
+// an e-mail) would happen again after a crash.
+//
+//   npx tsx examples/stream-to-stream.ts <source> <target> <store-folder> <count>
+// Stops once the first <count> source messages are published and confirmed.
+import { connect, Offset } from 'rabbitmq-stream-js-client';
+import { StreamDedupPublisher } from 'stream-dedup/stream';
+
+const [source, target, store, countText] = process.argv.slice(2);
+if (source === undefined || target === undefined || store === undefined || countText === undefined) {
+  console.error('usage: stream-to-stream <source> <target> <store-folder> <count>');
+  process.exit(2);
+}
+const count = BigInt(countText);
+const connection = {
+  hostname: process.env.RABBITMQ_HOST ?? '127.0.0.1',
+  port: Number(process.env.RABBITMQ_STREAM_PORT ?? 5552),
+  username: 'guest',
+  password: 'guest',
+  vhost: '/',
+};
+
+const pub = await StreamDedupPublisher.open({
+  connection,
+  stream: target,
+  createStream: true,
+  producerName: `transform-${source}`,
+  store,
+  idMode: 'explicit',
+});
+// The last ID handed out is the last source offset + 1 already taken: resume right after it.
+const resumeAt = pub.lastPublishingId;
+console.log(JSON.stringify({ ready: true, resumeAt: resumeAt.toString() }));
+
+let failure: unknown;
+let last: Promise<unknown> = Promise.resolve();
+const client = await connect(connection);
+await new Promise<void>((resolve, reject) => {
+  if (resumeAt >= count) {
+    resolve();
+    return;
+  }
+  void client
+    .declareConsumer({ stream: source, offset: Offset.offset(resumeAt) }, (message) => {
+      const offset = message.offset!;
+      if (offset >= count || failure !== undefined) return;
+      const output = Buffer.from(message.content.toString().toUpperCase());
+      // Not awaited one by one: send() keeps call order, and the ID order is the source order.
+      last = pub.send(output, { publishingId: offset + 1n }).catch((err: unknown) => {
+        failure = err;
+        reject(err instanceof Error ? err : new Error(String(err)));
+      });
+      if (offset === count - 1n) resolve();
+    })
+    .catch(reject);
+});
+await last;
+await client.close();
+await pub.close();
+if (failure !== undefined) throw failure;
+console.log(JSON.stringify({ done: true, lastPublishingId: pub.lastPublishingId.toString() }));
