@@ -63,5 +63,5 @@ await new Promise<void>((resolve, reject) => {
 await last;
 await client.close();
 await pub.close();
-if (failure !== undefined) throw failure;
+if (failure !== undefined) throw failure instanceof Error ? failure : new Error(String(failure));
 console.log(JSON.stringify({ done: true, lastPublishingId: pub.lastPublishingId.toString() }));
