@@ -38,7 +38,7 @@ const pub = await StreamDedupPublisher.open({
 const resumeAt = pub.lastPublishingId;
 console.log(JSON.stringify({ ready: true, resumeAt: resumeAt.toString() }));
 
-let failure: unknown;
+let failure: Error | undefined;
 let last: Promise<unknown> = Promise.resolve();
 const client = await connect(connection);
 await new Promise<void>((resolve, reject) => {
@@ -53,8 +53,8 @@ await new Promise<void>((resolve, reject) => {
       const output = Buffer.from(message.content.toString().toUpperCase());
       // Not awaited one by one: send() keeps call order, and the ID order is the source order.
       last = pub.send(output, { publishingId: offset + 1n }).catch((err: unknown) => {
-        failure = err;
-        reject(err instanceof Error ? err : new Error(String(err)));
+        failure = err instanceof Error ? err : new Error('send failed', { cause: err });
+        reject(failure);
       });
       if (offset === count - 1n) resolve();
     })
@@ -63,5 +63,5 @@ await new Promise<void>((resolve, reject) => {
 await last;
 await client.close();
 await pub.close();
-if (failure !== undefined) throw failure instanceof Error ? failure : new Error(String(failure));
+if (failure !== undefined) throw failure;
 console.log(JSON.stringify({ done: true, lastPublishingId: pub.lastPublishingId.toString() }));
