@@ -54,3 +54,5 @@ export type {
   VerifyStats,
   VerifyingConsumerOptions,
 } from './consumer/core.js';
+export type { Logger } from './telemetry/logger.js';
+export type { PublisherCounters } from './telemetry/metrics.js';

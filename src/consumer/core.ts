@@ -4,6 +4,8 @@ import { encodeScopeKey, scopeKeyPrefix } from '../identity/scope-key.js';
 import { DedupStore, type KeyValueDb } from '../store/store.js';
 import { createTracker, decodeTracker } from '../verifier/window.js';
 import type { IdRange, PolicySpec, SequenceTracker } from '../verifier/types.js';
+import { silentLogger, type Logger } from '../telemetry/logger.js';
+import { observeVerifier } from '../telemetry/metrics.js';
 
 /** A message handed to the handler: identity verified, seen for the first time in its scope. */
 export interface VerifiedMessage {
@@ -102,6 +104,8 @@ export interface VerifyingConsumerOptions {
   readonly scopeTtlMs?: number;
   /** Observation: duplicates, stale messages, gaps, unidentified messages. */
   readonly onEvent?: (event: VerifyEvent) => void;
+  /** A pino-compatible logger (open, commit failures). Silent by default. */
+  readonly logger?: Logger;
   /** Observation hooks around each commit (for example fault injection in tests). */
   readonly hooks?: {
     readonly beforeCommit?: (info: { readonly messages: number; readonly lastOffset: bigint }) => void;
@@ -188,6 +192,7 @@ export class VerifyingConsumerCore {
   #closed = false;
   #processing = false;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
+  #unobserve: () => void = () => undefined;
 
   private constructor(
     db: KeyValueDb,
@@ -222,6 +227,11 @@ export class VerifyingConsumerCore {
       const raw = await store.db.get(consumerPrefix('c', options.consumerName) + '/offset');
       const committed = raw === undefined ? undefined : decodeOffset(raw);
       const core = new VerifyingConsumerCore(store.db, store.sync, owned, release, options, committed);
+      core.#unobserve = observeVerifier(core.stats, options.consumerName);
+      (options.logger ?? silentLogger).info(
+        { consumer: options.consumerName, resumeOffset: core.resumeOffset?.toString() },
+        'stream-dedup: verifying consumer open',
+      );
       const ttl = options.scopeTtlMs ?? 0;
       if (ttl > 0) {
         await core.evictIdle(Date.now());
@@ -555,6 +565,12 @@ export class VerifyingConsumerCore {
 
   /** Stops the consumer for good; returns the error it stopped with. */
   #fail(err: unknown): Error {
+    if (this.#failed === undefined) {
+      (this.#opts.logger ?? silentLogger).error(
+        { consumer: this.consumerName, err },
+        'stream-dedup: verifying consumer stopped; uncommitted work is dropped and redelivered after a restart',
+      );
+    }
     this.#failed ??= err instanceof Error ? err : new Error(`the handler threw ${String(err)}`);
     this.discardPending();
     return this.#failed;
@@ -568,6 +584,7 @@ export class VerifyingConsumerCore {
     this.#closed = true;
     clearTimeout(this.#linger);
     clearInterval(this.#ttlTimer);
+    this.#unobserve();
     this.#release();
     await this.#ownedStore?.close();
   }

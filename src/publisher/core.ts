@@ -5,6 +5,8 @@ import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id
 import type { Headers, IdMode, KeyRecord, ProducerMeta } from '../store/codec.js';
 import { DedupStore, type ProducerState } from '../store/store.js';
 import { PendingQueue } from './pending.js';
+import { silentLogger, type Logger } from '../telemetry/logger.js';
+import { observePublisher, type PublisherCounters } from '../telemetry/metrics.js';
 import type {
   DedupPublisherOptions,
   Durability,
@@ -82,6 +84,16 @@ export class DedupPublisherCore {
   readonly durability: Durability;
   readonly idMode: IdMode;
   readonly report: OpenReport;
+  /** Counters since open (also reported as OpenTelemetry metrics). */
+  readonly counters: PublisherCounters = {
+    sent: 0,
+    confirmed: 0,
+    resent: 0,
+    keyDuplicates: 0,
+    reconnects: 0,
+  };
+  readonly #log: Logger;
+  #unobserve: () => void = () => undefined;
 
   readonly #transport: PublishTransport;
   /** Room the identity stamps take in a message (name, a 20-digit ID, AMQP overhead). */
@@ -151,6 +163,7 @@ export class DedupPublisherCore {
     this.idMode = options.idMode ?? 'auto';
     this.#transport = transport;
     this.#stampBytes = Buffer.byteLength(options.producerName) + 64;
+    this.#log = options.logger ?? silentLogger;
     this.#keyRetention = {
       maxKeys: positiveInt(options.keyRetention?.maxKeys, 1_000_000, 'keyRetention.maxKeys'),
       maxAgeMs: positiveInt(options.keyRetention?.maxAgeMs, 7 * 24 * 3_600_000, 'keyRetention.maxAgeMs'),
@@ -397,6 +410,7 @@ export class DedupPublisherCore {
   ): Promise<SendResult> {
     const inFlight = this.#keysInFlight.get(key);
     if (inFlight !== undefined) {
+      this.counters.keyDuplicates++;
       return inFlight.then((publishingId) => ({ publishingId, outcome: 'duplicate' as const }));
     }
     // Claimed now, synchronously: a second send of the key from here on waits for this one.
@@ -419,6 +433,7 @@ export class DedupPublisherCore {
           return;
         }
         if (found !== undefined && this.#retained(found)) {
+          this.counters.keyDuplicates++;
           keyDone.resolve(found.publishingId);
           resolve({ publishingId: found.publishingId, outcome: 'duplicate' });
           return;
@@ -574,7 +589,9 @@ export class DedupPublisherCore {
         if (this.#fatal !== undefined) break;
         if (this.#resendAll && this.#status !== 'reconnecting') {
           this.#resendAll = false;
-          await this.#publish([...this.#pending.values()]);
+          const all = [...this.#pending.values()];
+          this.counters.resent += all.length;
+          await this.#publish(all);
           continue;
         }
         if (this.#pruneDue) {
@@ -652,6 +669,7 @@ export class DedupPublisherCore {
     const epoch = this.#epoch;
     const now = performance.now();
     for (const e of entries) e.sentAt = now;
+    this.counters.sent += entries.length;
     try {
       // Entries are OutgoingMessages already: the transport stamps the identity itself.
       await this.#transport.publish(entries);
@@ -691,6 +709,7 @@ export class DedupPublisherCore {
       if (e.segment !== undefined && --e.segment.remaining === 0)
         this.#segmentsToDelete.push(e.segment.firstId);
       e.keyDone?.resolve(id);
+      this.counters.confirmed++;
       this.#settle(e, { publishingId: id, outcome: 'published' });
     }
     this.#refill();
@@ -702,6 +721,10 @@ export class DedupPublisherCore {
     if (epoch !== this.#epoch || this.#status !== 'open' || this.#fatal !== undefined) return;
     this.#status = 'reconnecting';
     this.#epoch++;
+    this.#log.warn(
+      { producer: this.producerName, target: this.#transport.target, err: error },
+      'stream-dedup: connection lost; reconnecting',
+    );
     void this.#reconnect(error);
   }
 
@@ -734,6 +757,16 @@ export class DedupPublisherCore {
         // (and confirms) what it already stored.
         this.#status = 'open';
         this.#resendAll = true;
+        this.counters.reconnects++;
+        this.#log.info(
+          {
+            producer: this.producerName,
+            target: this.#transport.target,
+            brokerLastId: brokerLast?.toString(),
+            resend: this.#pending.size,
+          },
+          'stream-dedup: reconnected; re-sending unconfirmed messages',
+        );
         this.#schedulePump();
         return;
       } catch (err) {
@@ -763,6 +796,18 @@ export class DedupPublisherCore {
   }
 
   #startTimers(): void {
+    this.#unobserve = observePublisher(this.counters, this.producerName, this.#transport.target);
+    this.#log.info(
+      {
+        producer: this.producerName,
+        target: this.#transport.target,
+        localLastId: this.report.localLastId.toString(),
+        brokerLastId: this.report.brokerLastId?.toString(),
+        resent: this.report.resent,
+        reassigned: this.report.reassigned,
+      },
+      'stream-dedup: publisher open',
+    );
     const interval = Math.max(50, Math.min(1_000, Math.floor(this.#opts.confirmTimeoutMs / 4)));
     this.#timer = setInterval(() => this.#checkTimeouts(), interval);
     this.#timer.unref();
@@ -800,7 +845,10 @@ export class DedupPublisherCore {
       );
     }
     // A connection that stops confirming is treated as lost: reconnect and re-send.
-    if (expired > 0) this.#onDisconnected(new Error('confirm timeout'), this.#epoch);
+    if (expired > 0) {
+      this.#log.warn({ producer: this.producerName, expired }, 'stream-dedup: confirms timed out');
+      this.#onDisconnected(new Error('confirm timeout'), this.#epoch);
+    }
   }
 
   async #watch(): Promise<void> {
@@ -819,6 +867,10 @@ export class DedupPublisherCore {
   #fail(error: DedupError, extra: readonly Entry[] = []): void {
     if (this.#fatal !== undefined) return;
     this.#fatal = error;
+    this.#log.error(
+      { producer: this.producerName, target: this.#transport.target, err: error },
+      'stream-dedup: publisher stopped',
+    );
     for (const e of [...extra, ...this.#takeWaiting(), ...this.#batch.splice(0), ...this.#pending.values()]) {
       this.#settle(e, error);
     }
@@ -856,6 +908,7 @@ export class DedupPublisherCore {
     clearInterval(this.#timer);
     clearInterval(this.#watchTimer);
     clearInterval(this.#pruneTimer);
+    this.#unobserve();
     const closedError = new DedupError(
       'DEDUP_PUBLISHER_CLOSED',
       `publisher "${this.producerName}" closed before the broker confirmed this message; it stays in the outbox ` +

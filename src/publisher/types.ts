@@ -1,5 +1,6 @@
 import type { Headers } from '../store/codec.js';
 import type { DedupStore } from '../store/store.js';
+import type { Logger } from '../telemetry/logger.js';
 
 /**
  * A message for a transport to put on the wire. The transport stamps the identity
@@ -117,6 +118,8 @@ export interface DedupPublisherOptions {
    * watch off. @defaultValue 0
    */
   readonly watchIntervalMs?: number;
+  /** A pino-compatible logger for open, reconnects, timeouts and fatal errors. Silent by default. */
+  readonly logger?: Logger;
 }
 
 /** Per-message options of `send()`. */

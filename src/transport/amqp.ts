@@ -13,6 +13,7 @@ import { connect, type ChannelModel, type ConfirmChannel, type Options } from 'a
 import { DedupError } from '../errors.js';
 import { identityHeaders } from '../identity/headers.js';
 import { DedupPublisherCore } from '../publisher/core.js';
+import type { PublisherCounters } from '../telemetry/metrics.js';
 import type {
   DedupPublisherOptions,
   OpenReport,
@@ -242,6 +243,11 @@ export class AmqpDedupPublisher {
   /** Messages accepted and not yet confirmed. */
   get inFlight(): number {
     return this.#core.inFlight;
+  }
+
+  /** Counters since open: sent, confirmed, resent, keyDuplicates, reconnects (also OpenTelemetry metrics). */
+  get stats(): Readonly<PublisherCounters> {
+    return this.#core.counters;
   }
 
   /** The producer name. */

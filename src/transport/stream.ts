@@ -9,6 +9,7 @@ import { Socket } from 'node:net';
 import { connect, Offset, type Client, type ClientParams, type Publisher } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { DedupPublisherCore } from '../publisher/core.js';
+import type { PublisherCounters } from '../telemetry/metrics.js';
 import type {
   DedupPublisherOptions,
   OpenReport,
@@ -296,6 +297,11 @@ export class StreamDedupPublisher {
   /** Messages accepted and not yet confirmed. */
   get inFlight(): number {
     return this.#core.inFlight;
+  }
+
+  /** Counters since open: sent, confirmed, resent, keyDuplicates, reconnects (also OpenTelemetry metrics). */
+  get stats(): Readonly<PublisherCounters> {
+    return this.#core.counters;
   }
 
   /** The producer name. */

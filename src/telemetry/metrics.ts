@@ -1,0 +1,133 @@
+/**
+ * Metrics through `@opentelemetry/api`: a no-op unless the application installs an OpenTelemetry
+ * SDK with a MeterProvider. Every instrument is observable (read from counters the publisher and
+ * consumer keep anyway), so the hot paths never call into OpenTelemetry.
+ *
+ * | name | unit | attributes | what |
+ * |---|---|---|---|
+ * | `stream_dedup.publisher.sent` | `{message}` | `producer`, `target` | messages handed to the broker, re-sends included |
+ * | `stream_dedup.publisher.confirmed` | `{message}` | `producer`, `target` | messages the broker confirmed |
+ * | `stream_dedup.publisher.resent` | `{message}` | `producer`, `target` | outbox messages re-sent on open and after reconnects |
+ * | `stream_dedup.publisher.key_duplicates` | `{message}` | `producer`, `target` | keyed sends answered as duplicates (nothing published) |
+ * | `stream_dedup.publisher.reconnects` | `{reconnect}` | `producer`, `target` | successful reconnects |
+ * | `stream_dedup.verifier.outcomes` | `{message}` | `consumer`, `outcome` (`new`, `duplicate`, `stale`, `unidentified`) | verdicts |
+ * | `stream_dedup.verifier.gaps` | `{gap}` | `consumer`, `confirmed` (`true`, `false`) | gaps reported (`false`) and confirmed (`true`) |
+ * | `stream_dedup.verifier.commits` | `{commit}` | `consumer` | LevelDB batches committed |
+ */
+import {
+  metrics,
+  type BatchObservableCallback,
+  type Meter,
+  type MeterProvider,
+  type Observable,
+} from '@opentelemetry/api';
+
+/**
+ * Instruments are made on first use from the global MeterProvider of that moment (the API has no
+ * proxy for metrics): an SDK installed before the first publisher or consumer opens is used.
+ */
+function makeInstruments(meter: Meter) {
+  const counter = (name: string, unit: string, description: string): Observable =>
+    meter.createObservableCounter(name, { unit, description });
+  return {
+    meter,
+    publisher: {
+      sent: counter(
+        'stream_dedup.publisher.sent',
+        '{message}',
+        'Messages handed to the broker, re-sends included',
+      ),
+      confirmed: counter('stream_dedup.publisher.confirmed', '{message}', 'Messages the broker confirmed'),
+      resent: counter(
+        'stream_dedup.publisher.resent',
+        '{message}',
+        'Outbox messages re-sent on open and after reconnects',
+      ),
+      keyDuplicates: counter(
+        'stream_dedup.publisher.key_duplicates',
+        '{message}',
+        'Keyed sends answered as duplicates; nothing was published',
+      ),
+      reconnects: counter('stream_dedup.publisher.reconnects', '{reconnect}', 'Successful reconnects'),
+    },
+    verifier: {
+      outcomes: counter('stream_dedup.verifier.outcomes', '{message}', 'Verifier verdicts by outcome'),
+      gaps: counter(
+        'stream_dedup.verifier.gaps',
+        '{gap}',
+        'Gaps reported (confirmed=false) and confirmed (confirmed=true)',
+      ),
+      commits: counter('stream_dedup.verifier.commits', '{commit}', 'LevelDB batches committed'),
+    },
+  };
+}
+
+let cached: { provider: MeterProvider; instruments: ReturnType<typeof makeInstruments> } | undefined;
+
+function instruments(): ReturnType<typeof makeInstruments> {
+  const provider = metrics.getMeterProvider();
+  if (cached?.provider !== provider) {
+    cached = { provider, instruments: makeInstruments(provider.getMeter('stream-dedup', '0.1.0')) };
+  }
+  return cached.instruments;
+}
+
+/** What a publisher counts. */
+export interface PublisherCounters {
+  sent: number;
+  confirmed: number;
+  resent: number;
+  keyDuplicates: number;
+  reconnects: number;
+}
+
+/** What a verifying consumer counts (its `stats`). */
+export interface VerifierCounters {
+  readonly new: number;
+  readonly duplicate: number;
+  readonly stale: number;
+  readonly unidentified: number;
+  readonly gapsReported: number;
+  readonly gapsConfirmed: number;
+  readonly commits: number;
+}
+
+function register(
+  meter: Meter,
+  observables: Record<string, Observable>,
+  callback: BatchObservableCallback,
+): () => void {
+  const list = Object.values(observables);
+  meter.addBatchObservableCallback(callback, list);
+  return () => meter.removeBatchObservableCallback(callback, list);
+}
+
+/** Reports a publisher's counters; returns the function that stops reporting (on close). */
+export function observePublisher(
+  counters: Readonly<PublisherCounters>,
+  producer: string,
+  target: string,
+): () => void {
+  const attributes = { producer, target };
+  const { meter, publisher: i } = instruments();
+  return register(meter, i, (result) => {
+    result.observe(i.sent, counters.sent, attributes);
+    result.observe(i.confirmed, counters.confirmed, attributes);
+    result.observe(i.resent, counters.resent, attributes);
+    result.observe(i.keyDuplicates, counters.keyDuplicates, attributes);
+    result.observe(i.reconnects, counters.reconnects, attributes);
+  });
+}
+
+/** Reports a verifying consumer's counters; returns the function that stops reporting. */
+export function observeVerifier(counters: Readonly<VerifierCounters>, consumer: string): () => void {
+  const { meter, verifier: i } = instruments();
+  return register(meter, i, (result) => {
+    for (const outcome of ['new', 'duplicate', 'stale', 'unidentified'] as const) {
+      result.observe(i.outcomes, counters[outcome], { consumer, outcome });
+    }
+    result.observe(i.gaps, counters.gapsReported, { consumer, confirmed: 'false' });
+    result.observe(i.gaps, counters.gapsConfirmed, { consumer, confirmed: 'true' });
+    result.observe(i.commits, counters.commits, { consumer });
+  });
+}
