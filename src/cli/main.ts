@@ -1,20 +1,40 @@
 #!/usr/bin/env node
+import { existsSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { DedupError } from '../errors.js';
 import { formatReport } from '../history/checker.js';
+import { DedupStore } from '../store/store.js';
+import { readStreamToEnd } from '../transport/stream.js';
+import { auditExitCode, auditRecords, formatAuditJson, formatAuditReport } from './audit.js';
 import { runCrashScenario } from './crash.js';
+import { connectionFromEnv } from './env.js';
+import { formatInspection, formatInspectionJson, inspectStore } from './inspect.js';
+import { plural, progressReporter } from './output.js';
 import { produce } from './produce.js';
 
 const USAGE = `stream-dedup — producer-side deduplication for RabbitMQ Streams
 
 Usage:
+  stream-dedup audit <stream> [--json]          read the stream from its first message and report per
+                                                producer name: messages, duplicates (an id seen again),
+                                                gaps (missing id ranges), out-of-order ids, first/last id;
+                                                and the messages without identity
+  stream-dedup inspect <store-folder> [--json]  list a LevelDB store: producers (ids, outbox), verifying
+                                                consumers (committed offsets) and verifier scopes; needs
+                                                the store's lock, so stop the processes using it first
   stream-dedup demo [--kills N] [--per-run N]   publish, get SIGKILLed mid-way, restart, recover,
                                                 then audit the stream: 0 lost, 0 duplicated
   stream-dedup help
 
-The broker: RABBITMQ_HOST (127.0.0.1), RABBITMQ_STREAM_PORT (5552), RABBITMQ_USER / RABBITMQ_PASSWORD (guest).
-Exit codes: 0 ok, 1 the audit found a problem, 2 usage, 3 broker unreachable or refused, 4 store locked or corrupt.`;
+--json prints one JSON object on stdout (64-bit integers as decimal strings). Progress lines go to
+stderr, and only when it is a terminal.
+The broker: RABBITMQ_HOST (127.0.0.1), RABBITMQ_STREAM_PORT (5552), RABBITMQ_USER / RABBITMQ_PASSWORD (guest),
+RABBITMQ_VHOST (/).
+Exit codes: 0 ok; 1 the audit found a problem: duplicates, gaps or ids out of order (each alone is
+enough; messages without identity are reported but do not fail it); 2 usage; 3 broker unreachable
+or refused (for example the stream does not exist); 4 store locked, corrupt or missing.`;
 
 /** The command that starts this CLI again (under tsx when running from source). */
 function selfCommand(): string[] {
@@ -25,6 +45,10 @@ function selfCommand(): string[] {
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   switch (command) {
+    case 'audit':
+      return audit(rest);
+    case 'inspect':
+      return inspect(rest);
     case 'demo': {
       const { values } = parseArgs({
         args: rest,
@@ -79,6 +103,7 @@ async function main(argv: string[]): Promise<number> {
           durability: { type: 'string', default: 'outbox' },
           concurrency: { type: 'string', default: '64' },
           transport: { type: 'string', default: 'stream' },
+          keyed: { type: 'boolean', default: false },
         },
       });
       await produce({
@@ -91,6 +116,7 @@ async function main(argv: string[]): Promise<number> {
         durability: values.durability === 'reserve' ? 'reserve' : 'outbox',
         concurrency: Number(values.concurrency),
         transport: values.transport === 'amqp' ? 'amqp' : 'stream',
+        keyed: values.keyed === true,
       });
       return 0;
     }
@@ -103,6 +129,123 @@ async function main(argv: string[]): Promise<number> {
       console.error(`unknown command ${command}\n\n${USAGE}`);
       return 2;
   }
+}
+
+/**
+ * Parses `<command> <what> [--json] [--help]`: the positional and the flag, `'help'`, or
+ * `undefined` after a usage error (printed on stderr).
+ */
+function parseCommand(
+  command: string,
+  args: string[],
+  what: string,
+): { readonly target: string; readonly json: boolean } | 'help' | undefined {
+  const usage = `usage: stream-dedup ${command} <${what}> [--json]   (stream-dedup help for more)`;
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args,
+      options: { json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+      strict: true,
+    });
+  } catch (err) {
+    console.error(`${command}: ${(err as Error).message}\n${usage}`);
+    return undefined;
+  }
+  if (parsed.values.help === true) return 'help';
+  const [target, ...extra] = parsed.positionals;
+  if (target === undefined || target.length === 0 || extra.length > 0) {
+    console.error(`${command}: expects exactly one argument, <${what}>\n${usage}`);
+    return undefined;
+  }
+  return { target, json: parsed.values.json };
+}
+
+async function audit(args: string[]): Promise<number> {
+  const parsed = parseCommand('audit', args, 'stream');
+  if (parsed === 'help') return help();
+  if (parsed === undefined) return 2;
+  const { target: stream, json } = parsed;
+  const progress = progressReporter();
+  const connection = connectionFromEnv();
+  progress(`audit: reading stream "${stream}" from ${connection.hostname}:${connection.port} …`);
+  const started = performance.now();
+  let records;
+  try {
+    records = await readStreamToEnd(connection, stream);
+  } catch (err) {
+    return reportError(err);
+  }
+  progress(
+    `audit: read ${plural(records.length, 'message')} in ${((performance.now() - started) / 1000).toFixed(1)} s`,
+  );
+  const report = auditRecords(records);
+  console.log(json ? formatAuditJson(stream, report) : formatAuditReport(stream, report));
+  return auditExitCode(report);
+}
+
+async function inspect(args: string[]): Promise<number> {
+  const parsed = parseCommand('inspect', args, 'store-folder');
+  if (parsed === 'help') return help();
+  if (parsed === undefined) return 2;
+  const { target: path, json } = parsed;
+  // DedupStore.open creates a missing store: refuse first, so a typo does not leave a new one behind.
+  if (!existsSync(path)) {
+    console.error(`error: no store at ${path}: the folder does not exist`);
+    return 4;
+  }
+  if (!statSync(path).isDirectory()) {
+    console.error(`error: no store at ${path}: it is not a folder`);
+    return 4;
+  }
+  if (!existsSync(join(path, 'CURRENT'))) {
+    console.error(`error: ${path} is not a stream-dedup store (no LevelDB CURRENT file in it)`);
+    return 4;
+  }
+  const progress = progressReporter();
+  progress(`inspect: opening store ${path} …`);
+  let store: DedupStore;
+  try {
+    store = await DedupStore.open(path);
+  } catch (err) {
+    if (err instanceof DedupError && err.code === 'DEDUP_STORE_LOCKED') {
+      console.error(
+        `error: DEDUP_STORE_LOCKED: store ${path} is locked by another process (a publisher or consumer ` +
+          `using it); inspect it once that process has closed the store`,
+      );
+      return 4;
+    }
+    return reportError(err);
+  }
+  try {
+    const inspection = await inspectStore(store);
+    console.log(json ? formatInspectionJson(path, inspection) : formatInspection(path, inspection));
+    return 0;
+  } catch (err) {
+    // LevelDB's own read errors (I/O, corruption) are store problems too.
+    return reportError(
+      err instanceof DedupError
+        ? err
+        : new DedupError('DEDUP_STORE_CORRUPT', `store ${path} cannot be read: ${String(err)}`, {
+            cause: err,
+          }),
+    );
+  } finally {
+    await store.close();
+  }
+}
+
+function help(): number {
+  console.log(USAGE);
+  return 0;
+}
+
+/** One line on stderr, not a stack trace, for the errors users meet; returns the exit code. */
+function reportError(err: unknown): number {
+  if (!(err instanceof DedupError)) throw err;
+  console.error(`error: ${err.code}: ${err.message.replace(/\s*\n\s*/g, ' ')}`);
+  return exitCodeOf(err);
 }
 
 function exitCodeOf(err: unknown): number {

@@ -391,6 +391,8 @@ export async function readStreamToEnd(
     let last: bigint;
     try {
       last = (await client.streamStatsRequest(stream)).committedChunkId;
+      // An empty stream answers -1: nothing will ever arrive.
+      if (last < 0n) return [];
     } catch (err) {
       const text = errorText(err);
       // An existing stream without a committed chunk answers "no offset": it is empty.

@@ -1,0 +1,326 @@
+/**
+ * `stream-dedup audit`: what a stream's messages say about their producers. The analysis is pure
+ * (records in, report out) so it is tested without a broker; `main.ts` reads the stream.
+ */
+import { readIdentity } from '../identity/headers.js';
+import type { IdRange } from '../verifier/types.js';
+import { formatTable, plural, printable, toJson } from './output.js';
+
+/** One message of the stream, as `readStreamToEnd` returns it (the body is not needed). */
+export interface AuditRecord {
+  readonly offset: bigint;
+  readonly applicationProperties?: Readonly<Record<string, unknown>> | undefined;
+  readonly messageAnnotations?: Readonly<Record<string, unknown>> | undefined;
+}
+
+/** Options of {@link auditRecords}. */
+export interface AuditOptions {
+  /** How many examples of each problem (duplicates, gap ranges, …) the report keeps. @defaultValue 10 */
+  readonly maxSamples?: number;
+}
+
+/** A message whose (producer, ID) was already in the stream. */
+export interface DuplicateSample {
+  readonly publishingId: bigint;
+  /** The offset of this copy. */
+  readonly offset: bigint;
+  /** The offset of the first copy. */
+  readonly firstOffset: bigint;
+}
+
+/** A message with a new ID below the highest ID its producer had before it in the stream. */
+export interface OutOfOrderSample {
+  readonly publishingId: bigint;
+  readonly offset: bigint;
+  /** The highest ID of the producer before this message. */
+  readonly previousMaxId: bigint;
+}
+
+/** What the stream says about one producer name. */
+export interface ProducerAudit {
+  readonly producerName: string;
+  /** Messages stamped with this producer name, copies included. */
+  readonly messages: number;
+  /** Distinct publishing IDs. */
+  readonly distinctIds: number;
+  /** The lowest publishing ID seen. */
+  readonly firstId: bigint;
+  /** The highest publishing ID seen. */
+  readonly lastId: bigint;
+  /** The offsets of the producer's first and last message in the stream. */
+  readonly firstOffset: bigint;
+  readonly lastOffset: bigint;
+  /** Extra copies: messages whose ID this producer already had earlier in the stream. */
+  readonly duplicates: number;
+  readonly duplicateSamples: readonly DuplicateSample[];
+  /** IDs between {@link ProducerAudit.firstId} and {@link ProducerAudit.lastId} that never appear. */
+  readonly missingIds: bigint;
+  /** How many runs of missing IDs there are. */
+  readonly gaps: number;
+  /** The first runs of missing IDs, ascending. */
+  readonly gapRanges: readonly IdRange[];
+  /**
+   * Messages with a new ID lower than the producer's highest ID before them. A repeat of an
+   * earlier ID counts as a duplicate only, never also here.
+   */
+  readonly outOfOrder: number;
+  readonly outOfOrderSamples: readonly OutOfOrderSample[];
+}
+
+/** Messages that carry no stream-dedup identity, or a malformed one. */
+export interface UnidentifiedAudit {
+  /** `missing` plus `malformed`. */
+  readonly count: number;
+  /** Neither `x-dedup-producer` nor `x-dedup-id`. */
+  readonly missing: number;
+  /** One of them absent, or a value of the wrong type or form. */
+  readonly malformed: number;
+  readonly samples: ReadonlyArray<{ readonly offset: bigint; readonly reason: string }>;
+}
+
+/** What {@link auditRecords} found. */
+export interface AuditReport {
+  /** Every message read. */
+  readonly messages: number;
+  /** Per producer name, sorted by name. */
+  readonly producers: readonly ProducerAudit[];
+  readonly unidentified: UnidentifiedAudit;
+  /** Sums over the producers. */
+  readonly duplicates: number;
+  readonly missingIds: bigint;
+  readonly gaps: number;
+  readonly outOfOrder: number;
+  /** No duplicates, no gaps and nothing out of order. Messages without identity do not count. */
+  readonly ok: boolean;
+}
+
+interface ProducerAcc {
+  messages: number;
+  /** First offset of every ID, in stream order of first appearance. */
+  readonly firstOffsets: Map<bigint, bigint>;
+  maxId: bigint;
+  minId: bigint;
+  firstOffset: bigint;
+  lastOffset: bigint;
+  duplicates: number;
+  readonly duplicateSamples: DuplicateSample[];
+  outOfOrder: number;
+  readonly outOfOrderSamples: OutOfOrderSample[];
+}
+
+/**
+ * Audits a stream's messages, in stream order: per producer name (from the `x-dedup-producer`
+ * and `x-dedup-id` stamps, read as `readIdentity(applicationProperties, messageAnnotations)`)
+ * the duplicates, the gaps between the lowest and the highest ID, and the messages out of order.
+ * Pure and synchronous.
+ *
+ * @example
+ * ```ts
+ * const report = auditRecords(await readStreamToEnd(connection, 'orders'));
+ * if (!report.ok) console.error(formatAuditReport('orders', report));
+ * ```
+ */
+export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptions = {}): AuditReport {
+  const maxSamples = options.maxSamples ?? 10;
+  if (!Number.isInteger(maxSamples) || maxSamples < 0) {
+    throw new RangeError(`maxSamples must be an integer ≥ 0, got ${maxSamples}`);
+  }
+  const producers = new Map<string, ProducerAcc>();
+  let messages = 0;
+  let missing = 0;
+  let malformed = 0;
+  const unidentifiedSamples: Array<{ offset: bigint; reason: string }> = [];
+  for (const record of records) {
+    messages++;
+    const reading = readIdentity(record.applicationProperties, record.messageAnnotations);
+    if (reading.kind !== 'ok') {
+      if (reading.kind === 'missing') missing++;
+      else malformed++;
+      if (unidentifiedSamples.length < maxSamples) {
+        unidentifiedSamples.push({
+          offset: record.offset,
+          reason: reading.kind === 'missing' ? 'no identity headers' : reading.reason,
+        });
+      }
+      continue;
+    }
+    const { producerName, publishingId: id } = reading.identity;
+    let p = producers.get(producerName);
+    if (p === undefined) {
+      p = {
+        messages: 0,
+        firstOffsets: new Map(),
+        maxId: id,
+        minId: id,
+        firstOffset: record.offset,
+        lastOffset: record.offset,
+        duplicates: 0,
+        duplicateSamples: [],
+        outOfOrder: 0,
+        outOfOrderSamples: [],
+      };
+      producers.set(producerName, p);
+    }
+    p.messages++;
+    p.lastOffset = record.offset;
+    const firstOffset = p.firstOffsets.get(id);
+    if (firstOffset !== undefined) {
+      p.duplicates++;
+      if (p.duplicateSamples.length < maxSamples) {
+        p.duplicateSamples.push({ publishingId: id, offset: record.offset, firstOffset });
+      }
+      continue;
+    }
+    p.firstOffsets.set(id, record.offset);
+    if (id < p.maxId) {
+      p.outOfOrder++;
+      if (p.outOfOrderSamples.length < maxSamples) {
+        p.outOfOrderSamples.push({ publishingId: id, offset: record.offset, previousMaxId: p.maxId });
+      }
+    }
+    if (id > p.maxId) p.maxId = id;
+    if (id < p.minId) p.minId = id;
+  }
+
+  const audits: ProducerAudit[] = [];
+  for (const [producerName, p] of producers) {
+    // First appearances are in ID order unless something arrived out of order.
+    const ids = [...p.firstOffsets.keys()];
+    if (p.outOfOrder > 0) ids.sort(compareBigInt);
+    let missingIds = 0n;
+    let gaps = 0;
+    const gapRanges: IdRange[] = [];
+    for (let i = 1; i < ids.length; i++) {
+      const previous = ids[i - 1]!;
+      const id = ids[i]!;
+      if (id > previous + 1n) {
+        missingIds += id - previous - 1n;
+        gaps++;
+        if (gapRanges.length < maxSamples) gapRanges.push({ from: previous + 1n, to: id - 1n });
+      }
+    }
+    audits.push({
+      producerName,
+      messages: p.messages,
+      distinctIds: ids.length,
+      firstId: p.minId,
+      lastId: p.maxId,
+      firstOffset: p.firstOffset,
+      lastOffset: p.lastOffset,
+      duplicates: p.duplicates,
+      duplicateSamples: p.duplicateSamples,
+      missingIds,
+      gaps,
+      gapRanges,
+      outOfOrder: p.outOfOrder,
+      outOfOrderSamples: p.outOfOrderSamples,
+    });
+  }
+  audits.sort((a, b) => (a.producerName < b.producerName ? -1 : a.producerName > b.producerName ? 1 : 0));
+  const duplicates = sum(audits.map((a) => a.duplicates));
+  const gaps = sum(audits.map((a) => a.gaps));
+  const outOfOrder = sum(audits.map((a) => a.outOfOrder));
+  const missingIds = audits.reduce((s, a) => s + a.missingIds, 0n);
+  return {
+    messages,
+    producers: audits,
+    unidentified: { count: missing + malformed, missing, malformed, samples: unidentifiedSamples },
+    duplicates,
+    missingIds,
+    gaps,
+    outOfOrder,
+    ok: duplicates === 0 && gaps === 0 && outOfOrder === 0,
+  };
+}
+
+/** The CLI's exit code for a report: 0 when clean, 1 for duplicates, gaps or messages out of order. */
+export function auditExitCode(report: AuditReport): 0 | 1 {
+  return report.ok ? 0 : 1;
+}
+
+/** The `--json` output: one object, bigints as decimal strings. */
+export function formatAuditJson(stream: string, report: AuditReport): string {
+  return toJson({ stream, ...report });
+}
+
+/** The human-readable report: a summary line, a table per producer, the problems, a verdict. */
+export function formatAuditReport(stream: string, report: AuditReport): string {
+  const lines: string[] = [];
+  lines.push(
+    `stream ${JSON.stringify(stream)}: ${plural(report.messages, 'message')}, ` +
+      `${plural(report.producers.length, 'producer')}, ${report.unidentified.count} without identity`,
+  );
+  if (report.producers.length > 0) {
+    lines.push('');
+    lines.push(
+      formatTable(
+        ['producer', 'messages', 'first id', 'last id', 'duplicates', 'missing ids', 'gaps', 'out of order'],
+        report.producers.map((p) => [
+          printable(p.producerName),
+          String(p.messages),
+          String(p.firstId),
+          String(p.lastId),
+          String(p.duplicates),
+          String(p.missingIds),
+          String(p.gaps),
+          String(p.outOfOrder),
+        ]),
+        ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+      ),
+    );
+  }
+  const details: string[] = [];
+  for (const p of report.producers) {
+    const name = printable(p.producerName);
+    if (p.duplicates > 0) {
+      const shown = p.duplicateSamples.map(
+        (d) => `id ${d.publishingId} at offset ${d.offset} (first at ${d.firstOffset})`,
+      );
+      details.push(`${name}: ${plural(p.duplicates, 'duplicate')}: ${more(shown, p.duplicates)}`);
+    }
+    if (p.gaps > 0) {
+      const shown = p.gapRanges.map((r) => (r.from === r.to ? `${r.from}` : `${r.from}..${r.to}`));
+      details.push(
+        `${name}: ${plural(p.missingIds, 'missing id')} in ${plural(p.gaps, 'gap')}: ${more(shown, p.gaps)}`,
+      );
+    }
+    if (p.outOfOrder > 0) {
+      const shown = p.outOfOrderSamples.map(
+        (o) => `id ${o.publishingId} at offset ${o.offset} after ${o.previousMaxId}`,
+      );
+      details.push(`${name}: ${p.outOfOrder} out of order: ${more(shown, p.outOfOrder)}`);
+    }
+  }
+  const u = report.unidentified;
+  if (u.count > 0) {
+    const shown = u.samples.map((s) => `offset ${s.offset} (${s.reason})`);
+    details.push(
+      `${plural(u.count, 'message')} without identity (${u.missing} missing, ${u.malformed} malformed): ` +
+        more(shown, u.count),
+    );
+  }
+  if (details.length > 0) lines.push('', ...details);
+  lines.push('');
+  lines.push(
+    report.ok
+      ? 'audit: OK — no duplicates, no gaps, nothing out of order'
+      : `audit: FAILED — ${plural(report.duplicates, 'duplicate')}, ` +
+          `${plural(report.missingIds, 'missing id')} in ${plural(report.gaps, 'gap')}, ` +
+          `${report.outOfOrder} out of order`,
+  );
+  return lines.join('\n');
+}
+
+/** The samples, then how many more there are. */
+function more(shown: readonly string[], total: number): string {
+  const rest = total - shown.length;
+  return shown.join(', ') + (rest > 0 ? `${shown.length > 0 ? ', ' : ''}… ${rest} more` : '');
+}
+
+function compareBigInt(a: bigint, b: bigint): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function sum(xs: readonly number[]): number {
+  return xs.reduce((s, x) => s + x, 0);
+}
