@@ -222,24 +222,32 @@ export class VerifyingConsumerCore {
         ? await DedupStore.open(options.store, { sync: options.sync ?? false })
         : undefined;
     const store = owned ?? (options.store as DedupStore);
+    let release: (() => void) | undefined;
+    let core: VerifyingConsumerCore | undefined;
     try {
-      const release = store.claimConsumer(options.consumerName);
+      release = store.claimConsumer(options.consumerName);
       const raw = await store.db.get(consumerPrefix('c', options.consumerName) + '/offset');
       const committed = raw === undefined ? undefined : decodeOffset(raw);
-      const core = new VerifyingConsumerCore(store.db, store.sync, owned, release, options, committed);
+      core = new VerifyingConsumerCore(store.db, store.sync, owned, release, options, committed);
+      const ttl = options.scopeTtlMs ?? 0;
+      if (ttl > 0) await core.evictIdle(Date.now());
       core.#unobserve = observeVerifier(core.stats, options.consumerName);
+      if (ttl > 0) {
+        const opened = core;
+        core.#ttlTimer = setInterval(
+          () => void opened.evictIdle(Date.now()).catch(() => undefined),
+          3_600_000,
+        );
+        core.#ttlTimer.unref();
+      }
       (options.logger ?? silentLogger).info(
         { consumer: options.consumerName, resumeOffset: core.resumeOffset?.toString() },
         'stream-dedup: verifying consumer open',
       );
-      const ttl = options.scopeTtlMs ?? 0;
-      if (ttl > 0) {
-        await core.evictIdle(Date.now());
-        core.#ttlTimer = setInterval(() => void core.evictIdle(Date.now()).catch(() => undefined), 3_600_000);
-        core.#ttlTimer.unref();
-      }
       return core;
     } catch (err) {
+      // A failed open gives the name back, so the next try reports the real error again.
+      release?.();
       await owned?.close();
       throw err;
     }

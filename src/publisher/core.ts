@@ -138,6 +138,8 @@ export class DedupPublisherCore {
   #pruneTimer: NodeJS.Timeout | undefined;
   readonly #keyRetention: { readonly maxKeys: number; readonly maxAgeMs: number };
   #pumping = false;
+  /** Messages of the group commit being written: in neither #batch nor #pending meanwhile. */
+  #committingCount = 0;
   #pumpScheduled = false;
   #resendAll = false;
   #epoch = 0;
@@ -307,7 +309,13 @@ export class DedupPublisherCore {
 
   /** Messages accepted and not yet confirmed. */
   get inFlight(): number {
-    return this.#waiting.length - this.#waitingHead + this.#batch.length + this.#pending.size;
+    return (
+      this.#waiting.length -
+      this.#waitingHead +
+      this.#batch.length +
+      this.#committingCount +
+      this.#pending.size
+    );
   }
 
   /** True after `close()` or a fatal error. */
@@ -600,21 +608,26 @@ export class DedupPublisherCore {
           await this.#state.pruneKeys((record) => !this.#retained(record)).catch(() => undefined);
           continue;
         }
+        // Once close() stopped waiting, nothing new is written or sent.
+        if (this.#status === 'closing') break;
         if (this.#batch.length === 0 && this.#segmentsToDelete.length === 0) break;
         const batch =
           this.#batch.length <= this.#opts.maxBatch ? this.#batch : this.#batch.slice(0, this.#opts.maxBatch);
         this.#batch = batch === this.#batch ? [] : this.#batch.slice(batch.length);
+        this.#committingCount = batch.length;
         try {
           await this.#commit(batch);
         } catch (err) {
+          this.#committingCount = 0;
           this.#fail(asDedupError(err, 'DEDUP_STORE_CORRUPT', 'writing the store failed'), batch);
           break;
         }
+        this.#committingCount = 0;
         for (const e of batch) this.#pending.push(e);
         // After a reconnect the whole pending set (this batch included) goes out first, in ID
         // order: publishing this batch ahead of older re-sends would make the broker drop them.
-        if (batch.length > 0 && this.#status !== 'reconnecting' && !this.#resendAll)
-          await this.#publish(batch);
+        // A publisher closing meanwhile keeps the batch in the outbox and sends nothing more.
+        if (batch.length > 0 && this.#status === 'open' && !this.#resendAll) await this.#publish(batch);
         this.#refill();
       }
     } finally {
@@ -645,6 +658,15 @@ export class DedupPublisherCore {
       const meta: ProducerMeta = { idMode: this.idMode, lastId: last, reservedUpTo: this.#reservedUpTo };
       await this.#state.commit({ meta, segment: batch, deleteSegments, keys });
       this.#lastDurable = last;
+    } else if (this.idMode === 'explicit') {
+      // The caller chose the IDs: there is nothing to reserve, only the last accepted ID to keep.
+      if (last > this.#lastDurable || deleteSegments.length > 0) {
+        await this.#state.commit({
+          meta: { idMode: this.idMode, lastId: last, reservedUpTo: 0n },
+          deleteSegments,
+        });
+        this.#lastDurable = last;
+      }
     } else if (
       last > this.#reservedUpTo ||
       deleteSegments.length > 0 ||
@@ -909,15 +931,43 @@ export class DedupPublisherCore {
     clearInterval(this.#watchTimer);
     clearInterval(this.#pruneTimer);
     this.#unobserve();
-    const closedError = new DedupError(
-      'DEDUP_PUBLISHER_CLOSED',
-      `publisher "${this.producerName}" closed before the broker confirmed this message; it stays in the outbox ` +
-        `and is re-sent by the next open() of this producer`,
-    );
-    for (const e of [...this.#takeWaiting(), ...this.#batch.splice(0), ...this.#pending.values()]) {
-      this.#settle(e, this.#fatal ?? closedError);
-    }
+    // A group commit being written finishes first: its messages are then in the outbox.
     while (this.#pumping) await new Promise<void>((resolve) => this.#idle.push(resolve));
+    const unwritten = new DedupError(
+      'DEDUP_PUBLISHER_CLOSED',
+      `publisher "${this.producerName}" closed before this message was written or sent: nothing was sent, ` +
+        `and nothing will re-send it`,
+    );
+    const unconfirmed = new DedupError(
+      'DEDUP_PUBLISHER_CLOSED',
+      this.durability === 'outbox'
+        ? `publisher "${this.producerName}" closed before the broker confirmed this message; it stays in the ` +
+            `outbox and is re-sent with its ID by the next open() of this producer`
+        : `publisher "${this.producerName}" closed before the broker confirmed this message; with reserve ` +
+            `durability it is not re-sent: it may or may not be in the stream`,
+    );
+    let unsent = [...this.#batch.splice(0), ...this.#takeWaiting()];
+    if (unsent.length > 0 && this.durability === 'outbox' && this.#fatal === undefined) {
+      // Accepted sends are not dropped: one last group commit puts them in the outbox, and the
+      // next open() sends them.
+      try {
+        await this.#commit(unsent);
+        for (const e of unsent) this.#pending.push(e);
+        unsent = [];
+      } catch {
+        // Not written: they are reported as never sent.
+      }
+    }
+    for (const e of unsent) {
+      const error = this.#fatal ?? unwritten;
+      e.keyDone?.reject(error);
+      this.#settle(e, error);
+    }
+    for (const e of this.#pending.values()) {
+      const error = this.#fatal ?? unconfirmed;
+      e.keyDone?.reject(error);
+      this.#settle(e, error);
+    }
     // Delete segments confirmed since the last commit, so the next open re-sends less.
     if (this.#segmentsToDelete.length > 0 && this.durability === 'outbox') {
       await this.#commit([]).catch(() => undefined);

@@ -1,0 +1,335 @@
+import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../../src/publisher/types.js';
+import { ModelBroker } from '../../test/support/model-broker.js';
+import { never } from './disk.js';
+
+/** A message on its way to the broker. */
+export interface WireMessage {
+  readonly stream: string;
+  readonly producerName: string;
+  readonly publishingId: bigint;
+  readonly body: string;
+}
+
+/** What a connection is: live (both ways), a zombie (frames still in the broker's buffers) or gone. */
+export type ConnectionState = 'live' | 'zombie' | 'gone';
+
+/** Observation hooks, for tests that hand every step to `fc.scheduler`. */
+export interface ConnectionHooks {
+  /** Messages were queued on the wire. */
+  readonly onQueued?: (connection: Connection, count: number) => void;
+  /** The broker queued a confirm for the client. */
+  readonly onConfirmQueued?: (connection: Connection, publishingId: bigint) => void;
+}
+
+/**
+ * One TCP connection of the fault-injecting channel. Messages reach the broker in the order they
+ * were written (TCP), when the test says so (`deliver`): delay is the default. The broker answers
+ * each delivered message with a confirm, stored or not; confirms reach the client in any order the
+ * test picks (`confirm`), which the broker allows. A cut loses everything in flight, or leaves a
+ * zombie whose written frames the broker may still read later (a half-open connection); a zombie's
+ * confirms go nowhere.
+ */
+export class Connection {
+  readonly id: number;
+  state: ConnectionState = 'live';
+  /** Written, not yet read by the broker (in order). */
+  readonly outbound: WireMessage[] = [];
+  /** Confirms the broker sent, not yet read by the client (the test picks the order). */
+  readonly inbound: bigint[] = [];
+  /** Messages the broker read from this connection, in order. */
+  readonly delivered: WireMessage[] = [];
+  /** Confirms the client read. */
+  readonly confirmed: bigint[] = [];
+  /** Messages written, in write order (what the publisher put on this wire). */
+  readonly written: WireMessage[] = [];
+  readonly #network: SimNetwork;
+  #handlers: TransportHandlers | undefined;
+  readonly #hooks: ConnectionHooks;
+
+  constructor(network: SimNetwork, id: number, handlers: TransportHandlers, hooks: ConnectionHooks) {
+    this.#network = network;
+    this.id = id;
+    this.#handlers = handlers;
+    this.#hooks = hooks;
+  }
+
+  /** Puts messages on the wire. */
+  write(messages: readonly WireMessage[]): void {
+    this.outbound.push(...messages);
+    this.written.push(...messages);
+    this.#network.activity++;
+    this.#hooks.onQueued?.(this, messages.length);
+  }
+
+  /** The broker reads up to `count` messages, in order; returns how many. */
+  deliver(count = Number.POSITIVE_INFINITY): number {
+    if (this.state === 'gone' || !this.#network.brokerUp) return 0;
+    let n = 0;
+    while (n < count && this.outbound.length > 0) {
+      this.#brokerRead(this.outbound.shift()!);
+      n++;
+    }
+    return n;
+  }
+
+  /** The broker reads the last message it read from this connection once more (a replayed frame). */
+  duplicateLast(): boolean {
+    const last = this.delivered[this.delivered.length - 1];
+    if (last === undefined || this.state === 'gone' || !this.#network.brokerUp) return false;
+    this.#brokerRead(last);
+    return true;
+  }
+
+  /** The client reads the confirm at `index` (modulo the queue), then up to `count - 1` after it. */
+  confirm(index: number, count = 1): number {
+    if (this.state !== 'live' || this.inbound.length === 0) return 0;
+    const start = index % this.inbound.length;
+    const ids = this.inbound.splice(start, Math.min(count, this.inbound.length - start));
+    this.#read(ids);
+    return ids.length;
+  }
+
+  /** The client reads the confirm for `publishingId`, if the broker sent it. */
+  confirmId(publishingId: bigint): boolean {
+    const i = this.inbound.indexOf(publishingId);
+    if (this.state !== 'live' || i < 0) return false;
+    this.inbound.splice(i, 1);
+    this.#read([publishingId]);
+    return true;
+  }
+
+  /** The client reads every confirm, in reverse or in broker order. */
+  confirmAll(reverse = false): number {
+    if (this.state !== 'live') return 0;
+    const ids = this.inbound.splice(0);
+    this.#read(reverse ? ids.reverse() : ids);
+    return ids.length;
+  }
+
+  /** The client reads a confirm it already read (a duplicated frame). */
+  duplicateConfirm(index: number): boolean {
+    if (this.state !== 'live' || this.confirmed.length === 0) return false;
+    this.#read([this.confirmed[index % this.confirmed.length]!]);
+    return true;
+  }
+
+  /**
+   * Ends the connection. `zombie`: the frames already written may still reach the broker; otherwise
+   * they are lost. Confirms in flight are lost either way. `notify` tells the client.
+   */
+  cut(zombie: boolean, notify: boolean): void {
+    if (this.state !== 'live') return;
+    this.state = zombie && this.outbound.length > 0 ? 'zombie' : 'gone';
+    if (this.state === 'gone') this.outbound.length = 0;
+    else this.#network.zombies.push(this);
+    this.inbound.length = 0;
+    const handlers = this.#handlers;
+    this.#handlers = undefined;
+    this.#network.activity++;
+    if (notify) handlers?.disconnected(new Error(`simulated connection ${this.id} cut`));
+  }
+
+  /** The broker restarted: nothing in flight survives. */
+  drop(): void {
+    this.state = 'gone';
+    this.outbound.length = 0;
+    this.inbound.length = 0;
+    this.#handlers = undefined;
+  }
+
+  #brokerRead(m: WireMessage): void {
+    this.#network.broker.publish(m.stream, m.producerName, m.publishingId, m.body);
+    this.delivered.push(m);
+    this.#network.activity++;
+    if (this.state !== 'live') return;
+    this.inbound.push(m.publishingId);
+    this.#hooks.onConfirmQueued?.(this, m.publishingId);
+  }
+
+  #read(ids: bigint[]): void {
+    if (ids.length === 0) return;
+    this.confirmed.push(...ids);
+    this.#network.activity++;
+    this.#handlers?.confirmed(ids);
+  }
+}
+
+/**
+ * The broker (a {@link ModelBroker}) and the connections to it. A broker restart drops every
+ * connection and everything in flight; the broker keeps its stored messages and the per-name
+ * highest IDs. While it is down, nothing is delivered and nobody connects.
+ */
+export class SimNetwork {
+  readonly broker: ModelBroker;
+  brokerUp = true;
+  /** Cut connections whose written frames the broker may still read. */
+  zombies: Connection[] = [];
+  /** Incremented on every event (progress detection). */
+  activity = 0;
+  #nextId = 1;
+  readonly #transports = new Set<SimTransport>();
+
+  constructor(broker: ModelBroker = new ModelBroker()) {
+    this.broker = broker;
+  }
+
+  /** A transport for one process life of one producer. */
+  transport(stream: string, producerName: string, hooks: ConnectionHooks = {}): SimTransport {
+    const t = new SimTransport(this, stream, producerName, hooks);
+    this.#transports.add(t);
+    return t;
+  }
+
+  /** @internal */
+  connection(handlers: TransportHandlers, hooks: ConnectionHooks): Connection {
+    return new Connection(this, this.#nextId++, handlers, hooks);
+  }
+
+  /** @internal */
+  forget(t: SimTransport): void {
+    this.#transports.delete(t);
+  }
+
+  /** The broker goes down: every connection and every frame in flight is lost. */
+  stopBroker(): void {
+    this.brokerUp = false;
+    for (const z of this.zombies) z.drop();
+    this.zombies = [];
+    for (const t of this.#transports) t.connection?.cut(false, true);
+    this.activity++;
+  }
+
+  /** The broker is back (with its stored messages and per-name highest IDs). */
+  startBroker(): void {
+    this.brokerUp = true;
+    this.activity++;
+  }
+
+  /** The broker reads up to `count` frames a cut connection had written; returns how many. */
+  deliverZombie(index: number, count = Number.POSITIVE_INFINITY): number {
+    if (this.zombies.length === 0) return 0;
+    const z = this.zombies[index % this.zombies.length]!;
+    const n = z.deliver(count);
+    if (z.outbound.length === 0) this.zombies = this.zombies.filter((c) => c !== z);
+    return n;
+  }
+}
+
+/** How a {@link SimTransport} answers `connect()` after its first. */
+export type ConnectPolicy = 'immediate' | 'manual';
+
+/**
+ * The transport of one process life over a {@link SimNetwork}. The first `connect()` (inside
+ * `open()`) answers at once: with the broker's last ID, or a refusal while the broker is down.
+ * Later ones (reconnects) wait for {@link SimTransport.acceptConnect} under the `manual` policy, so
+ * the test decides when the network comes back. `kill()` is the process dying: nothing reaches
+ * the dead core any more, and anything it calls never settles.
+ */
+export class SimTransport implements PublishTransport {
+  readonly target: string;
+  readonly producerName: string;
+  readonly maxMessageBytes = 1_000_000;
+  connectPolicy: ConnectPolicy = 'manual';
+  connection: Connection | undefined;
+  readonly connections: Connection[] = [];
+  connects = 0;
+  isDead = false;
+  isClosed = false;
+  readonly #network: SimNetwork;
+  readonly #hooks: ConnectionHooks;
+  #pending: { handlers: TransportHandlers; resolve: (id: bigint) => void } | undefined;
+  #attemptWaiters: Array<() => void> = [];
+
+  constructor(network: SimNetwork, stream: string, producerName: string, hooks: ConnectionHooks) {
+    this.#network = network;
+    this.target = stream;
+    this.producerName = producerName;
+    this.#hooks = hooks;
+  }
+
+  /** True while the core waits for a reconnect to be accepted. */
+  get hasPendingConnect(): boolean {
+    return this.#pending !== undefined;
+  }
+
+  connect(handlers: TransportHandlers): Promise<bigint> {
+    if (this.isDead || this.isClosed) return never();
+    this.#network.activity++;
+    if (this.connects === 0 || this.connectPolicy === 'immediate') {
+      if (!this.#network.brokerUp) return Promise.reject(new Error('simulated broker is down'));
+      return Promise.resolve(this.#establish(handlers));
+    }
+    return new Promise<bigint>((resolve) => {
+      this.#pending = { handlers, resolve };
+      for (const wake of this.#attemptWaiters.splice(0)) wake();
+    });
+  }
+
+  /** Resolves once the core is waiting in `connect()` (at once if it already is). */
+  connectAttempt(): Promise<void> {
+    if (this.#pending !== undefined) return Promise.resolve();
+    return new Promise<void>((resolve) => this.#attemptWaiters.push(resolve));
+  }
+
+  /** Lets the waiting reconnect through (the broker must be up). */
+  acceptConnect(): void {
+    const pending = this.#pending;
+    if (pending === undefined || !this.#network.brokerUp || this.isDead || this.isClosed) return;
+    this.#pending = undefined;
+    pending.resolve(this.#establish(pending.handlers));
+  }
+
+  publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    if (this.isDead) return never();
+    const c = this.connection;
+    if (c === undefined || c.state !== 'live') return Promise.reject(new Error('simulated: not connected'));
+    c.write(
+      messages.map((m) => ({
+        stream: this.target,
+        producerName: this.producerName,
+        publishingId: m.publishingId,
+        body: Buffer.from(m.body).toString(),
+      })),
+    );
+    return Promise.resolve();
+  }
+
+  queryLastId(): Promise<bigint> {
+    if (this.isDead) return never();
+    if (!this.#network.brokerUp) return Promise.reject(new Error('simulated broker is down'));
+    return Promise.resolve(this.#network.broker.lastId(this.target, this.producerName));
+  }
+
+  /** Cuts the live connection and tells the core. */
+  cut(zombie: boolean): void {
+    this.connection?.cut(zombie, true);
+  }
+
+  /** The process died: frames written may still reach the broker (`zombie`); nothing reaches the core. */
+  kill(zombie: boolean): void {
+    this.isDead = true;
+    this.#pending = undefined;
+    this.connection?.cut(zombie, false);
+    this.#network.forget(this);
+  }
+
+  /** A graceful close: what was written may still arrive; nothing more is read. */
+  close(): Promise<void> {
+    if (!this.isClosed) {
+      this.isClosed = true;
+      this.#pending = undefined;
+      this.connection?.cut(true, false);
+      this.#network.forget(this);
+    }
+    return Promise.resolve();
+  }
+
+  #establish(handlers: TransportHandlers): bigint {
+    this.connects++;
+    this.connection?.cut(false, false);
+    const c = this.#network.connection(handlers, this.#hooks);
+    this.connection = c;
+    this.connections.push(c);
+    return this.#network.broker.lastId(this.target, this.producerName);
+  }
+}
