@@ -2,7 +2,7 @@ import { DedupError } from '../errors.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
 import { assertProducerName } from '../identity/producer-name.js';
 import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
-import type { Headers, IdMode, KeyRecord, ProducerMeta } from '../store/codec.js';
+import type { Headers, IdMode, KeyEntry, KeyRecord, ProducerMeta } from '../store/codec.js';
 import { DedupStore, type ProducerState } from '../store/store.js';
 import { PendingQueue } from './pending.js';
 import { silentLogger, type Logger } from '../telemetry/logger.js';
@@ -124,17 +124,16 @@ export class DedupPublisherCore {
   /** Committed, waiting for the confirm, in ID order (Map keeps insertion order). */
   readonly #pending = new PendingQueue<Entry>();
   #segmentsToDelete: bigint[] = [];
-  /** Keys published (or being published) by this process and not yet confirmed. */
+  /**
+   * Keyed mode: every retained key and the ID it was first published with — the exact index,
+   * loaded from the store's key segments on open, written through one segment per group commit.
+   */
+  readonly #keys = new Map<string, KeyRecord>();
+  /** The key segments in the store, oldest first, for retention. */
+  readonly #keySegments: Array<{ firstId: bigint; lastId: bigint; newestMs: number }> = [];
+  #keySegmentsToDelete: bigint[] = [];
+  /** Keys published by this process and not yet confirmed: repeats wait for the confirm. */
   readonly #keysInFlight = new Map<string, Promise<bigint>>();
-  #lookups: Array<{
-    key: string;
-    resolve: (r: KeyRecord | undefined) => void;
-    reject: (e: unknown) => void;
-  }> = [];
-  #lookupScheduled = false;
-  /** Keyed sends, in call order, after their lookups. */
-  #keyChain: Promise<void> = Promise.resolve();
-  #pruneDue = false;
   #pruneTimer: NodeJS.Timeout | undefined;
   readonly #keyRetention: { readonly maxKeys: number; readonly maxAgeMs: number };
   #pumping = false;
@@ -167,7 +166,7 @@ export class DedupPublisherCore {
     this.#stampBytes = Buffer.byteLength(options.producerName) + 64;
     this.#log = options.logger ?? silentLogger;
     this.#keyRetention = {
-      maxKeys: positiveInt(options.keyRetention?.maxKeys, 1_000_000, 'keyRetention.maxKeys'),
+      maxKeys: positiveInt(options.keyRetention?.maxKeys, 100_000, 'keyRetention.maxKeys'),
       maxAgeMs: positiveInt(options.keyRetention?.maxAgeMs, 7 * 24 * 3_600_000, 'keyRetention.maxAgeMs'),
     };
     this.#state = state;
@@ -257,6 +256,7 @@ export class DedupPublisherCore {
         );
       }
       const outbox = loaded.segments.flatMap((s) => s.entries);
+      const keySegments = idMode === 'keyed' ? await state.loadKeySegments() : [];
       let publisher: DedupPublisherCore;
       if (brokerLast !== undefined && brokerLast > localLast) {
         if ((options.onBrokerAhead ?? 'error') === 'error') {
@@ -271,7 +271,7 @@ export class DedupPublisherCore {
         }
         publisher = core(brokerLast, 0, outbox.length, brokerLast);
         handlersTarget.core = publisher;
-        publisher.#epoch = 0;
+        publisher.#loadKeys(keySegments);
         // Their old IDs are at or below the broker's: re-send them as new messages above it.
         publisher.#segmentsToDelete.push(...loaded.segments.map((s) => s.firstId));
         for (const e of outbox) {
@@ -281,6 +281,7 @@ export class DedupPublisherCore {
       } else {
         publisher = core(brokerLast, outbox.length, 0, localLast);
         handlersTarget.core = publisher;
+        publisher.#loadKeys(keySegments);
         for (const s of loaded.segments) {
           const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
           for (const e of s.entries) {
@@ -299,6 +300,18 @@ export class DedupPublisherCore {
       await transport.close();
       await ownedStore?.close();
       throw err;
+    }
+  }
+
+  /** Fills the in-memory key index from the store's key segments (later ones win). */
+  #loadKeys(
+    segments: ReadonlyArray<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }>,
+  ): void {
+    for (const { firstId, entries } of segments) {
+      for (const e of entries)
+        this.#keys.set(e.key, { publishingId: e.publishingId, createdAtMs: e.createdAtMs });
+      const last = entries[entries.length - 1]!;
+      this.#keySegments.push({ firstId, lastId: last.publishingId, newestMs: last.createdAtMs });
     }
   }
 
@@ -407,8 +420,9 @@ export class DedupPublisherCore {
 
   /**
    * A keyed send: a key published before (and still retained) resolves with its original ID and
-   * `outcome: 'duplicate'`, publishing nothing; a new key is published under the next ID, and its
-   * record is written in the same group commit as the message.
+   * `outcome: 'duplicate'`, publishing nothing (once confirmed, if it is still in flight); a new
+   * key is published under the next ID, and its record is written in the same group commit as
+   * the message. The index is in memory: no read on the hot path.
    */
   #sendKeyed(
     body: Uint8Array,
@@ -416,49 +430,17 @@ export class DedupPublisherCore {
     key: string,
     signal: AbortSignal | undefined,
   ): Promise<SendResult> {
-    const inFlight = this.#keysInFlight.get(key);
-    if (inFlight !== undefined) {
+    const known = this.#keys.get(key);
+    if (known !== undefined && this.#retained(known)) {
       this.counters.keyDuplicates++;
-      return inFlight.then((publishingId) => ({ publishingId, outcome: 'duplicate' as const }));
+      const inFlight = this.#keysInFlight.get(key);
+      if (inFlight !== undefined) {
+        return inFlight.then((publishingId) => ({ publishingId, outcome: 'duplicate' as const }));
+      }
+      return Promise.resolve({ publishingId: known.publishingId, outcome: 'duplicate' });
     }
-    // Claimed now, synchronously: a second send of the key from here on waits for this one.
-    const keyDone = this.#keyInFlight(key);
-    const lookup = this.#lookupKey(key);
     return new Promise<SendResult>((resolve, reject) => {
-      // In call order, so IDs follow the order of send() calls.
-      this.#keyChain = this.#keyChain.then(async () => {
-        let found: KeyRecord | undefined;
-        try {
-          found = await lookup;
-        } catch (err) {
-          const error = asDedupError(
-            err,
-            'DEDUP_STORE_CORRUPT',
-            `looking up key ${JSON.stringify(key)} failed`,
-          );
-          keyDone.reject(error);
-          reject(error);
-          return;
-        }
-        if (found !== undefined && this.#retained(found)) {
-          this.counters.keyDuplicates++;
-          keyDone.resolve(found.publishingId);
-          resolve({ publishingId: found.publishingId, outcome: 'duplicate' });
-          return;
-        }
-        if (this.#fatal !== undefined || this.#closeRequested) {
-          const error =
-            this.#fatal ??
-            new DedupError(
-              'DEDUP_PUBLISHER_CLOSED',
-              `publisher "${this.producerName}" is closed; nothing was sent`,
-            );
-          keyDone.reject(error);
-          reject(error);
-          return;
-        }
-        this.#accept(body, headers, undefined, { resolve, reject }, signal, key, keyDone);
-      });
+      this.#accept(body, headers, undefined, { resolve, reject }, signal, key, this.#keyInFlight(key));
     });
   }
 
@@ -482,22 +464,11 @@ export class DedupPublisherCore {
     return done;
   }
 
-  /** Looks a key up in the store, batched: one getMany per tick. */
-  #lookupKey(key: string): Promise<KeyRecord | undefined> {
-    return new Promise((resolve, reject) => {
-      this.#lookups.push({ key, resolve, reject });
-      if (this.#lookupScheduled) return;
-      this.#lookupScheduled = true;
-      setImmediate(() => {
-        this.#lookupScheduled = false;
-        const batch = this.#lookups;
-        this.#lookups = [];
-        this.#state.lookupKeys(batch.map((b) => b.key)).then(
-          (records) => batch.forEach((b, i) => b.resolve(records[i])),
-          (err: unknown) => batch.forEach((b) => b.reject(err)),
-        );
-      });
-    });
+  /** A keyed message that will never be written (aborted, closed): its key is free again. */
+  #forgetKey(entry: Entry, error: Error): void {
+    if (entry.key === undefined) return;
+    if (this.#keys.get(entry.key)?.publishingId === entry.publishingId) this.#keys.delete(entry.key);
+    entry.keyDone?.reject(error);
   }
 
   /** Whether a key's record is inside the retention (by count of later IDs, and by age). */
@@ -506,6 +477,26 @@ export class DedupPublisherCore {
       this.#lastAssigned - record.publishingId < BigInt(this.#keyRetention.maxKeys) &&
       Date.now() - record.createdAtMs <= this.#keyRetention.maxAgeMs
     );
+  }
+
+  /** Drops key segments (and their keys) wholly past the retention; the deletes ride the next commit. */
+  #pruneKeys(): void {
+    const oldestKept = this.#lastAssigned - BigInt(this.#keyRetention.maxKeys);
+    const expiredBefore = Date.now() - this.#keyRetention.maxAgeMs;
+    let n = 0;
+    while (n < this.#keySegments.length) {
+      const seg = this.#keySegments[n]!;
+      if (seg.lastId > oldestKept && seg.newestMs >= expiredBefore) break;
+      this.#keySegmentsToDelete.push(seg.firstId);
+      n++;
+    }
+    if (n === 0) return;
+    const lastDropped = this.#keySegments[n - 1]!.lastId;
+    this.#keySegments.splice(0, n);
+    for (const [key, record] of this.#keys) {
+      if (record.publishingId <= lastDropped) this.#keys.delete(key);
+    }
+    this.#schedulePump();
   }
 
   /** Assigns the ID and queues the message (or parks it while there is no room). */
@@ -538,6 +529,7 @@ export class DedupPublisherCore {
       key,
       keyDone,
     };
+    if (key !== undefined) this.#keys.set(key, { publishingId, createdAtMs: Date.now() });
     if (signal !== undefined) {
       entry.signal = signal;
       entry.onAbort = () => this.#abort(entry);
@@ -557,7 +549,7 @@ export class DedupPublisherCore {
     // its key is free again.
     if (i >= 0) {
       this.#waiting.splice(i, 1);
-      entry.keyDone?.reject(abortError(entry.signal!));
+      this.#forgetKey(entry, abortError(entry.signal!));
     }
     // Otherwise the message may be published anyway; only the caller stops waiting.
     this.#settle(entry, abortError(entry.signal!));
@@ -602,15 +594,15 @@ export class DedupPublisherCore {
           await this.#publish(all);
           continue;
         }
-        if (this.#pruneDue) {
-          // Between group commits, so a key published again is never deleted by a stale sweep.
-          this.#pruneDue = false;
-          await this.#state.pruneKeys((record) => !this.#retained(record)).catch(() => undefined);
-          continue;
-        }
         // Once close() stopped waiting, nothing new is written or sent.
         if (this.#status === 'closing') break;
-        if (this.#batch.length === 0 && this.#segmentsToDelete.length === 0) break;
+        if (
+          this.#batch.length === 0 &&
+          this.#segmentsToDelete.length === 0 &&
+          this.#keySegmentsToDelete.length === 0
+        ) {
+          break;
+        }
         const batch =
           this.#batch.length <= this.#opts.maxBatch ? this.#batch : this.#batch.slice(0, this.#opts.maxBatch);
         this.#batch = batch === this.#batch ? [] : this.#batch.slice(batch.length);
@@ -639,13 +631,26 @@ export class DedupPublisherCore {
   async #commit(batch: readonly Entry[]): Promise<void> {
     const deleteSegments = this.#segmentsToDelete;
     this.#segmentsToDelete = [];
-    let keys: Array<{ key: string; record: KeyRecord }> | undefined;
+    const deleteKeySegments = this.#keySegmentsToDelete;
+    this.#keySegmentsToDelete = [];
+    let keys: KeyEntry[] | undefined;
     if (this.idMode === 'keyed') {
-      const createdAtMs = Date.now();
       keys = [];
       for (const e of batch) {
-        if (e.key !== undefined)
-          keys.push({ key: e.key, record: { publishingId: e.publishingId, createdAtMs } });
+        if (e.key === undefined) continue;
+        const record = this.#keys.get(e.key);
+        keys.push({
+          key: e.key,
+          publishingId: e.publishingId,
+          createdAtMs: record?.createdAtMs ?? Date.now(),
+        });
+      }
+      if (keys.length > 0) {
+        this.#keySegments.push({
+          firstId: keys[0]!.publishingId,
+          lastId: keys[keys.length - 1]!.publishingId,
+          newestMs: keys[keys.length - 1]!.createdAtMs,
+        });
       }
     }
     const last = batch.length > 0 ? batch[batch.length - 1]!.publishingId : this.#lastDurable;
@@ -656,7 +661,7 @@ export class DedupPublisherCore {
         for (const e of batch) e.segment = segment;
       }
       const meta: ProducerMeta = { idMode: this.idMode, lastId: last, reservedUpTo: this.#reservedUpTo };
-      await this.#state.commit({ meta, segment: batch, deleteSegments, keys });
+      await this.#state.commit({ meta, segment: batch, deleteSegments, keys, deleteKeySegments });
       this.#lastDurable = last;
     } else if (this.idMode === 'explicit') {
       // The caller chose the IDs: there is nothing to reserve, only the last accepted ID to keep.
@@ -670,6 +675,7 @@ export class DedupPublisherCore {
     } else if (
       last > this.#reservedUpTo ||
       deleteSegments.length > 0 ||
+      deleteKeySegments.length > 0 ||
       (keys !== undefined && keys.length > 0)
     ) {
       // Reserve a block past the batch before any of it leaves, so a restart skips it all.
@@ -680,6 +686,7 @@ export class DedupPublisherCore {
         meta: { idMode: this.idMode, lastId: last, reservedUpTo: capped },
         deleteSegments,
         keys,
+        deleteKeySegments,
       });
       this.#reservedUpTo = capped;
       this.#lastDurable = last;
@@ -834,12 +841,9 @@ export class DedupPublisherCore {
     this.#timer = setInterval(() => this.#checkTimeouts(), interval);
     this.#timer.unref();
     if (this.idMode === 'keyed') {
-      // Keys past the retention are deleted from the store: on open, then every minute.
-      this.#pruneDue = true;
-      this.#pruneTimer = setInterval(() => {
-        this.#pruneDue = true;
-        this.#schedulePump();
-      }, 60_000);
+      // Keys past the retention leave memory and the store: on open, then every minute.
+      this.#pruneKeys();
+      this.#pruneTimer = setInterval(() => this.#pruneKeys(), 60_000);
       this.#pruneTimer.unref();
     }
     if (this.#opts.watchIntervalMs > 0) {
@@ -960,7 +964,7 @@ export class DedupPublisherCore {
     }
     for (const e of unsent) {
       const error = this.#fatal ?? unwritten;
-      e.keyDone?.reject(error);
+      this.#forgetKey(e, error);
       this.#settle(e, error);
     }
     for (const e of this.#pending.values()) {

@@ -161,17 +161,59 @@ export interface KeyRecord {
   readonly createdAtMs: number;
 }
 
-/** u64 publishing ID, u64 creation time in ms. */
-export function encodeKeyRecord(record: KeyRecord): Buffer {
-  const buf = Buffer.allocUnsafe(16);
-  buf.writeBigUInt64BE(record.publishingId, 0);
-  buf.writeBigUInt64BE(BigInt(Math.max(0, Math.floor(record.createdAtMs))), 8);
+/** One domain key of a group commit. */
+export interface KeyEntry extends KeyRecord {
+  readonly key: string;
+}
+
+const KEY_SEGMENT_VERSION = 1;
+
+/**
+ * Encodes the keys first published in one group commit as one record (the hot path writes few,
+ * large records). Layout: u8 version, u32 count, then per key u64 id, u64 created-at ms, u16 key
+ * length, key (UTF-8).
+ */
+export function encodeKeySegment(entries: readonly KeyEntry[]): Buffer {
+  let size = 5;
+  const lengths = entries.map((e) => Buffer.byteLength(e.key, 'utf8'));
+  for (const len of lengths) size += 18 + len;
+  const buf = Buffer.allocUnsafe(size);
+  buf.writeUInt8(KEY_SEGMENT_VERSION, 0);
+  buf.writeUInt32BE(entries.length, 1);
+  let o = 5;
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i]!;
+    buf.writeBigUInt64BE(e.publishingId, o);
+    buf.writeBigUInt64BE(BigInt(Math.max(0, Math.floor(e.createdAtMs))), o + 8);
+    buf.writeUInt16BE(lengths[i]!, o + 16);
+    o += 18;
+    o += buf.write(e.key, o, 'utf8');
+  }
   return buf;
 }
 
-/** @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a 16-byte record. */
-export function decodeKeyRecord(input: Uint8Array, what = 'key'): KeyRecord {
-  if (input.length !== 16) throw corrupt(what, `expected 16 bytes, got ${input.length}`);
+/** @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a well-formed key segment. */
+export function decodeKeySegment(input: Uint8Array, what = 'key segment'): KeyEntry[] {
   const buf = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
-  return { publishingId: buf.readBigUInt64BE(0), createdAtMs: Number(buf.readBigUInt64BE(8)) };
+  if (buf.length < 5) throw corrupt(what, 'truncated header');
+  if (buf.readUInt8(0) !== KEY_SEGMENT_VERSION) throw corrupt(what, `unknown version ${buf.readUInt8(0)}`);
+  const count = buf.readUInt32BE(1);
+  if (count === 0 || count > (buf.length - 5) / 19) throw corrupt(what, `impossible key count ${count}`);
+  const entries: KeyEntry[] = [];
+  let o = 5;
+  let previous = 0n;
+  for (let i = 0; i < count; i++) {
+    if (o + 18 > buf.length) throw corrupt(what, `key ${i} truncated`);
+    const publishingId = buf.readBigUInt64BE(o);
+    if (publishingId <= previous) throw corrupt(what, `key ${i} id ${publishingId} is not increasing`);
+    previous = publishingId;
+    const createdAtMs = Number(buf.readBigUInt64BE(o + 8));
+    const len = buf.readUInt16BE(o + 16);
+    o += 18;
+    if (len === 0 || o + len > buf.length) throw corrupt(what, `key ${i} has a bad length`);
+    entries.push({ key: buf.toString('utf8', o, o + len), publishingId, createdAtMs });
+    o += len;
+  }
+  if (o !== buf.length) throw corrupt(what, `${buf.length - o} trailing bytes`);
+  return entries;
 }

@@ -1,13 +1,13 @@
 import { Level } from 'level';
 import { DedupError } from '../errors.js';
 import {
-  decodeKeyRecord,
+  decodeKeySegment,
   decodeMeta,
   decodeSegment,
-  encodeKeyRecord,
+  encodeKeySegment,
   encodeMeta,
   encodeSegment,
-  type KeyRecord,
+  type KeyEntry,
   type OutboxEntry,
   type ProducerMeta,
 } from './codec.js';
@@ -175,10 +175,8 @@ export class DedupStore {
 
 const META_SUFFIX = '/m';
 const OUTBOX_INFIX = '/o/';
-/** Domain key → its first publishing ID and creation time. */
-const KEY_INFIX = '/k/';
-/** Publishing ID → domain key: the keys in the order they were created, for retention sweeps. */
-const KEY_INDEX_INFIX = '/i/';
+/** The domain keys first published in one group commit, under the commit's first key's ID. */
+const KEY_SEGMENT_INFIX = '/k/';
 
 /** `p:` + length-prefixed target and name: injective, and one producer's keys share a prefix. */
 function producerPrefix(target: string, producerName: string): string {
@@ -216,8 +214,10 @@ export interface ProducerCommit {
   readonly meta: ProducerMeta;
   readonly segment?: readonly OutboxEntry[] | undefined;
   readonly deleteSegments?: readonly bigint[] | undefined;
-  /** Keys first published in this commit. */
-  readonly keys?: ReadonlyArray<{ readonly key: string; readonly record: KeyRecord }> | undefined;
+  /** Keys first published in this commit (one record for all of them). */
+  readonly keys?: readonly KeyEntry[] | undefined;
+  /** Key segments past the retention, by their first ID. */
+  readonly deleteKeySegments?: readonly bigint[] | undefined;
 }
 
 /** The durable state of one producer in a {@link DedupStore}. */
@@ -263,48 +263,31 @@ export class ProducerState {
     for (const id of commit.deleteSegments ?? []) {
       ops.push({ type: 'del', key: this.#prefix + OUTBOX_INFIX + idKey(id) });
     }
-    for (const { key, record } of commit.keys ?? []) {
-      ops.push({ type: 'put', key: this.#prefix + KEY_INFIX + key, value: encodeKeyRecord(record) });
+    if (commit.keys !== undefined && commit.keys.length > 0) {
       ops.push({
         type: 'put',
-        key: this.#prefix + KEY_INDEX_INFIX + idKey(record.publishingId),
-        value: Buffer.from(key, 'utf8'),
+        key: this.#prefix + KEY_SEGMENT_INFIX + idKey(commit.keys[0]!.publishingId),
+        value: encodeKeySegment(commit.keys),
       });
+    }
+    for (const id of commit.deleteKeySegments ?? []) {
+      ops.push({ type: 'del', key: this.#prefix + KEY_SEGMENT_INFIX + idKey(id) });
     }
     ops.push({ type: 'put', key: this.#prefix + META_SUFFIX, value: encodeMeta(commit.meta) });
     return this.#db.batch(ops, { sync: this.#sync });
   }
 
-  /** Looks up domain keys in one call; `undefined` where a key has no record. */
-  async lookupKeys(keys: readonly string[]): Promise<Array<KeyRecord | undefined>> {
-    const full = keys.map((k) => this.#prefix + KEY_INFIX + k);
-    const raw =
-      this.#db.getMany !== undefined
-        ? await this.#db.getMany(full)
-        : await Promise.all(full.map((k) => this.#db.get(k)));
-    return raw.map((r, i) => (r === undefined ? undefined : decodeKeyRecord(r, `key ${keys[i]}`)));
-  }
-
-  /**
-   * Deletes the oldest keys while `expired(record)` says so (in creation order), at most `limit`
-   * per call; returns how many it deleted.
-   */
-  async pruneKeys(expired: (record: KeyRecord) => boolean, limit = 10_000): Promise<number> {
-    const ops: Array<{ type: 'del'; key: string }> = [];
-    const gte = this.#prefix + KEY_INDEX_INFIX;
-    for await (const [indexKey, value] of this.#db.iterator({ gte, lt: this.#prefix + '/i0' })) {
-      const key = Buffer.from(value).toString('utf8');
-      const raw = await this.#db.get(this.#prefix + KEY_INFIX + key);
-      const record = raw === undefined ? undefined : decodeKeyRecord(raw, `key ${key}`);
-      // The key may have been published again later: then only this index entry is stale.
-      const current = record !== undefined && idKey(record.publishingId) === indexKey.slice(gte.length);
-      if (current && !expired(record)) break;
-      ops.push({ type: 'del', key: indexKey });
-      if (current) ops.push({ type: 'del', key: this.#prefix + KEY_INFIX + key });
-      if (ops.length >= limit) break;
+  /** Reads every key segment, oldest first (keyed producers load them into memory on open). */
+  async loadKeySegments(): Promise<
+    Array<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }>
+  > {
+    const out: Array<{ firstId: bigint; entries: KeyEntry[] }> = [];
+    const gte = this.#prefix + KEY_SEGMENT_INFIX;
+    for await (const [key, value] of this.#db.iterator({ gte, lt: this.#prefix + '/k0' })) {
+      const entries = decodeKeySegment(value, key);
+      out.push({ firstId: entries[0]!.publishingId, entries });
     }
-    if (ops.length > 0) await this.#db.batch(ops, { sync: this.#sync });
-    return ops.filter((op) => op.key.startsWith(this.#prefix + KEY_INFIX)).length;
+    return out;
   }
 
   /** Gives the claim back to the store. Idempotent. */

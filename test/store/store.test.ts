@@ -5,7 +5,14 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
-import { decodeMeta, decodeSegment, encodeMeta, encodeSegment } from '../../src/store/codec.js';
+import {
+  decodeKeySegment,
+  decodeMeta,
+  decodeSegment,
+  encodeKeySegment,
+  encodeMeta,
+  encodeSegment,
+} from '../../src/store/codec.js';
 import { DedupStore } from '../../src/store/store.js';
 import { useTempDir } from '../support/tmp.js';
 
@@ -102,5 +109,19 @@ describe('store - records', () => {
       { publishingId: 1n, body: Buffer.from('y'), headers: undefined },
     ]);
     expect(() => decodeSegment(reordered)).toThrow(/not increasing/);
+  });
+
+  it('key segments round-trip and refuse truncation, trailing bytes and decreasing ids', () => {
+    const keys = [
+      { key: 'credit-17', publishingId: 5n, createdAtMs: 1_700_000_000_000 },
+      { key: 'é-𝄞', publishingId: 9n, createdAtMs: 1_700_000_000_001 },
+    ];
+    const encoded = encodeKeySegment(keys);
+    expect(decodeKeySegment(encoded)).toEqual(keys);
+    for (let cut = 0; cut < encoded.length; cut++) {
+      expect(() => decodeKeySegment(encoded.subarray(0, cut))).toThrow(DedupError);
+    }
+    expect(() => decodeKeySegment(Buffer.concat([encoded, Buffer.from([1])]))).toThrow(/trailing/);
+    expect(() => decodeKeySegment(encodeKeySegment([...keys].reverse()))).toThrow(/not increasing/);
   });
 });
