@@ -129,6 +129,9 @@ export class StreamVerifyingConsumer {
         {
           stream: this.#options.stream,
           offset,
+          // The client's default credit policy (one chunk at a time) stays: with more credit the
+          // client runs two chunks' deliveries at once and interleaves their messages (measured:
+          // 927 of 100 000 then fell outside a 1024 window as stale). The verifier needs stream order.
           connectionClosedListener: () => {
             if (generation === this.#generation) this.#lost();
           },
