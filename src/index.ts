@@ -16,6 +16,7 @@ export {
 export { MAX_PRODUCER_NAME_BYTES, assertProducerName } from './identity/producer-name.js';
 export { MAX_PUBLISHING_ID, assertPublishingId, parsePublishingId } from './identity/publishing-id.js';
 export { DedupStore, type StoreOptions } from './store/store.js';
+export { DedupPublisher } from './publisher/facade.js';
 export type {
   DedupPublisherOptions,
   Durability,

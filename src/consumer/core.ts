@@ -192,6 +192,7 @@ export class VerifyingConsumerCore {
   #closed = false;
   #processing = false;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
+  readonly #stopListeners = new Set<(error: Error) => void>();
   #unobserve: () => void = () => undefined;
 
   private constructor(
@@ -272,6 +273,31 @@ export class VerifyingConsumerCore {
   onCommitted(listener: (offset: bigint) => void): () => void {
     this.#commitListeners.add(listener);
     return () => this.#commitListeners.delete(listener);
+  }
+
+  /**
+   * Resolves once every message up to `offset` is committed; rejects if the consumer stops first
+   * (with the error that stopped it).
+   */
+  async waitForOffset(offset: bigint): Promise<void> {
+    if (this.#committedOffset !== undefined && this.#committedOffset >= offset) return;
+    if (this.#failed !== undefined) throw this.#failed;
+    let unsubscribe = (): void => undefined;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const onCommit = this.onCommitted((at) => {
+          if (at >= offset) resolve();
+        });
+        const onStop = (error: Error): void => reject(error);
+        this.#stopListeners.add(onStop);
+        unsubscribe = () => {
+          onCommit();
+          this.#stopListeners.delete(onStop);
+        };
+      });
+    } finally {
+      unsubscribe();
+    }
   }
 
   /** Reads a value the handler committed (outside any batch). */
@@ -580,6 +606,7 @@ export class VerifyingConsumerCore {
       );
     }
     this.#failed ??= err instanceof Error ? err : new Error(`the handler threw ${String(err)}`);
+    for (const listener of this.#stopListeners) listener(this.#failed);
     this.discardPending();
     return this.#failed;
   }
@@ -593,6 +620,11 @@ export class VerifyingConsumerCore {
     clearTimeout(this.#linger);
     clearInterval(this.#ttlTimer);
     this.#unobserve();
+    const closed = new DedupError(
+      'DEDUP_PUBLISHER_CLOSED',
+      'the verifying consumer closed before reaching the offset',
+    );
+    for (const listener of this.#stopListeners) listener(this.#failed ?? closed);
     this.#release();
     await this.#ownedStore?.close();
   }

@@ -13,14 +13,11 @@ import { connect, type ChannelModel, type ConfirmChannel, type Options } from 'a
 import { DedupError } from '../errors.js';
 import { identityHeaders } from '../identity/headers.js';
 import { DedupPublisherCore } from '../publisher/core.js';
-import type { PublisherCounters } from '../telemetry/metrics.js';
+import { DedupPublisher } from '../publisher/facade.js';
 import type {
   DedupPublisherOptions,
-  OpenReport,
   OutgoingMessage,
   PublishTransport,
-  SendOptions,
-  SendResult,
   TransportHandlers,
 } from '../publisher/types.js';
 import { errorText, withTimeout } from './util.js';
@@ -205,13 +202,7 @@ export class AmqpTransport implements PublishTransport {
  * await pub.send(Buffer.from('{"order":17}'));
  * ```
  */
-export class AmqpDedupPublisher {
-  readonly #core: DedupPublisherCore;
-
-  private constructor(core: DedupPublisherCore) {
-    this.#core = core;
-  }
-
+export class AmqpDedupPublisher extends DedupPublisher {
   /**
    * Opens the store, connects, opens a confirm channel and re-sends unconfirmed outbox messages
    * with their original IDs before any new message.
@@ -223,55 +214,6 @@ export class AmqpDedupPublisher {
   static async open(options: AmqpDedupPublisherOptions): Promise<AmqpDedupPublisher> {
     if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
     return new AmqpDedupPublisher(await DedupPublisherCore.open(new AmqpTransport(options), options));
-  }
-
-  /** Publishes one message; resolves once the broker confirmed it. See `StreamDedupPublisher.send`. */
-  send(body: Uint8Array, options?: SendOptions): Promise<SendResult> {
-    return this.#core.send(body, options);
-  }
-
-  /** The last publishing ID handed out (0n before the first). */
-  get lastPublishingId(): bigint {
-    return this.#core.lastPublishingId;
-  }
-
-  /** What `open()` found and did (`brokerLastId` is always `undefined` over AMQP 0-9-1). */
-  get openReport(): OpenReport {
-    return this.#core.report;
-  }
-
-  /** Messages accepted and not yet confirmed. */
-  get inFlight(): number {
-    return this.#core.inFlight;
-  }
-
-  /** Counters since open: sent, confirmed, resent, keyDuplicates, reconnects (also OpenTelemetry metrics). */
-  get stats(): Readonly<PublisherCounters> {
-    return this.#core.counters;
-  }
-
-  /** The producer name. */
-  get producerName(): string {
-    return this.#core.producerName;
-  }
-
-  /** True once closing or closed. */
-  get isClosed(): boolean {
-    return this.#core.isClosed;
-  }
-
-  /** Resolves when the publisher has closed: with the error that closed it, or `undefined` after `close()`. */
-  closed(): Promise<DedupError | undefined> {
-    return this.#core.closed();
-  }
-
-  /** Waits up to `closeTimeoutMs` for outstanding confirms, closes the connection, releases the store. Idempotent. */
-  close(): Promise<void> {
-    return this.#core.close();
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.close();
   }
 }
 

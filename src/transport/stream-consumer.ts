@@ -6,7 +6,7 @@ import {
   type VerifyingConsumerOptions,
   type VerifyStats,
 } from '../consumer/core.js';
-import { errorText, withTimeout } from './util.js';
+import { errorText, retryWithBackoff, withConnectionDefaults, withTimeout } from './util.js';
 
 /** Connection parameters, as for `StreamDedupPublisher`. */
 type StreamConnectionOptions = Partial<Omit<ClientParams, 'listeners'>>;
@@ -60,15 +60,7 @@ export class StreamVerifyingConsumer {
   private constructor(core: VerifyingConsumerCore, options: StreamVerifyingConsumerOptions) {
     this.#core = core;
     this.#options = options;
-    const c = options.connection ?? {};
-    this.#params = {
-      ...c,
-      hostname: c.hostname ?? 'localhost',
-      port: c.port ?? 5552,
-      username: c.username ?? 'guest',
-      password: c.password ?? 'guest',
-      vhost: c.vhost ?? '/',
-    };
+    this.#params = withConnectionDefaults(options.connection ?? {});
     this.#closed = new Promise((resolve) => (this.#resolveClosed = resolve));
   }
 
@@ -215,38 +207,17 @@ export class StreamVerifyingConsumer {
     this.#queue = this.#queue.then(async () => {
       this.#core.discardPending();
       if (old !== undefined) await withTimeout(old.close(), 2_000, 'closing').catch(() => undefined);
-      let delay = this.#options.reconnect?.initialDelayMs ?? 100;
-      while (this.#closing === undefined) {
-        await new Promise((r) => setTimeout(r, delay * (0.5 + Math.random() / 2)));
-        try {
-          await this.#subscribe();
-          return;
-        } catch {
-          delay = Math.min(delay * 2, this.#options.reconnect?.maxDelayMs ?? 5_000);
-        }
-      }
+      await retryWithBackoff(
+        () => this.#subscribe(),
+        () => this.#closing !== undefined,
+        this.#options.reconnect,
+      );
     });
   }
 
-  /** Resolves once every message up to `offset` is committed (for tests and orderly shutdowns). */
-  async waitForOffset(offset: bigint): Promise<void> {
-    const committed = this.#core.committedOffset;
-    if (committed !== undefined && committed >= offset) return;
-    let unsubscribe = (): void => undefined;
-    try {
-      await new Promise<void>((resolve, reject) => {
-        unsubscribe = this.#core.onCommitted((at) => {
-          if (at >= offset) resolve();
-        });
-        void this.#closed.then((err) =>
-          reject(
-            err ?? new DedupError('DEDUP_PUBLISHER_CLOSED', 'the consumer closed before reaching the offset'),
-          ),
-        );
-      });
-    } finally {
-      unsubscribe();
-    }
+  /** Resolves once every message up to `offset` is committed; rejects if the consumer stops first. */
+  waitForOffset(offset: bigint): Promise<void> {
+    return this.#core.waitForOffset(offset);
   }
 
   /** Counters since open. */

@@ -9,17 +9,14 @@ import { Socket } from 'node:net';
 import { connect, Offset, type Client, type ClientParams, type Publisher } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { DedupPublisherCore } from '../publisher/core.js';
-import type { PublisherCounters } from '../telemetry/metrics.js';
+import { DedupPublisher } from '../publisher/facade.js';
 import type {
   DedupPublisherOptions,
-  OpenReport,
   OutgoingMessage,
   PublishTransport,
-  SendOptions,
-  SendResult,
   TransportHandlers,
 } from '../publisher/types.js';
-import { errorText, withTimeout } from './util.js';
+import { errorText, withConnectionDefaults, withTimeout } from './util.js';
 import { PublishFrameEncoder } from './stream-frames.js';
 
 /**
@@ -74,15 +71,7 @@ export class StreamTransport implements PublishTransport {
     this.#producerName = options.producerName;
     this.#createStream = options.createStream ?? false;
     this.#connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
-    const c = options.connection ?? {};
-    this.#params = {
-      ...c,
-      hostname: c.hostname ?? 'localhost',
-      port: c.port ?? 5552,
-      username: c.username ?? 'guest',
-      password: c.password ?? 'guest',
-      vhost: c.vhost ?? '/',
-    };
+    this.#params = withConnectionDefaults(options.connection ?? {});
   }
 
   get maxMessageBytes(): number {
@@ -244,13 +233,7 @@ export class StreamTransport implements PublishTransport {
  * const { publishingId } = await pub.send(Buffer.from('{"order":17}'), { headers: { type: 'created' } });
  * ```
  */
-export class StreamDedupPublisher {
-  readonly #core: DedupPublisherCore;
-
-  private constructor(core: DedupPublisherCore) {
-    this.#core = core;
-  }
-
+export class StreamDedupPublisher extends DedupPublisher {
   /**
    * Opens the store, connects, declares the named producer and reconciles: the store's last ID
    * against the broker's. Unconfirmed outbox messages are re-sent, in ID order with their original
@@ -266,69 +249,6 @@ export class StreamDedupPublisher {
     if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
     const core = await DedupPublisherCore.open(new StreamTransport(options), options);
     return new StreamDedupPublisher(core);
-  }
-
-  /**
-   * Publishes one message and resolves once the broker confirmed it. IDs are assigned in call
-   * order; call it many times without awaiting each for throughput (it waits for room beyond
-   * `maxInFlight`).
-   *
-   * @throws TypeError or RangeError for a body that is not bytes, bad headers, or a message larger
-   *   than the broker's frame.
-   * @throws DedupError (rejection) `DEDUP_PUBLISHER_CLOSED`, `DEDUP_CONFIRM_TIMEOUT` (the message
-   *   stays in the outbox and is re-sent: do not send it again), `DEDUP_ID_REGRESSION` and
-   *   `DEDUP_ID_MODE_MISMATCH` (explicit IDs), `DEDUP_ABORTED`, or the error that closed the
-   *   publisher (`DEDUP_NAME_CONFLICT`, `DEDUP_BROKER_UNREACHABLE`).
-   */
-  send(body: Uint8Array, options?: SendOptions): Promise<SendResult> {
-    return this.#core.send(body, options);
-  }
-
-  /** The last publishing ID handed out (0n before the first): where an explicit-ID source resumes. */
-  get lastPublishingId(): bigint {
-    return this.#core.lastPublishingId;
-  }
-
-  /** What `open()` found and did. */
-  get openReport(): OpenReport {
-    return this.#core.report;
-  }
-
-  /** Messages accepted and not yet confirmed. */
-  get inFlight(): number {
-    return this.#core.inFlight;
-  }
-
-  /** Counters since open: sent, confirmed, resent, keyDuplicates, reconnects (also OpenTelemetry metrics). */
-  get stats(): Readonly<PublisherCounters> {
-    return this.#core.counters;
-  }
-
-  /** The producer name. */
-  get producerName(): string {
-    return this.#core.producerName;
-  }
-
-  /** True once closing or closed. */
-  get isClosed(): boolean {
-    return this.#core.isClosed;
-  }
-
-  /** Resolves when the publisher has closed: with the error that closed it, or `undefined` after `close()`. */
-  closed(): Promise<DedupError | undefined> {
-    return this.#core.closed();
-  }
-
-  /**
-   * Waits up to `closeTimeoutMs` for outstanding confirms, frees the producer name on the broker
-   * and releases the store. Idempotent.
-   */
-  close(): Promise<void> {
-    return this.#core.close();
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.close();
   }
 }
 
@@ -369,14 +289,7 @@ export async function readStreamToEnd(
   stream: string,
   options: { readonly timeoutMs?: number } = {},
 ): Promise<StreamRecord[]> {
-  const params: ClientParams = {
-    ...connection,
-    hostname: connection.hostname ?? 'localhost',
-    port: connection.port ?? 5552,
-    username: connection.username ?? 'guest',
-    password: connection.password ?? 'guest',
-    vhost: connection.vhost ?? '/',
-  };
+  const params: ClientParams = withConnectionDefaults(connection);
   let client: Client;
   try {
     client = await withTimeout(connect(params), 10_000, 'connecting');

@@ -13,3 +13,39 @@ export function errorText(err: unknown): string {
   if (err instanceof Error) return err.message || err.name;
   return String(err);
 }
+
+/** The stream client's connection parameters with our defaults: localhost:5552, guest/guest, vhost '/'. */
+export function withConnectionDefaults<
+  T extends { hostname?: string; port?: number; username?: string; password?: string; vhost?: string },
+>(c: T): T & { hostname: string; port: number; username: string; password: string; vhost: string } {
+  return {
+    ...c,
+    hostname: c.hostname ?? 'localhost',
+    port: c.port ?? 5552,
+    username: c.username ?? 'guest',
+    password: c.password ?? 'guest',
+    vhost: c.vhost ?? '/',
+  };
+}
+
+/**
+ * Calls `attempt` until it succeeds or `stopped()` says to give up, with exponential backoff and
+ * jitter between tries.
+ */
+export async function retryWithBackoff(
+  attempt: () => Promise<void>,
+  stopped: () => boolean,
+  backoff: { readonly initialDelayMs?: number; readonly maxDelayMs?: number } = {},
+): Promise<void> {
+  let delay = backoff.initialDelayMs ?? 100;
+  while (!stopped()) {
+    await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + Math.random() / 2)));
+    if (stopped()) return;
+    try {
+      await attempt();
+      return;
+    } catch {
+      delay = Math.min(delay * 2, backoff.maxDelayMs ?? 5_000);
+    }
+  }
+}
