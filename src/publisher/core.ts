@@ -32,11 +32,12 @@ interface Entry {
   signal?: AbortSignal | undefined;
   /** Keyed sends: the domain key, and what settles the key's in-flight promise. */
   key?: string | undefined;
-  keyDone?: KeyDone | undefined;
+  /** Repeats of the key that arrived while this message was in flight: settled with it. */
+  keyWaiters?: KeyWaiter[] | undefined;
 }
 
-/** Settles the promise other sends of the same key wait on. */
-interface KeyDone {
+/** A repeat of a key that waits for the first send of the key. */
+interface KeyWaiter {
   resolve(publishingId: bigint): void;
   reject(error: Error): void;
 }
@@ -133,7 +134,7 @@ export class DedupPublisherCore {
   readonly #keySegments: Array<{ firstId: bigint; lastId: bigint; newestMs: number }> = [];
   #keySegmentsToDelete: bigint[] = [];
   /** Keys published by this process and not yet confirmed: repeats wait for the confirm. */
-  readonly #keysInFlight = new Map<string, Promise<bigint>>();
+  readonly #keysInFlight = new Map<string, Entry>();
   #pruneTimer: NodeJS.Timeout | undefined;
   readonly #keyRetention: { readonly maxKeys: number; readonly maxAgeMs: number };
   #pumping = false;
@@ -274,10 +275,7 @@ export class DedupPublisherCore {
         publisher.#loadKeys(keySegments);
         // Their old IDs are at or below the broker's: re-send them as new messages above it.
         publisher.#segmentsToDelete.push(...loaded.segments.map((s) => s.firstId));
-        for (const e of outbox) {
-          const keyDone = e.key === undefined ? undefined : publisher.#keyInFlight(e.key);
-          publisher.#accept(e.body, e.headers, undefined, undefined, undefined, e.key, keyDone);
-        }
+        for (const e of outbox) publisher.#accept(e.body, e.headers, undefined, undefined, undefined, e.key);
       } else {
         publisher = core(brokerLast, outbox.length, 0, localLast);
         handlersTarget.core = publisher;
@@ -286,7 +284,7 @@ export class DedupPublisherCore {
           const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
           for (const e of s.entries) {
             const entry: Entry = { ...e, segment, sentAt: 0 };
-            if (e.key !== undefined) entry.keyDone = publisher.#keyInFlight(e.key);
+            if (e.key !== undefined) publisher.#keysInFlight.set(e.key, entry);
             publisher.#pending.push(entry);
           }
         }
@@ -435,40 +433,37 @@ export class DedupPublisherCore {
       this.counters.keyDuplicates++;
       const inFlight = this.#keysInFlight.get(key);
       if (inFlight !== undefined) {
-        return inFlight.then((publishingId) => ({ publishingId, outcome: 'duplicate' as const }));
+        return new Promise<SendResult>((resolve, reject) => {
+          (inFlight.keyWaiters ??= []).push({
+            resolve: (publishingId) => resolve({ publishingId, outcome: 'duplicate' }),
+            reject,
+          });
+        });
       }
       return Promise.resolve({ publishingId: known.publishingId, outcome: 'duplicate' });
     }
     return new Promise<SendResult>((resolve, reject) => {
-      this.#accept(body, headers, undefined, { resolve, reject }, signal, key, this.#keyInFlight(key));
+      this.#accept(body, headers, undefined, { resolve, reject }, signal, key);
     });
   }
 
-  /** Marks a key in flight; the returned handle settles the promise other sends of the key wait on. */
-  #keyInFlight(key: string): KeyDone {
-    let done!: KeyDone;
-    const promise = new Promise<bigint>((resolve, reject) => {
-      done = {
-        resolve: (id) => {
-          if (this.#keysInFlight.get(key) === promise) this.#keysInFlight.delete(key);
-          resolve(id);
-        },
-        reject: (error) => {
-          if (this.#keysInFlight.get(key) === promise) this.#keysInFlight.delete(key);
-          reject(error);
-        },
-      };
-    });
-    promise.catch(() => undefined);
-    this.#keysInFlight.set(key, promise);
-    return done;
+  /** The first send of a key settled: so do the repeats that waited for it. */
+  #keySettled(entry: Entry, outcome: bigint | Error): void {
+    if (entry.key === undefined) return;
+    if (this.#keysInFlight.get(entry.key) === entry) this.#keysInFlight.delete(entry.key);
+    const waiters = entry.keyWaiters;
+    entry.keyWaiters = undefined;
+    for (const w of waiters ?? []) {
+      if (outcome instanceof Error) w.reject(outcome);
+      else w.resolve(outcome);
+    }
   }
 
   /** A keyed message that will never be written (aborted, closed): its key is free again. */
   #forgetKey(entry: Entry, error: Error): void {
     if (entry.key === undefined) return;
     if (this.#keys.get(entry.key)?.publishingId === entry.publishingId) this.#keys.delete(entry.key);
-    entry.keyDone?.reject(error);
+    this.#keySettled(entry, error);
   }
 
   /** Whether a key's record is inside the retention (by count of later IDs, and by age). */
@@ -507,14 +502,12 @@ export class DedupPublisherCore {
     settle: { resolve: (r: SendResult) => void; reject: (e: Error) => void } | undefined,
     signal: AbortSignal | undefined,
     key?: string,
-    keyDone?: KeyDone,
   ): void {
     const publishingId = explicitId ?? this.#lastAssigned + 1n;
     if (publishingId > MAX_PUBLISHING_ID) {
       const error = new RangeError(
         `publishing IDs of producer "${this.producerName}" are exhausted (2^64 - 1)`,
       );
-      keyDone?.reject(error);
       settle?.reject(error);
       return;
     }
@@ -527,9 +520,11 @@ export class DedupPublisherCore {
       reject: settle?.reject,
       sentAt: 0,
       key,
-      keyDone,
     };
-    if (key !== undefined) this.#keys.set(key, { publishingId, createdAtMs: Date.now() });
+    if (key !== undefined) {
+      this.#keys.set(key, { publishingId, createdAtMs: Date.now() });
+      this.#keysInFlight.set(key, entry);
+    }
     if (signal !== undefined) {
       entry.signal = signal;
       entry.onAbort = () => this.#abort(entry);
@@ -737,7 +732,7 @@ export class DedupPublisherCore {
       if (e === undefined) continue;
       if (e.segment !== undefined && --e.segment.remaining === 0)
         this.#segmentsToDelete.push(e.segment.firstId);
-      e.keyDone?.resolve(id);
+      if (e.key !== undefined) this.#keySettled(e, id);
       this.counters.confirmed++;
       this.#settle(e, { publishingId: id, outcome: 'published' });
     }
@@ -898,6 +893,7 @@ export class DedupPublisherCore {
       'stream-dedup: publisher stopped',
     );
     for (const e of [...extra, ...this.#takeWaiting(), ...this.#batch.splice(0), ...this.#pending.values()]) {
+      this.#keySettled(e, error);
       this.#settle(e, error);
     }
     this.#pending.clear();
@@ -969,7 +965,7 @@ export class DedupPublisherCore {
     }
     for (const e of this.#pending.values()) {
       const error = this.#fatal ?? unconfirmed;
-      e.keyDone?.reject(error);
+      this.#keySettled(e, error);
       this.#settle(e, error);
     }
     // Delete segments confirmed since the last commit, so the next open re-sends less.
