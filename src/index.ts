@@ -17,6 +17,7 @@ export { MAX_PRODUCER_NAME_BYTES, assertProducerName } from './identity/producer
 export { MAX_PUBLISHING_ID, assertPublishingId, parsePublishingId } from './identity/publishing-id.js';
 export { DedupStore, type StoreOptions } from './store/store.js';
 export { DedupPublisher } from './publisher/facade.js';
+export { VerifyingConsumer } from './consumer/facade.js';
 export type {
   DedupPublisherOptions,
   Durability,

@@ -1,6 +1,7 @@
 import { connect, type Channel, type ChannelModel, type ConsumeMessage, type Options } from 'amqplib';
 import { DedupError } from '../errors.js';
-import { VerifyingConsumerCore, type VerifyingConsumerOptions, type VerifyStats } from '../consumer/core.js';
+import { VerifyingConsumer } from '../consumer/facade.js';
+import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../consumer/core.js';
 import { errorText, retryWithBackoff, withTimeout } from './util.js';
 
 /** Options of {@link AmqpVerifyingConsumer.open}. */
@@ -34,20 +35,15 @@ export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions {
  * });
  * ```
  */
-export class AmqpVerifyingConsumer {
-  readonly #core: VerifyingConsumerCore;
+export class AmqpVerifyingConsumer extends VerifyingConsumer {
   readonly #options: AmqpVerifyingConsumerOptions;
   #model: ChannelModel | undefined;
   #queue: Promise<void> = Promise.resolve();
   #generation = 0;
-  #closing: Promise<void> | undefined;
-  #resolveClosed!: (error: Error | undefined) => void;
-  readonly #closed: Promise<Error | undefined>;
 
   private constructor(core: VerifyingConsumerCore, options: AmqpVerifyingConsumerOptions) {
-    this.#core = core;
+    super(core);
     this.#options = options;
-    this.#closed = new Promise((resolve) => (this.#resolveClosed = resolve));
   }
 
   /**
@@ -105,7 +101,7 @@ export class AmqpVerifyingConsumer {
         if (generation === this.#generation) this.#lost();
       });
       await channel.prefetch(this.#options.prefetch ?? 1000);
-      const resume = this.#core.resumeOffset;
+      const resume = this.core.resumeOffset;
       const start = resume !== undefined ? Number(resume) : (this.#options.startFrom ?? 'first');
       await channel.consume(
         this.#options.queue,
@@ -142,9 +138,9 @@ export class AmqpVerifyingConsumer {
       },
     };
     this.#queue = this.#queue.then(async () => {
-      if (generation !== this.#generation || this.#core.failure !== undefined) return;
+      if (generation !== this.#generation || this.core.failure !== undefined) return;
       if (incoming.offset < 0n) {
-        void this.#stop(
+        void this.stop(
           new DedupError(
             'DEDUP_BROKER_REFUSED',
             `queue "${this.#options.queue}" is not a stream queue (no x-stream-offset)`,
@@ -153,76 +149,38 @@ export class AmqpVerifyingConsumer {
         return;
       }
       try {
-        const pending = this.#core.process(incoming);
+        const pending = this.core.process(incoming);
         if (pending !== undefined) await pending;
       } catch (err) {
-        void this.#stop(err instanceof Error ? err : new Error(String(err)));
+        void this.stop(err instanceof Error ? err : new Error(String(err)));
       }
     });
   }
 
   /** The connection went away: drop the uncommitted batch and consume again from the committed offset. */
   #lost(): void {
-    if (this.#closing !== undefined) return;
+    if (this.isStopping) return;
     this.#generation++;
     const old = this.#model;
     this.#model = undefined;
     this.#queue = this.#queue.then(async () => {
-      this.#core.discardPending();
+      this.core.discardPending();
       if (old !== undefined) await withTimeout(old.close(), 2_000, 'closing').catch(() => undefined);
       await retryWithBackoff(
         () => this.#subscribe(),
-        () => this.#closing !== undefined,
+        () => this.isStopping,
         this.#options.reconnect,
       );
     });
   }
 
-  /** Resolves once every message up to `offset` is committed; rejects if the consumer stops first. */
-  waitForOffset(offset: bigint): Promise<void> {
-    return this.#core.waitForOffset(offset);
-  }
-
-  /** Counters since open. */
-  get stats(): Readonly<VerifyStats> {
-    return this.#core.stats;
-  }
-
-  /** The last committed offset. */
-  get committedOffset(): bigint | undefined {
-    return this.#core.committedOffset;
-  }
-
-  /** Reads a value the handler committed. */
-  readEffect(key: string): Promise<Uint8Array | undefined> {
-    return this.#core.readEffect(key);
-  }
-
-  /** Resolves when the consumer stopped: with the error that stopped it, or `undefined` after `close()`. */
-  closed(): Promise<Error | undefined> {
-    return this.#closed;
-  }
-
-  async #stop(error: Error | undefined): Promise<void> {
-    this.#closing ??= (async () => {
-      // Commit (and ack) what was processed before the channel goes.
-      await this.#queue.catch(() => undefined);
-      await this.#core.close();
-      this.#generation++;
-      const model = this.#model;
-      this.#model = undefined;
-      if (model !== undefined) await withTimeout(model.close(), 5_000, 'closing').catch(() => undefined);
-      this.#resolveClosed(error ?? this.#core.failure);
-    })();
-    return this.#closing;
-  }
-
-  /** Commits what was processed, closes the connection and releases the store. Idempotent. */
-  close(): Promise<void> {
-    return this.#stop(undefined);
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.close();
+  /** @internal Commits (and acks) what was processed before the channel goes. */
+  protected override async shutdown(closeCore: () => Promise<void>): Promise<void> {
+    await this.#queue.catch(() => undefined);
+    await closeCore();
+    this.#generation++;
+    const model = this.#model;
+    this.#model = undefined;
+    if (model !== undefined) await withTimeout(model.close(), 5_000, 'closing').catch(() => undefined);
   }
 }

@@ -1,10 +1,10 @@
 import { connect, Offset, type Client, type ClientParams } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
+import { VerifyingConsumer } from '../consumer/facade.js';
 import {
   VerifyingConsumerCore,
   type IncomingMessage,
   type VerifyingConsumerOptions,
-  type VerifyStats,
 } from '../consumer/core.js';
 import { errorText, retryWithBackoff, withConnectionDefaults, withTimeout } from './util.js';
 
@@ -42,8 +42,7 @@ export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions
  * });
  * ```
  */
-export class StreamVerifyingConsumer {
-  readonly #core: VerifyingConsumerCore;
+export class StreamVerifyingConsumer extends VerifyingConsumer {
   readonly #params: ClientParams;
   readonly #options: StreamVerifyingConsumerOptions;
   #client: Client | undefined;
@@ -53,15 +52,11 @@ export class StreamVerifyingConsumer {
   #head = 0;
   #draining = false;
   #generation = 0;
-  #closing: Promise<void> | undefined;
-  #resolveClosed!: (error: Error | undefined) => void;
-  readonly #closed: Promise<Error | undefined>;
 
   private constructor(core: VerifyingConsumerCore, options: StreamVerifyingConsumerOptions) {
-    this.#core = core;
+    super(core);
     this.#options = options;
     this.#params = withConnectionDefaults(options.connection ?? {});
-    this.#closed = new Promise((resolve) => (this.#resolveClosed = resolve));
   }
 
   /**
@@ -109,7 +104,7 @@ export class StreamVerifyingConsumer {
       );
     }
     this.#client = client;
-    const resume = this.#core.resumeOffset;
+    const resume = this.core.resumeOffset;
     const offset =
       resume !== undefined
         ? Offset.offset(resume)
@@ -143,12 +138,12 @@ export class StreamVerifyingConsumer {
             this.#buffer.push(item);
             return;
           }
-          if (this.#core.failure !== undefined) return;
+          if (this.core.failure !== undefined) return;
           let pending: Promise<void> | undefined;
           try {
-            pending = this.#core.process(item);
+            pending = this.core.process(item);
           } catch (err) {
-            void this.#stop(err instanceof Error ? err : new Error(String(err)));
+            void this.stop(err instanceof Error ? err : new Error(String(err)));
             return;
           }
           if (pending !== undefined) {
@@ -157,7 +152,7 @@ export class StreamVerifyingConsumer {
               try {
                 await pending;
               } catch (err) {
-                void this.#stop(err instanceof Error ? err : new Error(String(err)));
+                void this.stop(err instanceof Error ? err : new Error(String(err)));
                 this.#buffer = [];
                 this.#head = 0;
                 this.#draining = false;
@@ -182,12 +177,12 @@ export class StreamVerifyingConsumer {
     try {
       while (this.#head < this.#buffer.length) {
         const item = this.#buffer[this.#head++]!;
-        if (item.generation !== this.#generation || this.#core.failure !== undefined) continue;
+        if (item.generation !== this.#generation || this.core.failure !== undefined) continue;
         try {
-          const pending = this.#core.process(item);
+          const pending = this.core.process(item);
           if (pending !== undefined) await pending;
         } catch (err) {
-          void this.#stop(err instanceof Error ? err : new Error(String(err)));
+          void this.stop(err instanceof Error ? err : new Error(String(err)));
           break;
         }
       }
@@ -200,65 +195,28 @@ export class StreamVerifyingConsumer {
 
   /** The connection went away: drop the uncommitted batch and subscribe again from the committed offset. */
   #lost(): void {
-    if (this.#closing !== undefined) return;
+    if (this.isStopping) return;
     this.#generation++;
     const old = this.#client;
     this.#client = undefined;
     this.#queue = this.#queue.then(async () => {
-      this.#core.discardPending();
+      this.core.discardPending();
       if (old !== undefined) await withTimeout(old.close(), 2_000, 'closing').catch(() => undefined);
       await retryWithBackoff(
         () => this.#subscribe(),
-        () => this.#closing !== undefined,
+        () => this.isStopping,
         this.#options.reconnect,
       );
     });
   }
 
-  /** Resolves once every message up to `offset` is committed; rejects if the consumer stops first. */
-  waitForOffset(offset: bigint): Promise<void> {
-    return this.#core.waitForOffset(offset);
-  }
-
-  /** Counters since open. */
-  get stats(): Readonly<VerifyStats> {
-    return this.#core.stats;
-  }
-
-  /** The last committed offset. */
-  get committedOffset(): bigint | undefined {
-    return this.#core.committedOffset;
-  }
-
-  /** Reads a value the handler committed. */
-  readEffect(key: string): Promise<Uint8Array | undefined> {
-    return this.#core.readEffect(key);
-  }
-
-  /** Resolves when the consumer stopped: with the error that stopped it, or `undefined` after `close()`. */
-  closed(): Promise<Error | undefined> {
-    return this.#closed;
-  }
-
-  async #stop(error: Error | undefined): Promise<void> {
-    this.#closing ??= (async () => {
-      this.#generation++;
-      const client = this.#client;
-      this.#client = undefined;
-      if (client !== undefined) await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
-      await this.#queue.catch(() => undefined);
-      await this.#core.close();
-      this.#resolveClosed(error ?? this.#core.failure);
-    })();
-    return this.#closing;
-  }
-
-  /** Commits what was processed, unsubscribes and releases the store. Idempotent. */
-  close(): Promise<void> {
-    return this.#stop(undefined);
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.close();
+  /** @internal Unsubscribes first, lets what was delivered finish, then commits. */
+  protected override async shutdown(closeCore: () => Promise<void>): Promise<void> {
+    this.#generation++;
+    const client = this.#client;
+    this.#client = undefined;
+    if (client !== undefined) await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+    await this.#queue.catch(() => undefined);
+    await closeCore();
   }
 }
