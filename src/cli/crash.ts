@@ -27,6 +27,8 @@ export interface CrashScenarioOptions {
   readonly transport?: 'stream' | 'amqp';
   /** Keyed sends, resuming from the first key after every kill. @defaultValue false */
   readonly keyed?: boolean;
+  /** Awaited after the last run, before the stream is read back (for example: faults settling). */
+  readonly beforeRead?: () => Promise<unknown>;
   /** Called with a line of progress. */
   readonly onProgress?: (line: string) => void;
 }
@@ -88,6 +90,7 @@ export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashSc
     const last = await runOnce(o, { run, store, log, killAfterMs: undefined });
     resent += last.resent;
     progress(run, last);
+    await o.beforeRead?.();
     const records = await readStreamToEnd(connectionFromEnv(), o.stream);
     const text = await readFile(log, 'utf8');
     const attempted: string[] = [];

@@ -1,4 +1,5 @@
 import { openSync, writeSync } from 'node:fs';
+import { DedupError } from '../errors.js';
 import { AmqpDedupPublisher } from '../transport/amqp.js';
 import { StreamDedupPublisher } from '../transport/stream.js';
 import type { Durability } from '../publisher/types.js';
@@ -38,20 +39,30 @@ export async function produce(o: ProduceOptions): Promise<void> {
     durability: o.durability,
     idMode: o.keyed ? ('keyed' as const) : ('auto' as const),
   };
-  const pub =
+  const open = (): Promise<AmqpDedupPublisher | StreamDedupPublisher> =>
     o.transport === 'amqp'
-      ? await AmqpDedupPublisher.open({
-          ...common,
-          url: amqpUrlFromEnv(),
-          queue: o.stream,
-          declareQueue: true,
-        })
-      : await StreamDedupPublisher.open({
+      ? AmqpDedupPublisher.open({ ...common, url: amqpUrlFromEnv(), queue: o.stream, declareQueue: true })
+      : StreamDedupPublisher.open({
           ...common,
           connection: connectionFromEnv(),
           stream: o.stream,
           createStream: true,
         });
+  // As an application would: while a cluster elects a new leader, open() is refused for a while.
+  const deadline = performance.now() + 60_000;
+  let pub: AmqpDedupPublisher | StreamDedupPublisher;
+  for (;;) {
+    try {
+      pub = await open();
+      break;
+    } catch (err) {
+      const transient =
+        err instanceof DedupError &&
+        (err.code === 'DEDUP_BROKER_UNREACHABLE' || err.code === 'DEDUP_BROKER_REFUSED');
+      if (!transient || performance.now() > deadline) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+  }
   process.stdout.write(`${JSON.stringify({ ready: true, ...jsonable(pub.openReport) })}\n`);
   let next = 1;
   const worker = async (): Promise<void> => {

@@ -6,10 +6,13 @@ import {
   type IncomingMessage,
   type VerifyingConsumerOptions,
 } from '../consumer/core.js';
-import { errorText, retryWithBackoff, withConnectionDefaults, withTimeout } from './util.js';
-
-/** Connection parameters, as for `StreamDedupPublisher`. */
-type StreamConnectionOptions = Partial<Omit<ClientParams, 'listeners'>>;
+import {
+  EndpointRotation,
+  errorText,
+  retryWithBackoff,
+  withTimeout,
+  type StreamConnectionOptions,
+} from './util.js';
 
 /** Options of {@link StreamVerifyingConsumer.open}. */
 export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions {
@@ -43,7 +46,8 @@ export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions
  * ```
  */
 export class StreamVerifyingConsumer extends VerifyingConsumer {
-  readonly #params: ClientParams;
+  readonly #endpoints: EndpointRotation;
+  #params: ClientParams;
   readonly #options: StreamVerifyingConsumerOptions;
   #client: Client | undefined;
   #queue: Promise<void> = Promise.resolve();
@@ -56,7 +60,8 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   private constructor(core: VerifyingConsumerCore, options: StreamVerifyingConsumerOptions) {
     super(core);
     this.#options = options;
-    this.#params = withConnectionDefaults(options.connection ?? {});
+    this.#endpoints = new EndpointRotation(options.connection ?? {});
+    this.#params = this.#endpoints.next();
   }
 
   /**
@@ -82,6 +87,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
 
   async #subscribe(): Promise<void> {
     const generation = ++this.#generation;
+    this.#params = this.#endpoints.next();
     let client: Client;
     try {
       client = await withTimeout(

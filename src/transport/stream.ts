@@ -16,14 +16,10 @@ import type {
   PublishTransport,
   TransportHandlers,
 } from '../publisher/types.js';
-import { errorText, withConnectionDefaults, withTimeout } from './util.js';
+import { EndpointRotation, errorText, withTimeout, type StreamConnectionOptions } from './util.js';
 import { PublishFrameEncoder } from './stream-frames.js';
 
-/**
- * Where and how to reach the broker's stream port: `rabbitmq-stream-js-client` connection
- * parameters without `listeners` (the publisher owns its connection and its listeners).
- */
-export type StreamConnectionOptions = Partial<Omit<ClientParams, 'listeners'>>;
+export type { StreamConnectionOptions } from './util.js';
 
 /** Options of {@link StreamDedupPublisher.open}. */
 export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
@@ -48,7 +44,8 @@ const FRAME_OVERHEAD = 512;
 /** @internal The stream-protocol half of {@link StreamDedupPublisher}. */
 export class StreamTransport implements PublishTransport {
   readonly target: string;
-  readonly #params: ClientParams;
+  readonly #endpoints: EndpointRotation;
+  #params: ClientParams;
   readonly #producerName: string;
   readonly #createStream: boolean;
   readonly #connectTimeoutMs: number;
@@ -71,7 +68,8 @@ export class StreamTransport implements PublishTransport {
     this.#producerName = options.producerName;
     this.#createStream = options.createStream ?? false;
     this.#connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
-    this.#params = withConnectionDefaults(options.connection ?? {});
+    this.#endpoints = new EndpointRotation(options.connection ?? {});
+    this.#params = this.#endpoints.next();
   }
 
   get maxMessageBytes(): number {
@@ -81,6 +79,8 @@ export class StreamTransport implements PublishTransport {
   async connect(handlers: TransportHandlers): Promise<bigint> {
     await this.#teardown();
     const generation = ++this.#generation;
+    // A cluster: each attempt goes through the next node, in case the last one is down.
+    this.#params = this.#endpoints.next();
     const current = (): boolean => generation === this.#generation;
     let publisherId = -1;
     let connectionId = '';
@@ -130,7 +130,12 @@ export class StreamTransport implements PublishTransport {
     this.#client = client;
     try {
       this.#maxFrameSize = client.maxFrameSize > 0 ? client.maxFrameSize : this.#maxFrameSize;
-      if (this.#createStream) await client.createStream({ stream: this.target, arguments: {} });
+      if (this.#createStream) {
+        // An existing stream declared with other arguments (replicas, retention) answers
+        // PRECONDITION_FAILED: it exists, which is all we need; declaring the publisher below
+        // reports a stream that really is missing.
+        await client.createStream({ stream: this.target, arguments: {} }).catch(() => undefined);
+      }
       const publisher = await withTimeout(
         client.declarePublisher({
           stream: this.target,
@@ -289,7 +294,7 @@ export async function readStreamToEnd(
   stream: string,
   options: { readonly timeoutMs?: number } = {},
 ): Promise<StreamRecord[]> {
-  const params: ClientParams = withConnectionDefaults(connection);
+  const params: ClientParams = new EndpointRotation(connection).next();
   let client: Client;
   try {
     client = await withTimeout(connect(params), 10_000, 'connecting');

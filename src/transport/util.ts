@@ -1,3 +1,5 @@
+import type { ClientParams } from 'rabbitmq-stream-js-client';
+
 /** Rejects with `${what} timed out after ${ms} ms` unless `promise` settles first. */
 export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -47,5 +49,41 @@ export async function retryWithBackoff(
     } catch {
       delay = Math.min(delay * 2, backoff.maxDelayMs ?? 5_000);
     }
+  }
+}
+
+/**
+ * Where and how to reach the broker's stream port: `rabbitmq-stream-js-client` connection
+ * parameters without `listeners` (the library owns its connections and their listeners), plus
+ * `endpoints`: the stream ports of a cluster's nodes, tried in turn on every (re)connect, so that
+ * losing the node one connected through does not stop reconnection.
+ */
+export type StreamConnectionOptions = Partial<Omit<ClientParams, 'listeners'>> & {
+  readonly endpoints?: ReadonlyArray<{ readonly hostname: string; readonly port: number }>;
+};
+
+/** Rotates through a connection's endpoints: each call gives the parameters for the next attempt. */
+export class EndpointRotation {
+  readonly #base: ClientParams;
+  readonly #endpoints: ReadonlyArray<{ readonly hostname: string; readonly port: number }>;
+  #next = 0;
+
+  constructor(options: StreamConnectionOptions) {
+    const { endpoints, ...rest } = options;
+    this.#base = withConnectionDefaults(rest);
+    this.#endpoints = endpoints ?? [];
+  }
+
+  /** The parameters of the next attempt. */
+  next(): ClientParams {
+    if (this.#endpoints.length === 0) return this.#base;
+    const e = this.#endpoints[this.#next++ % this.#endpoints.length]!;
+    return { ...this.#base, hostname: e.hostname, port: e.port };
+  }
+
+  /** For messages: the endpoints tried. */
+  describe(): string {
+    const all = this.#endpoints.length === 0 ? [this.#base] : this.#endpoints;
+    return all.map((e) => `${e.hostname}:${e.port}`).join(', ');
   }
 }
