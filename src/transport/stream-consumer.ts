@@ -1,3 +1,4 @@
+import type { EventEmitter } from 'node:events';
 import { connect, Offset, type Client, type ClientParams } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { VerifyingConsumer } from '../consumer/facade.js';
@@ -97,6 +98,13 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
             connection_closed: () => {
               if (generation === this.#generation) this.#lost();
             },
+            // A leader change or a deleted stream: subscribe again, through whichever node answers.
+            metadata_update: (update) => {
+              const info = (update as unknown as { response?: { metadataInfo?: { stream?: string } } })
+                .response;
+              if (generation === this.#generation && info?.metadataInfo?.stream === this.#options.stream)
+                this.#lost();
+            },
           },
         }),
         10_000,
@@ -118,7 +126,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
           ? Offset.next()
           : Offset.first();
     try {
-      await client.declareConsumer(
+      const consumer = await client.declareConsumer(
         {
           stream: this.#options.stream,
           offset,
@@ -169,6 +177,12 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
           }
         },
       );
+      // The client reacts to a leader change by closing the consumer through its locator
+      // connection, which may be the dead node's: that rejection is unhandled and kills the process
+      // (measured on a 3-node cluster). metadata_update above handles the change instead.
+      const emitter = (consumer as unknown as { connection?: { closeEventsEmitter?: EventEmitter } })
+        .connection?.closeEventsEmitter;
+      emitter?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
     } catch (err) {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
       throw new DedupError(
