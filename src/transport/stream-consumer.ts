@@ -49,6 +49,7 @@ export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions
 export class StreamVerifyingConsumer extends VerifyingConsumer {
   readonly #endpoints: EndpointRotation;
   #params: ClientParams;
+  #attempts = 0;
   readonly #options: StreamVerifyingConsumerOptions;
   #client: Client | undefined;
   #queue: Promise<void> = Promise.resolve();
@@ -88,7 +89,8 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
 
   async #subscribe(): Promise<void> {
     const generation = ++this.#generation;
-    this.#params = this.#endpoints.next();
+    // A cluster: each attempt after the first goes through the next node, in case the last one is down.
+    if (this.#attempts++ > 0) this.#params = this.#endpoints.next();
     let client: Client;
     try {
       client = await withTimeout(

@@ -46,6 +46,7 @@ export class StreamTransport implements PublishTransport {
   readonly target: string;
   readonly #endpoints: EndpointRotation;
   #params: ClientParams;
+  #attempts = 0;
   readonly #producerName: string;
   readonly #createStream: boolean;
   readonly #connectTimeoutMs: number;
@@ -79,8 +80,8 @@ export class StreamTransport implements PublishTransport {
   async connect(handlers: TransportHandlers): Promise<bigint> {
     await this.#teardown();
     const generation = ++this.#generation;
-    // A cluster: each attempt goes through the next node, in case the last one is down.
-    this.#params = this.#endpoints.next();
+    // A cluster: each attempt after the first goes through the next node, in case the last one is down.
+    if (this.#attempts++ > 0) this.#params = this.#endpoints.next();
     const current = (): boolean => generation === this.#generation;
     let publisherId = -1;
     let connectionId = '';
