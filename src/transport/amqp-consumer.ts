@@ -1,4 +1,5 @@
-import { connect, type Channel, type ChannelModel, type ConsumeMessage, type Options } from 'amqplib';
+import type { Channel, ChannelModel, ConsumeMessage, Options } from 'amqplib';
+import { connectAmqp } from './amqp-connect.js';
 import { DedupError } from '../errors.js';
 import { VerifyingConsumer } from '../consumer/facade.js';
 import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../consumer/core.js';
@@ -75,24 +76,10 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
 
   async #subscribe(): Promise<void> {
     const generation = ++this.#generation;
-    let model: ChannelModel;
-    try {
-      model = await withTimeout(connect(this.#options.url), 10_000, 'connecting');
-    } catch (err) {
-      throw new DedupError(
-        'DEDUP_BROKER_UNREACHABLE',
-        `cannot connect to RabbitMQ over AMQP 0-9-1: ${errorText(err)}`,
-        {
-          cause: err,
-        },
-      );
-    }
-    this.#model = model;
-    // amqplib emits 'error' before 'close'; an unhandled 'error' event would kill the process.
-    model.on('error', () => undefined);
-    model.on('close', () => {
+    const model = await connectAmqp(this.#options.url, 10_000, () => {
       if (generation === this.#generation) this.#lost();
     });
+    this.#model = model;
     let channel: Channel;
     try {
       channel = await model.createChannel();

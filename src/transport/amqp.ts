@@ -9,7 +9,8 @@
  * @packageDocumentation
  */
 import { once } from 'node:events';
-import { connect, type ChannelModel, type ConfirmChannel, type Options } from 'amqplib';
+import type { ChannelModel, ConfirmChannel, Options } from 'amqplib';
+import { connectAmqp } from './amqp-connect.js';
 import { DedupError } from '../errors.js';
 import { identityHeaders } from '../identity/headers.js';
 import { DedupPublisherCore } from '../publisher/core.js';
@@ -83,22 +84,10 @@ export class AmqpTransport implements PublishTransport {
       markLost(error);
       if (generation === this.#generation) handlers.disconnected(error);
     };
-    let model: ChannelModel;
-    try {
-      model = await withTimeout(connect(this.#url), this.#connectTimeoutMs, 'connecting');
-    } catch (err) {
-      throw new DedupError(
-        'DEDUP_BROKER_UNREACHABLE',
-        `cannot connect to RabbitMQ over AMQP 0-9-1: ${errorText(err)}`,
-        {
-          cause: err,
-        },
-      );
-    }
+    const model = await connectAmqp(this.#url, this.#connectTimeoutMs, () =>
+      fail(new Error('AMQP connection closed')),
+    );
     this.#model = model;
-    // amqplib emits 'error' before 'close'; an unhandled 'error' event would kill the process.
-    model.on('error', () => undefined);
-    model.on('close', () => fail(new Error('AMQP connection closed')));
     try {
       const channel = await model.createConfirmChannel();
       channel.on('error', () => undefined);
