@@ -16,7 +16,15 @@ import type {
   PublishTransport,
   TransportHandlers,
 } from '../publisher/types.js';
-import { EndpointRotation, errorText, withTimeout, type StreamConnectionOptions } from './util.js';
+import {
+  EndpointRotation,
+  errorText,
+  explainNoNode,
+  openThroughEndpoints,
+  StreamNotAvailableError,
+  withTimeout,
+  type StreamConnectionOptions,
+} from './util.js';
 import { PublishFrameEncoder } from './stream-frames.js';
 
 export type { StreamConnectionOptions } from './util.js';
@@ -47,6 +55,8 @@ export class StreamTransport implements PublishTransport {
   readonly #endpoints: EndpointRotation;
   #params: ClientParams;
   #attempts = 0;
+  /** Connected once: later connects are reconnections. */
+  #connected = false;
   readonly #producerName: string;
   readonly #createStream: boolean;
   readonly #connectTimeoutMs: number;
@@ -77,7 +87,19 @@ export class StreamTransport implements PublishTransport {
     return this.#maxFrameSize - FRAME_OVERHEAD;
   }
 
+  /**
+   * Connects and declares the producer. The first connection (at `open()`) goes round the
+   * endpoints past a node that does not answer, and waits out a leader election; reconnections
+   * are retried with backoff by the core.
+   */
   async connect(handlers: TransportHandlers): Promise<bigint> {
+    if (this.#connected) return this.#connectOnce(handlers);
+    const lastId = await openThroughEndpoints(this.#endpoints.size, () => this.#connectOnce(handlers));
+    this.#connected = true;
+    return lastId;
+  }
+
+  async #connectOnce(handlers: TransportHandlers): Promise<bigint> {
     await this.#teardown();
     const generation = ++this.#generation;
     // A cluster: each attempt after the first goes through the next node, in case the last one is down.
@@ -145,6 +167,7 @@ export class StreamTransport implements PublishTransport {
         }),
         this.#connectTimeoutMs,
         `declaring producer "${this.#producerName}" on stream "${this.target}"`,
+        (message) => new StreamNotAvailableError(message),
       );
       publisherId = publisher.publisherId;
       connectionId = publisher.getConnectionInfo().id;
@@ -152,7 +175,8 @@ export class StreamTransport implements PublishTransport {
       this.#encoder = new PublishFrameEncoder(publisherId, this.#producerName, this.#maxFrameSize);
       this.#socket = publisherSocket(publisher);
       return await publisher.getLastPublishingId();
-    } catch (err) {
+    } catch (caught) {
+      const err = await explainNoNode(client, this.target, caught);
       await this.#teardown();
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',

@@ -1,12 +1,79 @@
-import type { ClientParams } from 'rabbitmq-stream-js-client';
+import type { Client, ClientParams } from 'rabbitmq-stream-js-client';
 
 /** Rejects with `${what} timed out after ${ms} ms` unless `promise` settles first. */
-export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+export function withTimeout<T>(
+  promise: Promise<T>,
+  ms: number,
+  what: string,
+  makeError: (message: string) => Error = (message) => new Error(message),
+): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
+    timer = setTimeout(() => reject(makeError(`${what} timed out after ${ms} ms`)), ms);
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** The stream exists but no member can serve it right now, as while a new leader is elected. */
+export class StreamNotAvailableError extends Error {
+  override readonly name = 'StreamNotAvailableError';
+}
+
+/**
+ * True when the stream was not available (RabbitMQ's response code 6, which the client reports
+ * only in an error's message, or a {@link StreamNotAvailableError}), anywhere in the cause chain.
+ */
+export function isStreamNotAvailable(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = e.cause) {
+    if (e instanceof StreamNotAvailableError || /returned error with code 6\b/.test(e.message)) return true;
+  }
+  return false;
+}
+
+/**
+ * The client says "Stream was not found on any node" both for a missing stream and for one whose
+ * leader (or every member) is down; the stream's metadata tells the two apart (2: does not exist).
+ * Returns the error to report.
+ */
+export async function explainNoNode(client: Client, stream: string, err: unknown): Promise<unknown> {
+  if (!(err instanceof Error) || !err.message.includes('not found on any node')) return err;
+  const [info] = await withTimeout(
+    client.queryMetadata({ streams: [stream] }),
+    5_000,
+    'querying metadata',
+  ).catch(() => []);
+  if (info?.responseCode === 2) return new Error('the stream does not exist', { cause: err });
+  return new StreamNotAvailableError(
+    `the stream has no ${info?.leader === undefined ? 'leader' : 'member'} available right now (a leader election?)`,
+    { cause: err },
+  );
+}
+
+/** How long `open()` waits for a stream that is not available (a leader election takes seconds). */
+export const OPEN_UNAVAILABLE_WAIT_MS = 30_000;
+
+/**
+ * The open-time connection policy shared by the publisher and the consumer: an endpoint that does
+ * not answer is skipped for the next, once round the list; a stream that is not available is
+ * tried again with backoff for up to {@link OPEN_UNAVAILABLE_WAIT_MS}. Anything else fails now.
+ */
+export async function openThroughEndpoints<T>(endpoints: number, attempt: () => Promise<T>): Promise<T> {
+  const deadline = performance.now() + OPEN_UNAVAILABLE_WAIT_MS;
+  let unreachable = 0;
+  let delay = 100;
+  for (;;) {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (isStreamNotAvailable(err) && performance.now() + delay < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, delay));
+        delay = Math.min(delay * 2, 2_000);
+        continue;
+      }
+      if ((err as { code?: unknown }).code !== 'DEDUP_BROKER_UNREACHABLE' || ++unreachable >= endpoints)
+        throw err;
+    }
+  }
 }
 
 /** A one-line description of a client error (AggregateErrors from dual-stack connects included). */
@@ -79,6 +146,11 @@ export class EndpointRotation {
     if (this.#endpoints.length === 0) return this.#base;
     const e = this.#endpoints[this.#next++ % this.#endpoints.length]!;
     return { ...this.#base, hostname: e.hostname, port: e.port };
+  }
+
+  /** How many endpoints there are (1 without `endpoints`): an attempt on each is one round. */
+  get size(): number {
+    return Math.max(1, this.#endpoints.length);
   }
 
   /** For messages: the endpoints tried. */

@@ -1,4 +1,6 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -23,6 +25,10 @@ const connection = { username: BROKER.username, password: BROKER.password, vhost
 const SOAK = process.env.STREAM_DEDUP_SOAK === '1';
 const LEADER_KILLS = SOAK ? 10 : 2;
 const PRODUCER_KILLS = SOAK ? 30 : 5;
+const CONSUMER_KILLS = SOAK ? 20 : 4;
+const CONSUMER_NAME = 'cluster-effects';
+const ENDPOINTS_ENV = PORTS.map((p) => `${BROKER.host}:${p}`).join(',');
+const consumerFixture = fileURLToPath(new URL('../fixtures/effects-consumer.ts', import.meta.url));
 const script = (...args: string[]): Promise<unknown> =>
   run('bash', ['scripts/rabbitmq.sh', ...args], { cwd: root });
 
@@ -62,8 +68,45 @@ function leaderNode(stream: string): Promise<{ node: number; replicas: number }>
   });
 }
 
+/**
+ * Runs the effects consumer (test/fixtures/effects-consumer.ts) as a child process: until
+ * `target` is committed, or SIGKILLed `killAfterMs` after it subscribed. Its log lines (what it
+ * subscribed to, what it lost) are appended to `log`.
+ */
+async function runConsumer(
+  store: string,
+  stream: string,
+  log: string[],
+  opts: { target?: bigint; killAfterMs?: number },
+): Promise<{ outcome: 'killed' | 'done'; readyAt: number; endedAt: number }> {
+  const args = ['--import', 'tsx', consumerFixture, stream, store];
+  if (opts.target !== undefined) args.push(String(opts.target));
+  const child = spawn(process.execPath, args, {
+    env: { ...process.env, RABBITMQ_STREAM_ENDPOINTS: ENDPOINTS_ENV },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+  const stderr = (async () => {
+    for await (const line of createInterface({ input: child.stderr })) log.push(line);
+  })();
+  let readyAt = Number.NaN;
+  for await (const line of createInterface({ input: child.stdout })) {
+    if (!line.startsWith('ready')) continue;
+    readyAt = performance.now();
+    log.push(`[consumer process] ${line}`);
+    if (opts.killAfterMs !== undefined) setTimeout(() => child.kill('SIGKILL'), opts.killAfterMs);
+  }
+  const [code, signal] = await exited;
+  const endedAt = performance.now();
+  await stderr;
+  if (signal === 'SIGKILL') return { outcome: 'killed', readyAt, endedAt };
+  if (code !== 0)
+    throw new Error(`the consumer process exited with ${code}:\n  ${log.slice(-20).join('\n  ')}`);
+  return { outcome: 'done', readyAt, endedAt };
+}
+
 describe('cluster - a 3-replica stream under faults', () => {
-  it(`leader kill -9 ${LEADER_KILLS} times, every node restarted, ${PRODUCER_KILLS} producer SIGKILLs: 0 lost, 0 duplicated, every effect once`, async () => {
+  it(`leader kill -9 ${LEADER_KILLS} times, every node restarted, ${PRODUCER_KILLS} producer and ≥${CONSUMER_KILLS} consumer SIGKILLs: 0 lost, 0 duplicated, every effect once`, async () => {
     const stream = uniqueName('cluster');
     await withAdmin((client) => client.createStream({ stream, arguments: { 'initial-cluster-size': 3 } }));
     // Replicas come up a moment after the declaration; there is no event for it.
@@ -116,14 +159,34 @@ describe('cluster - a 3-replica stream under faults', () => {
       return log;
     };
 
-    const endpointsEnv = PORTS.map((p) => `${BROKER.host}:${p}`).join(',');
+    const consumerStore = join(await tempDir(), 'consumer');
+    const consumerLog: string[] = [];
     const saved = process.env.RABBITMQ_STREAM_ENDPOINTS;
-    process.env.RABBITMQ_STREAM_ENDPOINTS = endpointsEnv;
+    process.env.RABBITMQ_STREAM_ENDPOINTS = ENDPOINTS_ENV;
     let result: Awaited<ReturnType<typeof runCrashScenario>>;
     let faults: string[];
+    let consumerFaults: string[];
+    let killedAt: number | undefined;
     try {
       const faulting = chaos();
-      [result, faults] = await Promise.all([
+      let faultsDone = false;
+      void faulting.finally(() => (faultsDone = true)).catch(() => undefined);
+      // The verifying consumer runs in a child process through all of it, SIGKILLed at random
+      // moments and restarted; each restart must resume from its committed offset.
+      const consumerChaos = async (): Promise<string[]> => {
+        const log: string[] = [];
+        for (let kills = 0; !faultsDone || kills < CONSUMER_KILLS; kills++) {
+          const run = await runConsumer(consumerStore, stream, consumerLog, {
+            killAfterMs: 300 + Math.random() * 3_000,
+          });
+          if (killedAt !== undefined) {
+            log.push(`SIGKILL consumer: subscribed again after ${Math.round(run.readyAt - killedAt)} ms`);
+          }
+          killedAt = run.endedAt;
+        }
+        return log;
+      };
+      [result, faults, consumerFaults] = await Promise.all([
         runCrashScenario({
           cli: CLI_FROM_SOURCE,
           stream,
@@ -136,6 +199,7 @@ describe('cluster - a 3-replica stream under faults', () => {
           beforeRead: () => faulting,
         }),
         faulting,
+        consumerChaos(),
       ]);
     } finally {
       if (saved === undefined) delete process.env.RABBITMQ_STREAM_ENDPOINTS;
@@ -145,38 +209,54 @@ describe('cluster - a 3-replica stream under faults', () => {
       await probe.close();
     }
 
-    // Every effect once: a verifying consumer through the cluster's endpoints.
-    let doubles = 0;
-    const consumer = await StreamVerifyingConsumer.open({
+    // A last run to the end of the stream, then every effect once: each acknowledged label applied
+    // exactly one time, and no label applied twice.
+    const last = await runConsumer(consumerStore, stream, consumerLog, {
+      target: BigInt(result.streamMessages - 1),
+    });
+    expect(last.outcome).toBe('done');
+    consumerFaults.push(
+      `SIGKILL consumer: subscribed again after ${Math.round(last.readyAt - killedAt!)} ms`,
+    );
+    const check = await StreamVerifyingConsumer.open({
       connection,
       stream,
-      consumerName: 'cluster-effects',
-      store: join(await tempDir(), 'consumer'),
-      handler: async (message, tx) => {
-        const key = `applied:${message.body.toString()}`;
-        if ((await tx.get(key)) !== undefined) doubles++;
-        tx.put(key, '1');
-      },
+      consumerName: CONSUMER_NAME,
+      store: consumerStore,
+      handler: () => undefined,
     });
-    await consumer.waitForOffset(BigInt(result.streamMessages - 1));
     const missing: string[] = [];
+    const twice: string[] = [];
     for (const label of result.acknowledgedLabels) {
-      if ((await consumer.readEffect(`applied:${label}`)) === undefined) missing.push(label);
+      const raw = await check.readEffect(`applied:${label}`);
+      if (raw === undefined) missing.push(label);
+      else if (Buffer.from(raw).toString() !== '1') twice.push(label);
     }
-    await consumer.close();
+    const doubles = Number(Buffer.from((await check.readEffect('doubles')) ?? Buffer.from('0')).toString());
+    await check.close();
 
     console.log(`[cluster] ${faults.join('; ')}`);
+    console.log(`[cluster] ${consumerFaults.join('; ')}`);
     console.log(
       `[cluster] producer kills=${result.kills} acknowledged=${result.acknowledged} stream=${result.streamMessages} ` +
-        `${formatReport(result.report)}; consumer stats=${JSON.stringify(consumer.stats)} doubles=${doubles} missing=${missing.length}`,
+        `${formatReport(result.report)}; consumer kills=${consumerFaults.length} doubles=${doubles} missing=${missing.length} applied-twice=${twice.length}`,
     );
+    const subscriptions = consumerLog.filter((line) => line.includes('subscribed')).length;
+    console.log(`[cluster] the consumer subscribed ${subscriptions} times`);
+    if (missing.length > 0 || process.env.STREAM_DEDUP_VERBOSE === '1') {
+      console.log(
+        `[cluster] consumer log:\n  ${consumerLog.join('\n  ')}\nmissing: ${missing.slice(0, 20).join(', ')}`,
+      );
+    }
     expect(result.kills).toBe(PRODUCER_KILLS);
     expect(result.report.lost).toEqual([]);
     expect(result.report.duplicated).toEqual([]);
     // The probe's messages share the stream; nothing else may be there.
     expect(result.report.unexpected.filter((label) => !label.startsWith('probe-'))).toEqual([]);
     expect(result.report.orderViolations).toEqual([]);
+    expect(consumerFaults.length).toBeGreaterThanOrEqual(CONSUMER_KILLS);
     expect(missing).toEqual([]);
+    expect(twice).toEqual([]);
     expect(doubles).toBe(0);
   }, 3_600_000);
 });

@@ -1,0 +1,81 @@
+import { describe, expect, it } from 'vitest';
+import { DedupError } from '../../src/errors.js';
+import type { Client } from 'rabbitmq-stream-js-client';
+import {
+  explainNoNode,
+  isStreamNotAvailable,
+  openThroughEndpoints,
+  StreamNotAvailableError,
+} from '../../src/transport/util.js';
+
+// What rabbitmq-stream-js-client 1.0 throws, wrapped as the transports wrap it.
+const notAvailable = (): DedupError =>
+  new DedupError('DEDUP_BROKER_REFUSED', 'cannot consume stream "s"', {
+    cause: new Error('Declare Consumer command returned error with code 6 - Stream not available'),
+  });
+const unreachable = (): DedupError => new DedupError('DEDUP_BROKER_UNREACHABLE', 'connect ECONNREFUSED');
+const missing = (): DedupError =>
+  new DedupError('DEDUP_BROKER_REFUSED', 'cannot consume stream "s"', {
+    cause: new Error('Declare Consumer command returned error with code 2 - Stream does not exist'),
+  });
+
+/** An attempt that fails with each of `errors` in turn, then answers 'ok'. */
+function scripted(errors: Array<() => Error>): { attempt: () => Promise<string>; calls: () => number } {
+  let calls = 0;
+  return {
+    attempt: () => {
+      const make = errors[calls++];
+      return make === undefined ? Promise.resolve('ok') : Promise.reject(make());
+    },
+    calls: () => calls,
+  };
+}
+
+describe('open() through endpoints', () => {
+  it('recognises "stream not available" (code 6) through the cause chain, and nothing else', () => {
+    expect(isStreamNotAvailable(notAvailable())).toBe(true);
+    expect(isStreamNotAvailable(missing())).toBe(false);
+    expect(isStreamNotAvailable(new Error('returned error with code 60 - x'))).toBe(false);
+    expect(isStreamNotAvailable('code 6')).toBe(false);
+  });
+
+  it('skips endpoints that do not answer, once round the list', async () => {
+    const ok = scripted([unreachable, unreachable]);
+    await expect(openThroughEndpoints(3, ok.attempt)).resolves.toBe('ok');
+    expect(ok.calls()).toBe(3);
+    const down = scripted([unreachable, unreachable, unreachable, unreachable]);
+    await expect(openThroughEndpoints(3, down.attempt)).rejects.toMatchObject({
+      code: 'DEDUP_BROKER_UNREACHABLE',
+    });
+    expect(down.calls()).toBe(3);
+  });
+
+  it('waits out a stream that is not available, and fails at once for a missing stream', async () => {
+    const electing = scripted([notAvailable, notAvailable]);
+    await expect(openThroughEndpoints(1, electing.attempt)).resolves.toBe('ok');
+    expect(electing.calls()).toBe(3);
+    const gone = scripted([missing, missing]);
+    await expect(openThroughEndpoints(3, gone.attempt)).rejects.toMatchObject({
+      code: 'DEDUP_BROKER_REFUSED',
+    });
+    expect(gone.calls()).toBe(1);
+  });
+});
+
+describe('"Stream was not found on any node", told apart by the stream metadata', () => {
+  const noNode = new Error('Stream was not found on any node');
+  const clientAnswering = (info: object | undefined): Client =>
+    ({ queryMetadata: () => Promise.resolve(info === undefined ? [] : [info]) }) as unknown as Client;
+
+  it('a missing stream (code 2) fails at once; a stream without a leader is waited for', async () => {
+    const gone = await explainNoNode(clientAnswering({ responseCode: 2, replicas: [] }), 's', noNode);
+    expect(isStreamNotAvailable(gone)).toBe(false);
+    expect((gone as Error).message).toBe('the stream does not exist');
+    const electing = await explainNoNode(clientAnswering({ responseCode: 6, replicas: [] }), 's', noNode);
+    expect(electing).toBeInstanceOf(StreamNotAvailableError);
+    expect(isStreamNotAvailable(electing)).toBe(true);
+    // Any other error passes through unchanged.
+    const other = new Error('boom');
+    expect(await explainNoNode(clientAnswering(undefined), 's', other)).toBe(other);
+  });
+});
