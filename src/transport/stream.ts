@@ -32,12 +32,16 @@ export type { StreamConnectionOptions } from './util.js';
 /** Options of {@link StreamDedupPublisher.open}. */
 export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
   /**
-   * Connection parameters. Defaults: `hostname` 'localhost', `port` 5552, `username` and
-   * `password` 'guest', `vhost` '/'. The publisher opens its own connections and reconnects them;
+   * Connection parameters, or an existing `Client` to share. Defaults: `hostname` 'localhost',
+   * `port` 5552, `username` and `password` 'guest', `vhost` '/'. With parameters the publisher
+   * opens its own connections and reconnects them (through the next of `endpoints` each time);
    * publisher connections dial the host the broker advertises (`stream.advertised_host`) unless
-   * `addressResolver` is set.
+   * `addressResolver` is set. With a `Client` the producer is declared on that client (its
+   * connection may carry the application's own publishers: confirms are told apart by producer
+   * id), reconnections go through that client's locator connection, and `close()` leaves the
+   * client open — it stays the application's to close.
    */
-  readonly connection?: StreamConnectionOptions;
+  readonly connection?: StreamConnectionOptions | Client;
   /** The stream to publish into. */
   readonly stream: string;
   /** Create the stream if it does not exist. @defaultValue false */
@@ -61,6 +65,8 @@ export class StreamTransport implements PublishTransport {
   readonly #createStream: boolean;
   readonly #connectTimeoutMs: number;
   #client: Client | undefined;
+  /** The application's client, when `connection` was one: used, never closed. */
+  readonly #shared: Client | undefined;
   #publisher: Publisher | undefined;
   /** Bumped on every (re)connect and on close: events of older clients are ignored. */
   #generation = 0;
@@ -79,7 +85,8 @@ export class StreamTransport implements PublishTransport {
     this.#producerName = options.producerName;
     this.#createStream = options.createStream ?? false;
     this.#connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
-    this.#endpoints = new EndpointRotation(options.connection ?? {});
+    this.#shared = isClient(options.connection) ? options.connection : undefined;
+    this.#endpoints = new EndpointRotation(isClient(options.connection) ? {} : (options.connection ?? {}));
     this.#params = this.#endpoints.next();
   }
 
@@ -116,40 +123,28 @@ export class StreamTransport implements PublishTransport {
       markLost(error);
       if (current()) handlers.disconnected(error);
     };
-    let client: Client;
-    try {
-      client = await withTimeout(
-        connect({
-          ...this.#params,
-          listeners: {
-            publish_confirm: (confirm, connId) => {
-              // One listener hears every publisher on the connection: keep only ours.
-              if (current() && confirm.publisherId === publisherId && connId === connectionId) {
-                handlers.confirmed(confirm.publishingIds);
-              }
-            },
-            publish_error: (error, connId) => {
-              // The client decodes publish-error frames wrongly (DESIGN §3): do not trust the IDs
-              // or the code; treat the connection as unusable, so everything pending is re-sent.
-              if (current() && error.publisherId === publisherId && connId === connectionId) {
-                const e = new Error('the broker reported a publish error');
-                markLost(e);
-                handlers.disconnected(e);
-              }
-            },
-            connection_closed: lost('locator'),
-          },
-        }),
-        this.#connectTimeoutMs,
-        `connecting to ${this.#address()}`,
-      );
-    } catch (err) {
-      throw new DedupError(
-        'DEDUP_BROKER_UNREACHABLE',
-        `cannot connect to RabbitMQ's stream port at ${this.#address()}: ${errorText(err)}`,
-        { cause: err },
-      );
-    }
+    const confirmed = (confirm: { publisherId: number; publishingIds: bigint[] }, connId: string): void => {
+      // One listener hears every publisher on the connection: keep only ours.
+      if (current() && confirm.publisherId === publisherId && connId === connectionId) {
+        handlers.confirmed(confirm.publishingIds);
+      }
+    };
+    const failed = (error: { publisherId: number }, connId: string): void => {
+      // The client decodes publish-error frames wrongly (DESIGN §3): do not trust the IDs or the
+      // code; treat the connection as unusable, so everything pending is re-sent.
+      if (current() && error.publisherId === publisherId && connId === connectionId) {
+        const e = new Error('the broker reported a publish error');
+        markLost(e);
+        handlers.disconnected(e);
+      }
+    };
+    const client =
+      this.#shared ??
+      (await this.#connectClient({
+        publish_confirm: confirmed,
+        publish_error: failed,
+        connection_closed: lost('locator'),
+      }));
     this.#client = client;
     try {
       this.#maxFrameSize = client.maxFrameSize > 0 ? client.maxFrameSize : this.#maxFrameSize;
@@ -172,6 +167,12 @@ export class StreamTransport implements PublishTransport {
       publisherId = publisher.publisherId;
       connectionId = publisher.getConnectionInfo().id;
       this.#publisher = publisher;
+      if (this.#shared !== undefined) {
+        // The application's client has no listeners of ours: listen on the producer's connection.
+        const connection = publisherConnection(publisher);
+        connection.on('publish_confirm', (confirm) => confirmed(confirm, connectionId));
+        connection.on('publish_error', (error) => failed(error, connectionId));
+      }
       this.#encoder = new PublishFrameEncoder(publisherId, this.#producerName, this.#maxFrameSize);
       this.#socket = publisherSocket(publisher);
       return await publisher.getLastPublishingId();
@@ -181,6 +182,23 @@ export class StreamTransport implements PublishTransport {
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',
         `the broker refused producer "${this.#producerName}" on stream "${this.target}": ${errorText(err)}`,
+        { cause: err },
+      );
+    }
+  }
+
+  /** A client of our own, to the current endpoint. */
+  async #connectClient(listeners: ClientParams['listeners']): Promise<Client> {
+    try {
+      return await withTimeout(
+        connect({ ...this.#params, listeners }),
+        this.#connectTimeoutMs,
+        `connecting to ${this.#address()}`,
+      );
+    } catch (err) {
+      throw new DedupError(
+        'DEDUP_BROKER_UNREACHABLE',
+        `cannot connect to RabbitMQ's stream port at ${this.#address()}: ${errorText(err)}`,
         { cause: err },
       );
     }
@@ -230,16 +248,18 @@ export class StreamTransport implements PublishTransport {
     this.#socket = undefined;
     this.#encoder = undefined;
     if (client === undefined) return;
-    if (deleteName && publisher !== undefined) {
+    // On a shared client the producer goes in every case (it holds a reference to its connection).
+    if ((deleteName || client === this.#shared) && publisher !== undefined) {
       await withTimeout(client.deletePublisher(publisher.extendedId), 5_000, 'deletePublisher').catch(
         () => undefined,
       );
     }
+    if (client === this.#shared) return;
     await withTimeout(client.close(), 5_000, 'closing the client').catch(() => undefined);
   }
 
   #address(): string {
-    return `${this.#params.hostname}:${this.#params.port}`;
+    return this.#shared !== undefined ? 'the given client' : `${this.#params.hostname}:${this.#params.port}`;
   }
 }
 
@@ -297,6 +317,36 @@ function publisherSocket(publisher: Publisher): Socket {
     );
   }
   return socket;
+}
+
+/** True for a `rabbitmq-stream-js-client` Client (of any copy of the package), not parameters. */
+function isClient(connection: StreamConnectionOptions | Client | undefined): connection is Client {
+  return (
+    typeof connection === 'object' &&
+    connection !== null &&
+    typeof (connection as Partial<Client>).declarePublisher === 'function'
+  );
+}
+
+interface ConfirmListeners {
+  on(
+    event: 'publish_confirm',
+    listener: (confirm: { publisherId: number; publishingIds: bigint[] }) => void,
+  ): void;
+  on(event: 'publish_error', listener: (error: { publisherId: number }) => void): void;
+}
+
+/** The producer's connection (rabbitmq-stream-js-client 1.0: `publisher.connection`), checked like its socket. */
+function publisherConnection(publisher: Publisher): ConfirmListeners {
+  const connection = (publisher as unknown as { connection?: { on?: unknown } }).connection;
+  if (typeof connection?.on !== 'function') {
+    throw new DedupError(
+      'DEDUP_BROKER_REFUSED',
+      'this rabbitmq-stream-js-client version does not expose the publisher connection stream-dedup listens on; ' +
+        'use the 1.0.x line pinned in package.json',
+    );
+  }
+  return connection as ConfirmListeners;
 }
 
 /** One message read back by {@link readStreamToEnd}. */

@@ -54,7 +54,7 @@ export const OPEN_UNAVAILABLE_WAIT_MS = 30_000;
 
 /**
  * The open-time connection policy shared by the publisher and the consumer: an endpoint that does
- * not answer is skipped for the next, once round the list; a stream that is not available is
+ * not answer is skipped for the next, and only a whole round of them in a row fails; a stream that is not available is
  * tried again with backoff for up to {@link OPEN_UNAVAILABLE_WAIT_MS}. Anything else fails now.
  */
 export async function openThroughEndpoints<T>(endpoints: number, attempt: () => Promise<T>): Promise<T> {
@@ -66,6 +66,8 @@ export async function openThroughEndpoints<T>(endpoints: number, attempt: () => 
       return await attempt();
     } catch (err) {
       if (isStreamNotAvailable(err) && performance.now() + delay < deadline) {
+        // A node answered: the round of endpoints that do not answer starts again.
+        unreachable = 0;
         await new Promise((resolve) => setTimeout(resolve, delay));
         delay = Math.min(delay * 2, 2_000);
         continue;

@@ -255,3 +255,43 @@ describe('publisher - one live producer per name', () => {
     await expect(pub.send(Buffer.from('after'))).rejects.toMatchObject({ code: 'DEDUP_NAME_CONFLICT' });
   });
 });
+
+describe('publisher - on an existing Client', () => {
+  it("shares the application's client and connection: own confirms only, resumes on reopen, leaves the client open", async () => {
+    const { stream, store } = await setup('shared');
+    const shared = await connectClient();
+    try {
+      // The application's own named producer on the same client (and so the same connection).
+      const own = await shared.declarePublisher({ stream, publisherRef: 'app-own' });
+      let ownConfirms = 0;
+      own.on('publish_confirm', (_err, ids) => (ownConfirms += ids.length));
+      const options = { connection: shared, stream, producerName: 'shared-producer', store };
+      const pub = await StreamDedupPublisher.open(options);
+      const sends: Array<Promise<{ publishingId: bigint }>> = [];
+      for (let i = 1; i <= 500; i++) {
+        sends.push(pub.send(Buffer.from(`dedup-${i}`)));
+        // Its publishing IDs overlap ours (1..500): confirms must be told apart by producer.
+        await own.send(Buffer.from(`own-${i}`));
+      }
+      await own.flush();
+      const ids = (await Promise.all(sends)).map((r) => r.publishingId);
+      expect(ids).toEqual(Array.from({ length: 500 }, (_, i) => BigInt(i + 1)));
+      await pub.close();
+      // close() freed the name but left the application's client and its producer working.
+      await own.send(Buffer.from('own-after-close'));
+      await own.flush();
+      await expect(shared.queryMetadata({ streams: [stream] })).resolves.toHaveLength(1);
+      const again = await StreamDedupPublisher.open(options);
+      expect((await again.send(Buffer.from('dedup-501'))).publishingId).toBe(501n);
+      await again.close();
+      const bodies = (await readAll(client, stream)).map((m) => m.content.toString());
+      expect(bodies.filter((b) => b.startsWith('dedup-'))).toHaveLength(501);
+      expect(bodies.filter((b) => b.startsWith('own-'))).toHaveLength(501);
+      // DESIGN §3's pitfall, on this shared connection: the client's own listener hears every
+      // producer's confirms (501 of its own + 501 of ours); the library filters by producer id.
+      expect(ownConfirms).toBe(1002);
+    } finally {
+      await shared.close();
+    }
+  });
+});

@@ -79,3 +79,22 @@ describe('"Stream was not found on any node", told apart by the stream metadata'
     expect(await explainNoNode(clientAnswering(undefined), 's', other)).toBe(other);
   });
 });
+
+describe('open() through endpoints, mixed answers', () => {
+  it('a dead node met again after an election answer does not use up the round', async () => {
+    // Three endpoints, one dead: the rotation meets it every third attempt while the others say
+    // "not available"; four unreachable answers in all, never three in a row.
+    const mixed = scripted([
+      unreachable,
+      notAvailable,
+      notAvailable,
+      unreachable,
+      notAvailable,
+      notAvailable,
+      unreachable,
+      unreachable,
+    ]);
+    await expect(openThroughEndpoints(3, mixed.attempt)).resolves.toBe('ok');
+    expect(mixed.calls()).toBe(9);
+  });
+});
