@@ -148,7 +148,7 @@ console.log(
   `${'raw stream consumer'.padEnd(26)} ${Math.round(consumers.rawPerSec).toLocaleString('en').padStart(12)}   msg/s (${consumers.messages.toLocaleString('en')} messages)`,
 );
 console.log(
-  `${'verifying consumer'.padEnd(26)} ${Math.round(consumers.verifyingPerSec).toLocaleString('en').padStart(12)}   msg/s, ${consumerRatio.toFixed(3)} of raw consumer`,
+  `${'verifying consumer'.padEnd(26)} ${Math.round(consumers.verifyingPerSec).toLocaleString('en').padStart(12)}   msg/s, ${consumerRatio.toFixed(3)} of raw consumer (first to last message; open() apart: ${Math.round(consumers.verifyingOpenMs)} ms)`,
 );
 for (const [name, ok] of Object.entries(met)) {
   const { target, got } = targets[name as keyof typeof targets];
@@ -169,6 +169,7 @@ console.log(
       rawPerSec: Math.round(consumers.rawPerSec),
       verifyingPerSec: Math.round(consumers.verifyingPerSec),
       ratio: Number(consumerRatio.toFixed(3)),
+      verifyingOpenMs: Math.round(consumers.verifyingOpenMs),
     },
     targets,
     met,

@@ -148,9 +148,11 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
   #lost(): void {
     if (this.isStopping) return;
     this.#generation++;
-    const old = this.#model;
-    this.#model = undefined;
     this.#queue = this.#queue.then(async () => {
+      // Taken here, not when the loss was seen: a subscription in progress then has finished
+      // (taken earlier, that new connection would be left open).
+      const old = this.#model;
+      this.#model = undefined;
       this.core.discardPending();
       if (old !== undefined) await withTimeout(old.close(), 2_000, 'closing').catch(() => undefined);
       await retryWithBackoff(
