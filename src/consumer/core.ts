@@ -146,8 +146,18 @@ interface ScopeState {
 }
 
 type Op = { type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string };
+/** A handler's write in the pending batch: a string value is encoded once, when the batch is written. */
+type PendingOp = { type: 'put'; key: string; value: Uint8Array | string } | { type: 'del'; key: string };
+
+function encodedOp(op: PendingOp): Op {
+  return op.type === 'put' && typeof op.value === 'string'
+    ? { type: 'put', key: op.key, value: Buffer.from(op.value, 'utf8') }
+    : (op as Op);
+}
 
 const DEFAULT_POLICY: PolicySpec = { kind: 'window', size: 1024 };
+/** Full batches that may wait behind the write in flight before `process()` makes the caller wait. */
+const BATCHES_AHEAD = 4;
 
 /**
  * The transport-agnostic verifying consumer: dedup check, handler, and one LevelDB batch holding
@@ -178,7 +188,7 @@ export class VerifyingConsumerCore {
   readonly #scopeKeys = new Map<string, Map<string, string>>();
   #committedOffset: bigint | undefined;
   /** The uncommitted batch. */
-  #ops = new Map<string, Op>();
+  #ops = new Map<string, PendingOp>();
   #touched = new Set<string>();
   #pendingMessages = 0;
   #pendingSettles: Array<() => void> = [];
@@ -187,7 +197,7 @@ export class VerifyingConsumerCore {
   #ttlTimer: NodeJS.Timeout | undefined;
   /** The batch being written, if any (at most one at a time). */
   #committing: Promise<void> | undefined;
-  #inflightOps: Map<string, Op> | undefined;
+  #inflightOps: Map<string, PendingOp> | undefined;
   #failed: Error | undefined;
   #closed = false;
   #processing = false;
@@ -349,8 +359,17 @@ export class VerifyingConsumerCore {
     this.#pendingMessages++;
     if (message.settle !== undefined) this.#pendingSettles.push(message.settle);
     if ((this.#opts.commit ?? 'batch') === 'message') return this.flush();
-    // Pipelined: the next batch is processed while this one is written.
-    if (this.#pendingMessages >= (this.#opts.commitEvery ?? 1000)) return this.#startCommit();
+    // Pipelined: a full batch is written while the next one is processed, so the per-message path
+    // returns no promise. It waits only when the write falls behind by several batches.
+    const every = this.#opts.commitEvery ?? 1000;
+    if (this.#pendingMessages >= every) {
+      if (this.#committing === undefined) {
+        this.#beginCommit();
+        return undefined;
+      }
+      if (this.#pendingMessages >= every * BATCHES_AHEAD) return this.#startCommit();
+      // Otherwise the write in flight starts this batch when it completes (or the linger does).
+    }
     this.#armLinger();
     return undefined;
   }
@@ -452,14 +471,18 @@ export class VerifyingConsumerCore {
       const full = this.#effectPrefix + key;
       // This batch, then the batch being written (the database does not show it yet), then the database.
       const op = this.#ops.get(full) ?? this.#inflightOps?.get(full);
-      if (op !== undefined) return op.type === 'put' ? op.value : undefined;
-      return this.#db.get(full);
+      if (op === undefined) return this.#db.get(full);
+      if (op.type === 'del') return undefined;
+      return typeof op.value === 'string' ? Buffer.from(op.value, 'utf8') : op.value;
     },
     put: (key, value) => {
       if (typeof key !== 'string') throw new TypeError('effect keys are strings');
       const full = this.#effectPrefix + key;
-      const bytes = typeof value === 'string' ? Buffer.from(value, 'utf8') : value;
-      this.#ops.set(full, { type: 'put', key: full, value: bytes });
+      // A key written again in this batch (a counter, a projection) reuses its entry. The entries
+      // of the batch being written are in #inflightOps, never here, so this changes nothing written.
+      const op = this.#ops.get(full);
+      if (op?.type === 'put') op.value = value;
+      else this.#ops.set(full, { type: 'put', key: full, value });
     },
     del: (key) => {
       if (typeof key !== 'string') throw new TypeError('effect keys are strings');
@@ -498,12 +521,23 @@ export class VerifyingConsumerCore {
    * time), without waiting for it. A failed write stops the consumer.
    */
   async #startCommit(): Promise<void> {
-    if (this.#committing !== undefined) await this.#committing.catch(() => undefined);
+    // A loop: a completing write may have started the next batch itself.
+    while (this.#committing !== undefined) await this.#committing.catch(() => undefined);
     if (this.#pendingMessages === 0 || this.#failed !== undefined) return;
+    this.#beginCommit();
+  }
+
+  /**
+   * Starts writing the pending batch now. Only while no write is in flight, something is pending,
+   * nothing failed, and no handler is in the middle of a message (its writes must all land in
+   * one batch).
+   */
+  #beginCommit(): void {
     clearTimeout(this.#linger);
     this.#linger = undefined;
     const batchOps = this.#ops;
-    const ops = [...batchOps.values()];
+    const ops: Op[] = [];
+    for (const op of batchOps.values()) ops.push(encodedOp(op));
     const touched: Array<[ScopeState, SequenceTracker]> = [];
     // One clock read per commit: retention counts in hours, not per message.
     const now = Date.now();
@@ -548,6 +582,16 @@ export class VerifyingConsumerCore {
     this.#committing = commit;
     const done = (): void => {
       if (this.#committing === commit) this.#committing = undefined;
+      // A full batch that waited for this write goes now, unless a handler is mid-message.
+      if (
+        this.#committing === undefined &&
+        !this.#processing &&
+        !this.#closed &&
+        this.#failed === undefined &&
+        this.#pendingMessages >= (this.#opts.commitEvery ?? 1000)
+      ) {
+        this.#beginCommit();
+      }
     };
     commit.then(done, done);
   }

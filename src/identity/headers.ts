@@ -26,6 +26,9 @@ export function identityHeaders(producerName: string, publishingId: bigint): Rec
   return { [PRODUCER_HEADER]: producerName, [ID_HEADER]: publishingId.toString() };
 }
 
+/** The last producer name found within the size limit. */
+let lastCheckedName = '';
+
 /**
  * Reads the identity stamped by a stream-dedup publisher. Never throws: a message with neither
  * header is `missing`, one with a single header or a value of the wrong type or form is
@@ -69,12 +72,14 @@ export function readIdentity(
       reason: `${PRODUCER_HEADER} must be a non-empty string, got ${describe(name)}`,
     };
   }
-  if (Buffer.byteLength(name, 'utf8') > MAX_PRODUCER_NAME_BYTES) {
+  // Consecutive messages mostly come from one producer: its name's length is checked once.
+  if (name !== lastCheckedName && Buffer.byteLength(name, 'utf8') > MAX_PRODUCER_NAME_BYTES) {
     return {
       kind: 'malformed',
       reason: `${PRODUCER_HEADER} is longer than ${MAX_PRODUCER_NAME_BYTES} bytes`,
     };
   }
+  lastCheckedName = name;
   const text = Buffer.isBuffer(id) ? id.toString('utf8') : id;
   if (typeof text !== 'string') {
     return { kind: 'malformed', reason: `${ID_HEADER} must be a decimal string, got ${describe(id)}` };
