@@ -34,6 +34,13 @@ interface Entry {
   key?: string | undefined;
   /** Repeats of the key that arrived while this message was in flight: settled with it. */
   keyWaiters?: KeyWaiter[] | undefined;
+  /** The key's record in the index (no map lookup when the message settles). */
+  keyRecord?: LiveKey | undefined;
+}
+
+/** A key in the in-memory index; `inFlight` is its first send while that is unconfirmed. */
+interface LiveKey extends KeyRecord {
+  inFlight: Entry | undefined;
 }
 
 /** A repeat of a key that waits for the first send of the key. */
@@ -129,12 +136,10 @@ export class DedupPublisherCore {
    * Keyed mode: every retained key and the ID it was first published with — the exact index,
    * loaded from the store's key segments on open, written through one segment per group commit.
    */
-  readonly #keys = new Map<string, KeyRecord>();
+  readonly #keys = new Map<string, LiveKey>();
   /** The key segments in the store, oldest first, for retention. */
   readonly #keySegments: Array<{ firstId: bigint; lastId: bigint; newestMs: number }> = [];
   #keySegmentsToDelete: bigint[] = [];
-  /** Keys published by this process and not yet confirmed: repeats wait for the confirm. */
-  readonly #keysInFlight = new Map<string, Entry>();
   #pruneTimer: NodeJS.Timeout | undefined;
   readonly #keyRetention: { readonly maxKeys: number; readonly maxAgeMs: number };
   #pumping = false;
@@ -284,7 +289,11 @@ export class DedupPublisherCore {
           const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
           for (const e of s.entries) {
             const entry: Entry = { ...e, segment, sentAt: 0 };
-            if (e.key !== undefined) publisher.#keysInFlight.set(e.key, entry);
+            const record = e.key === undefined ? undefined : publisher.#keys.get(e.key);
+            if (record?.publishingId === e.publishingId) {
+              record.inFlight = entry;
+              entry.keyRecord = record;
+            }
             publisher.#pending.push(entry);
           }
         }
@@ -307,7 +316,11 @@ export class DedupPublisherCore {
   ): void {
     for (const { firstId, entries } of segments) {
       for (const e of entries)
-        this.#keys.set(e.key, { publishingId: e.publishingId, createdAtMs: e.createdAtMs });
+        this.#keys.set(e.key, {
+          publishingId: e.publishingId,
+          createdAtMs: e.createdAtMs,
+          inFlight: undefined,
+        });
       const last = entries[entries.length - 1]!;
       this.#keySegments.push({ firstId, lastId: last.publishingId, newestMs: last.createdAtMs });
     }
@@ -431,7 +444,7 @@ export class DedupPublisherCore {
     const known = this.#keys.get(key);
     if (known !== undefined && this.#retained(known)) {
       this.counters.keyDuplicates++;
-      const inFlight = this.#keysInFlight.get(key);
+      const inFlight = known.inFlight;
       if (inFlight !== undefined) {
         return new Promise<SendResult>((resolve, reject) => {
           (inFlight.keyWaiters ??= []).push({
@@ -450,7 +463,8 @@ export class DedupPublisherCore {
   /** The first send of a key settled: so do the repeats that waited for it. */
   #keySettled(entry: Entry, outcome: bigint | Error): void {
     if (entry.key === undefined) return;
-    if (this.#keysInFlight.get(entry.key) === entry) this.#keysInFlight.delete(entry.key);
+    const record = entry.keyRecord;
+    if (record?.inFlight === entry) record.inFlight = undefined;
     const waiters = entry.keyWaiters;
     entry.keyWaiters = undefined;
     for (const w of waiters ?? []) {
@@ -462,7 +476,8 @@ export class DedupPublisherCore {
   /** A keyed message that will never be written (aborted, closed): its key is free again. */
   #forgetKey(entry: Entry, error: Error): void {
     if (entry.key === undefined) return;
-    if (this.#keys.get(entry.key)?.publishingId === entry.publishingId) this.#keys.delete(entry.key);
+    if (entry.keyRecord !== undefined && this.#keys.get(entry.key) === entry.keyRecord)
+      this.#keys.delete(entry.key);
     this.#keySettled(entry, error);
   }
 
@@ -522,8 +537,9 @@ export class DedupPublisherCore {
       key,
     };
     if (key !== undefined) {
-      this.#keys.set(key, { publishingId, createdAtMs: Date.now() });
-      this.#keysInFlight.set(key, entry);
+      const record: LiveKey = { publishingId, createdAtMs: Date.now(), inFlight: entry };
+      this.#keys.set(key, record);
+      entry.keyRecord = record;
     }
     if (signal !== undefined) {
       entry.signal = signal;
@@ -633,11 +649,10 @@ export class DedupPublisherCore {
       keys = [];
       for (const e of batch) {
         if (e.key === undefined) continue;
-        const record = this.#keys.get(e.key);
         keys.push({
           key: e.key,
           publishingId: e.publishingId,
-          createdAtMs: record?.createdAtMs ?? Date.now(),
+          createdAtMs: e.keyRecord?.createdAtMs ?? Date.now(),
         });
       }
       if (keys.length > 0) {

@@ -143,7 +143,8 @@ describe('cluster - a 3-replica stream under faults', () => {
     const chaos = async (): Promise<string[]> => {
       const log: string[] = [];
       for (let round = 0; round < LEADER_KILLS; round++) {
-        await new Promise((r) => setTimeout(r, 1_500));
+        // A random moment: 1-3 s into the round.
+        await new Promise((r) => setTimeout(r, 1_000 + Math.random() * 2_000));
         const { node } = await leaderNode(stream).catch(() => ({ node: 2 }));
         log.push(await resumeAfter(`kill -9 leader node${node}`, () => script('node-kill', String(node))));
         log.push(await resumeAfter(`restart node${node}`, () => script('node-start', String(node))));
