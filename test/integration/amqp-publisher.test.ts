@@ -1,19 +1,12 @@
 import { join } from 'node:path';
-import type { Client } from 'rabbitmq-stream-js-client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ID_HEADER, PRODUCER_HEADER, readIdentity } from '../../src/identity/headers.js';
 import { AmqpDedupPublisher } from '../../src/transport/amqp.js';
 import { AMQP_URL, uniqueName } from '../support/broker.js';
-import { connectClient, readAll } from '../support/stream.js';
+import { readAll, useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
 
-let client: Client;
-beforeAll(async () => {
-  client = await connectClient();
-});
-afterAll(async () => {
-  await client.close();
-});
+const client = useClient();
 const tempDir = useTempDir();
 
 describe('amqp publisher', () => {
@@ -32,7 +25,7 @@ describe('amqp publisher', () => {
     expect((await again.send(Buffer.from('a-501'))).publishingId).toBe(501n);
     await again.close();
 
-    const messages = await readAll(client, queue);
+    const messages = await readAll(client(), queue);
     expect(messages.map((m) => m.content.toString())).toEqual(
       Array.from({ length: 501 }, (_, i) => `a-${i + 1}`),
     );

@@ -5,24 +5,17 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Client } from 'rabbitmq-stream-js-client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
 import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
-import { connectClient } from '../support/stream.js';
+import { useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
 
 const holder = fileURLToPath(new URL('../fixtures/hold-store.ts', import.meta.url));
-let client: Client;
-beforeAll(async () => {
-  client = await connectClient();
-});
-afterAll(async () => {
-  await client.close();
-});
+const client = useClient();
 const tempDir = useTempDir();
 
 interface CliRun {
@@ -66,7 +59,7 @@ function expectOneErrorLine(run: CliRun, pattern: RegExp): void {
  * or retrying writer would: `[producer, id]`, or `undefined` for a message without identity.
  */
 async function rawWrite(stream: string, messages: ReadonlyArray<readonly [string, number] | undefined>) {
-  const publisher = await client.declarePublisher({ stream });
+  const publisher = await client().declarePublisher({ stream });
   let confirmed = 0;
   const all = new Promise<void>((resolve) =>
     publisher.on('publish_confirm', (_err, ids) => {
@@ -96,7 +89,7 @@ async function closedPort(): Promise<number> {
 describe('cli - audit', () => {
   it('a stream written by a dedup publisher is clean (exit 0); a raw duplicate and a skipped id fail it (exit 1)', async () => {
     const stream = uniqueName('cli-audit');
-    await client.createStream({ stream, arguments: {} });
+    await client().createStream({ stream, arguments: {} });
     try {
       const store = join(await tempDir(), 'store');
       const pub = await StreamDedupPublisher.open({
@@ -180,19 +173,19 @@ describe('cli - audit', () => {
       expect(human.stdout).toContain('cli-raw: 1 missing id in 1 gap: 3');
       expect(human.stdout).toContain('audit: FAILED — 1 duplicate, 1 missing id in 1 gap, 0 out of order');
     } finally {
-      await client.deleteStream({ stream });
+      await client().deleteStream({ stream });
     }
   });
 
   it('an empty stream is clean at once (exit 0, no messages)', async () => {
     const stream = uniqueName('cli-empty');
-    await client.createStream({ stream, arguments: {} });
+    await client().createStream({ stream, arguments: {} });
     try {
       const run = await cli(['audit', stream, '--json']);
       expect(run.code).toBe(0);
       expect(JSON.parse(run.stdout)).toMatchObject({ stream, messages: 0, ok: true });
     } finally {
-      await client.deleteStream({ stream });
+      await client().deleteStream({ stream });
     }
   });
 
@@ -228,7 +221,7 @@ describe('cli - usage', () => {
 describe('cli - inspect', () => {
   it('lists the producer, the verifying consumer and its scope of a store used by a publisher and a consumer', async () => {
     const stream = uniqueName('cli-inspect');
-    await client.createStream({ stream, arguments: {} });
+    await client().createStream({ stream, arguments: {} });
     const path = join(await tempDir(), 'store');
     const started = Date.now();
     try {
@@ -320,7 +313,7 @@ describe('cli - inspect', () => {
       );
       expect(human.stdout).toContain('3 messages in the outbox');
     } finally {
-      await client.deleteStream({ stream });
+      await client().deleteStream({ stream });
     }
   });
 

@@ -3,22 +3,15 @@ import { once } from 'node:events';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import type { Client } from 'rabbitmq-stream-js-client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
 import { BROKER, uniqueName } from '../support/broker.js';
-import { connectClient, readAll } from '../support/stream.js';
+import { readAll, useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
 
 const fixture = fileURLToPath(new URL('../fixtures/ledger-consumer.ts', import.meta.url));
-let client: Client;
-beforeAll(async () => {
-  client = await connectClient();
-});
-afterAll(async () => {
-  await client.close();
-});
+const client = useClient();
 const tempDir = useTempDir();
 
 interface Credit {
@@ -44,7 +37,7 @@ async function writeLedger(stream: string, events: number): Promise<{ expected: 
     if (i % 8 === 5) wire.push(credits[i - 3]!); // a late duplicate copy
   }
   for (let i = 0; i + 1 < wire.length; i += 10) [wire[i], wire[i + 1]] = [wire[i + 1]!, wire[i]!];
-  const publisher = await client.declarePublisher({ stream });
+  const publisher = await client().declarePublisher({ stream });
   let confirmed = 0;
   const all = new Promise<void>((resolve) =>
     publisher.on('publish_confirm', (_e, ids) => {
@@ -102,9 +95,9 @@ async function committed(store: string): Promise<{ balance: number; offset: bigi
 describe('verifying consumer - the credit-17 example under SIGKILL', () => {
   it('the balance is exactly right after every restart: killed before commit, after commit, and at random', async () => {
     const stream = uniqueName('ledger');
-    await client.createStream({ stream, arguments: {} });
+    await client().createStream({ stream, arguments: {} });
     const { expected, total } = await writeLedger(stream, 30_000);
-    const messages = await readAll(client, stream);
+    const messages = await readAll(client(), stream);
     expect(messages.length).toBe(total);
     const lastOffset = messages.at(-1)!.offset!;
     const amountsUpTo = (offset: bigint): number => {

@@ -1,18 +1,11 @@
 import { join } from 'node:path';
-import type { Client } from 'rabbitmq-stream-js-client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
-import { connectClient } from '../support/stream.js';
+import { useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
 
-let client: Client;
-beforeAll(async () => {
-  client = await connectClient();
-});
-afterAll(async () => {
-  await client.close();
-});
+const client = useClient();
 const tempDir = useTempDir();
 
 // A cluster node that is down when a process starts must not fail its open(): the first endpoint
@@ -23,7 +16,7 @@ const live = { hostname: BROKER.host, port: BROKER.streamPort };
 describe('connection endpoints - open() goes round the list once', () => {
   it('the publisher and the consumer open through the second endpoint when the first is down', async () => {
     const stream = uniqueName('endpoints');
-    await client.createStream({ stream, arguments: {} });
+    await client().createStream({ stream, arguments: {} });
     const connection = { ...STREAM_CONNECTION, endpoints: [dead, live] };
     const store = join(await tempDir(), 'store');
     const publisher = await StreamDedupPublisher.open({ connection, stream, producerName: 'p', store });

@@ -1,28 +1,21 @@
 import { join } from 'node:path';
-import type { Client } from 'rabbitmq-stream-js-client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
 import { StreamDedupPublisher, type StreamDedupPublisherOptions } from '../../src/transport/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
-import { connectClient, readAll } from '../support/stream.js';
+import { connectClient, readAll, useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
 
-let client: Client;
-beforeAll(async () => {
-  client = await connectClient();
-});
-afterAll(async () => {
-  await client.close();
-});
+const client = useClient();
 const tempDir = useTempDir();
 
 async function setup(
   name: string,
 ): Promise<{ stream: string; store: string; options: StreamDedupPublisherOptions }> {
   const stream = uniqueName(name);
-  await client.createStream({ stream, arguments: {} });
+  await client().createStream({ stream, arguments: {} });
   const store = join(await tempDir(), 'store');
   return {
     stream,
@@ -33,7 +26,7 @@ async function setup(
 
 /** Publishes IDs through the raw client under `publisherRef`, as another writer would. */
 async function rawPublish(stream: string, publisherRef: string, ids: bigint[]): Promise<void> {
-  const publisher = await client.declarePublisher({ stream, publisherRef });
+  const publisher = await client().declarePublisher({ stream, publisherRef });
   const confirmed = new Set<bigint>();
   const done = new Promise<void>((resolve) =>
     publisher.on('publish_confirm', (_err, got) => {
@@ -44,7 +37,7 @@ async function rawPublish(stream: string, publisherRef: string, ids: bigint[]): 
   for (const id of ids) await publisher.basicSend(id, Buffer.from(`raw-${id}`));
   await publisher.flush();
   await done;
-  await client.deletePublisher(publisher.extendedId);
+  await client().deletePublisher(publisher.extendedId);
 }
 
 function identities(messages: Awaited<ReturnType<typeof readAll>>): Array<[string, string, string]> {
@@ -74,7 +67,7 @@ describe('publisher - ids and identity stamps', () => {
     expect(again.openReport).toMatchObject({ localLastId: 3n, brokerLastId: 3n, resent: 0 });
     expect((await again.send(Buffer.from('c'))).publishingId).toBe(4n);
     await again.close();
-    const messages = await readAll(client, stream);
+    const messages = await readAll(client(), stream);
     expect(identities(messages)).toEqual([
       ['a', options.producerName, '1'],
       ['b', options.producerName, '2'],
@@ -107,7 +100,7 @@ describe('publisher - reconciliation on open', () => {
     expect(pub.openReport).toMatchObject({ localLastId: 3n, brokerLastId: 0n, resent: 3, reassigned: 0 });
     expect((await pub.send(Buffer.from('new'))).publishingId).toBe(4n);
     await pub.close();
-    const messages = await readAll(client, stream);
+    const messages = await readAll(client(), stream);
     expect(identities(messages).map(([body, , id]) => `${body}@${id}`)).toEqual([
       'o-1@1',
       'o-2@2',
@@ -130,13 +123,13 @@ describe('publisher - reconciliation on open', () => {
     expect((err as DedupError).code).toBe('DEDUP_SEQUENCE_REGRESSION');
     expect((err as DedupError).message).toMatch(/another process publishes under this name/);
     expect((err as DedupError).message).toMatch(/lost, replaced or restored/);
-    expect((await readAll(client, stream)).length).toBe(5);
+    expect((await readAll(client(), stream)).length).toBe(5);
     // The refused open released the store and the name: adopting works right after.
     const adopted = await StreamDedupPublisher.open({ ...options, onBrokerAhead: 'adopt' });
     expect(adopted.openReport).toMatchObject({ localLastId: 0n, brokerLastId: 5n });
     expect((await adopted.send(Buffer.from('after-adopt'))).publishingId).toBe(6n);
     await adopted.close();
-    const bodies = (await readAll(client, stream)).map((m) => m.content.toString());
+    const bodies = (await readAll(client(), stream)).map((m) => m.content.toString());
     expect(bodies).toEqual(['raw-1', 'raw-2', 'raw-3', 'raw-4', 'raw-5', 'after-adopt']);
   });
 
@@ -155,7 +148,7 @@ describe('publisher - reconciliation on open', () => {
     expect(pub.openReport).toMatchObject({ localLastId: 2n, brokerLastId: 5n, resent: 0, reassigned: 2 });
     expect((await pub.send(Buffer.from('next'))).publishingId).toBe(8n);
     await pub.close();
-    const tail = identities(await readAll(client, stream)).slice(5);
+    const tail = identities(await readAll(client(), stream)).slice(5);
     expect(tail.map(([body, , id]) => `${body}@${id}`)).toEqual(['o-1@6', 'o-2@7', 'next@8']);
   });
 });
@@ -226,7 +219,7 @@ describe('publisher - bad input', () => {
     await expect(StreamDedupPublisher.open(options)).rejects.toMatchObject({
       code: 'DEDUP_ID_MODE_MISMATCH',
     });
-    expect((await readAll(client, stream)).map((m) => m.content.toString())).toEqual(['ten', 'eleven']);
+    expect((await readAll(client(), stream)).map((m) => m.content.toString())).toEqual(['ten', 'eleven']);
   });
 });
 
@@ -284,7 +277,7 @@ describe('publisher - on an existing Client', () => {
       const again = await StreamDedupPublisher.open(options);
       expect((await again.send(Buffer.from('dedup-501'))).publishingId).toBe(501n);
       await again.close();
-      const bodies = (await readAll(client, stream)).map((m) => m.content.toString());
+      const bodies = (await readAll(client(), stream)).map((m) => m.content.toString());
       expect(bodies.filter((b) => b.startsWith('dedup-'))).toHaveLength(501);
       expect(bodies.filter((b) => b.startsWith('own-'))).toHaveLength(501);
       // DESIGN §3's pitfall, on this shared connection: the client's own listener hears every

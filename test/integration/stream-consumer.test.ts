@@ -1,19 +1,12 @@
 import { join } from 'node:path';
-import type { Client } from 'rabbitmq-stream-js-client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { StreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
-import { connectClient } from '../support/stream.js';
+import { useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
 
-let client: Client;
-beforeAll(async () => {
-  client = await connectClient();
-});
-afterAll(async () => {
-  await client.close();
-});
+const client = useClient();
 const tempDir = useTempDir();
 
 /** Polls `condition` every 10 ms (there is no event for what the client buffered). */
@@ -28,9 +21,9 @@ async function until(condition: () => boolean, timeoutMs: number, what: string):
 describe('stream verifying consumer - memory stays bounded behind a slow handler', () => {
   it('stops asking for chunks while 20 000 delivered messages wait, and applies all once the handler resumes', async () => {
     const stream = uniqueName('backlog');
-    await client.createStream({ stream, arguments: {} });
+    await client().createStream({ stream, arguments: {} });
     const total = 80_000;
-    const publisher = await client.declarePublisher({ stream });
+    const publisher = await client().declarePublisher({ stream });
     let confirmed = 0;
     const allConfirmed = new Promise<void>((resolve) =>
       publisher.on('publish_confirm', (_e, ids) => {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { connect, Offset, type Client } from 'rabbitmq-stream-js-client';
+import { afterAll, beforeAll } from 'vitest';
 import { STREAM_CONNECTION } from './broker.js';
 
 /** A client connected to the test broker. */
@@ -55,4 +56,22 @@ export async function readAll(client: Client, stream: string, timeoutMs = 60_000
   });
   if (consumerId !== '') await client.closeConsumer(consumerId);
   return messages;
+}
+
+/**
+ * A client to the test broker for a test file: connected before its tests, closed after them.
+ * Call the returned function inside a test to get it.
+ */
+export function useClient(): () => Client {
+  let client: Client | undefined;
+  beforeAll(async () => {
+    client = await connectClient();
+  });
+  afterAll(async () => {
+    await client?.close();
+  });
+  return () => {
+    if (client === undefined) throw new Error('useClient(): the client is only there inside tests');
+    return client;
+  };
 }
