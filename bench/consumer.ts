@@ -92,7 +92,7 @@ function median(xs: number[]): number {
 }
 
 /** Publishes `count` stamped messages, then reads them `rounds` times each way, interleaved. */
-export async function measureConsumers(count = 100_000, rounds = 3): Promise<ConsumerRates> {
+export async function measureConsumers(count = 100_000, rounds = 5): Promise<ConsumerRates> {
   const dir = await mkdtemp(join(tmpdir(), 'bench-consumer-'));
   const stream = uniqueName('bench-consumer');
   const client = await connectClient();

@@ -23,6 +23,8 @@ import {
 const BUFFER_HIGH = 20_000;
 /** …and below which it asks again. */
 const BUFFER_LOW = 5_000;
+/** Processed messages at the head of the buffer that make it worth copying the rest down. */
+const COMPACT_AT = 1_024;
 type StreamMessage = Parameters<Parameters<Client['declareConsumer']>[1]>[0];
 type ConsumerCreditPolicy = NonNullable<Parameters<Client['declareConsumer']>[0]['creditPolicy']>;
 
@@ -247,6 +249,12 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
           this.#grantHeldCredit();
         }
         const item = this.#buffer[this.#head++]!;
+        // Drop what was processed: in a long drain the array would otherwise keep every message
+        // of it alive (measured: 59 000 at once, promoted and collected the expensive way).
+        if (this.#head >= COMPACT_AT && this.#head * 2 >= this.#buffer.length) {
+          this.#buffer = this.#buffer.slice(this.#head);
+          this.#head = 0;
+        }
         if (item.generation !== this.#generation || this.core.failure !== undefined) continue;
         try {
           const pending = this.core.process(item);
