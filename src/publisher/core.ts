@@ -810,12 +810,15 @@ export class DedupPublisherCore {
         return;
       } catch (err) {
         if (performance.now() - started > this.#opts.giveUpAfterMs) {
+          // Whatever the last attempt failed at (connecting, or declaring the producer, as on a
+          // shared client whose connection is gone), giving up is one condition with one code.
           this.#fail(
-            asDedupError(
-              err,
+            new DedupError(
               'DEDUP_BROKER_UNREACHABLE',
               `no connection to the broker for ${Math.round(this.#opts.giveUpAfterMs / 1000)} s; ` +
-                `${this.inFlight} unconfirmed messages stay in the outbox for the next open()`,
+                `${this.inFlight} unconfirmed messages stay in the outbox for the next open(). ` +
+                `Last attempt: ${err instanceof Error ? err.message : String(err)}`,
+              { cause: err },
             ),
           );
           return;

@@ -39,7 +39,10 @@ export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
    * `addressResolver` is set. With a `Client` the producer is declared on that client (its
    * connection may carry the application's own publishers: confirms are told apart by producer
    * id), reconnections go through that client's locator connection, and `close()` leaves the
-   * client open — it stays the application's to close.
+   * client open — it stays the application's to close. When the shared client's own connection is
+   * gone, reconnection waits for it (for example the application's `client.restart()`) until
+   * `reconnect.giveUpAfterMs`, then closes with `DEDUP_BROKER_UNREACHABLE`; the outbox keeps what
+   * was unconfirmed.
    */
   readonly connection?: StreamConnectionOptions | Client;
   /** The stream to publish into. */
