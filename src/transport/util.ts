@@ -54,8 +54,9 @@ export const OPEN_UNAVAILABLE_WAIT_MS = 30_000;
 
 /**
  * The open-time connection policy shared by the publisher and the consumer: an endpoint that does
- * not answer is skipped for the next, and only a whole round of them in a row fails; a stream that is not available is
- * tried again with backoff for up to {@link OPEN_UNAVAILABLE_WAIT_MS}. Anything else fails now.
+ * not answer is skipped for the next, and only a whole round of them in a row fails; a stream
+ * that is not available is tried again with backoff for up to {@link OPEN_UNAVAILABLE_WAIT_MS}.
+ * Anything else fails now.
  */
 export async function openThroughEndpoints<T>(endpoints: number, attempt: () => Promise<T>): Promise<T> {
   const deadline = performance.now() + OPEN_UNAVAILABLE_WAIT_MS;
