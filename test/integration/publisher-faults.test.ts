@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { connect, type Client } from 'rabbitmq-stream-js-client';
+import { connect, type Client, type ClientParams } from 'rabbitmq-stream-js-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkHistory, formatReport } from '../../src/history/checker.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
@@ -119,44 +119,21 @@ describe('publisher - connection loss and broker outage', () => {
     await again.close();
   });
 
-  it('giving up after reconnect.giveUpAfterMs closes with DEDUP_BROKER_UNREACHABLE and keeps the outbox for the next open', async () => {
-    const o = await options('giveup');
+  /**
+   * Sends m-1, then cuts the proxy (refusing and stalling new connections) with m-2 in flight: m-2
+   * must reject with DEDUP_BROKER_UNREACHABLE after giveUpAfterMs and stay in the outbox; a new
+   * open (own connection) re-sends it, and m-1..m-3 are in the stream once each.
+   */
+  async function giveUpKeepsOutbox(
+    o: StreamDedupPublisherOptions,
+    connection: StreamDedupPublisherOptions['connection'],
+  ): Promise<void> {
     const pub = await StreamDedupPublisher.open({
       ...o,
+      connection,
       reconnect: { initialDelayMs: 20, maxDelayMs: 50, giveUpAfterMs: 300 },
     });
-    await pub.send(Buffer.from('m-1'));
-    proxy.refuse(true);
-    proxy.stall(true);
-    const pending = pub.send(Buffer.from('m-2'));
-    proxy.cut();
-    await expect(pending).rejects.toMatchObject({ code: 'DEDUP_BROKER_UNREACHABLE' });
-    expect((await pub.closed())?.code).toBe('DEDUP_BROKER_UNREACHABLE');
-    proxy.stall(false);
-    proxy.refuse(false);
-    const again = await StreamDedupPublisher.open(o);
-    expect(again.openReport.resent).toBe(1);
-    expect((await again.send(Buffer.from('m-3'))).publishingId).toBe(3n);
-    await again.close();
-    const report = await audit(o.stream, ['m-1', 'm-2', 'm-3']);
-    expect(report.ok).toBe(true);
-    expect(report.lost).toEqual([]);
-  });
-
-  it('on a shared Client whose connection is cut: gives up after giveUpAfterMs, the outbox keeps the message, a new open re-sends it', async () => {
-    const o = await options('shared-cut');
-    const { hostname, port, addressResolver } = o.connection as {
-      hostname: string;
-      port: number;
-      addressResolver: { enabled: boolean; endpoint: { host: string; port: number } };
-    };
-    const shared = await connect({ ...STREAM_CONNECTION, hostname, port, addressResolver });
     try {
-      const pub = await StreamDedupPublisher.open({
-        ...o,
-        connection: shared,
-        reconnect: { initialDelayMs: 20, maxDelayMs: 50, giveUpAfterMs: 300 },
-      });
       await pub.send(Buffer.from('m-1'));
       proxy.refuse(true);
       proxy.stall(true);
@@ -167,7 +144,6 @@ describe('publisher - connection loss and broker outage', () => {
     } finally {
       proxy.stall(false);
       proxy.refuse(false);
-      await shared.close().catch(() => undefined);
     }
     const again = await StreamDedupPublisher.open(o);
     expect(again.openReport.resent).toBe(1);
@@ -176,5 +152,21 @@ describe('publisher - connection loss and broker outage', () => {
     const report = await audit(o.stream, ['m-1', 'm-2', 'm-3']);
     expect(report.ok).toBe(true);
     expect(report.lost).toEqual([]);
+  }
+
+  it('giving up after reconnect.giveUpAfterMs closes with DEDUP_BROKER_UNREACHABLE and keeps the outbox for the next open', async () => {
+    const o = await options('giveup');
+    await giveUpKeepsOutbox(o, o.connection);
+  });
+
+  it('on a shared Client whose connection is cut: gives up the same way, the outbox keeps the message', async () => {
+    const o = await options('shared-cut');
+    // The application's client, through the proxy like every connection of the test.
+    const shared = await connect(o.connection as ClientParams);
+    try {
+      await giveUpKeepsOutbox(o, shared);
+    } finally {
+      await shared.close().catch(() => undefined);
+    }
   });
 });
