@@ -2,9 +2,12 @@
  * The verifying stream consumer (LevelDB commit per batch of 1 000) against the raw client's
  * consumer reading the same 100 000 messages from the same stream, in one run.
  */
+import { execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { Offset } from 'rabbitmq-stream-js-client';
 import { StreamDedupPublisher, StreamVerifyingConsumer } from 'stream-dedup/stream';
 import { CONNECTION, connectClient, uniqueName } from './common.js';
@@ -91,30 +94,66 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-/** Publishes `count` stamped messages, then reads them `rounds` times each way, interleaved. */
-export async function measureConsumers(count = 100_000, rounds = 5): Promise<ConsumerRates> {
+/**
+ * One measurement in this process, for a child started by {@link measureConsumers}: a warm-up
+ * read, then the timed one. Prints `{ rate, openMs }`.
+ */
+async function child(mode: string, stream: string, dir: string, count: number, round: number): Promise<void> {
+  const rate =
+    mode === 'raw'
+      ? (await raw(stream, count), await raw(stream, count))
+      : (await verifying(stream, dir, count, -1 - round), await verifying(stream, dir, count, round));
+  process.stdout.write(`${JSON.stringify({ rate, openMs: openMs.at(-1) ?? 0 })}\n`);
+}
+
+const run = promisify(execFile);
+
+/**
+ * Publishes `count` stamped messages, then reads them `rounds` times each way, interleaved, each
+ * read in a fresh process (as JMH forks per benchmark: the client's delivery call sites would
+ * otherwise see both consumers' callbacks and turn polymorphic).
+ */
+export async function measureConsumers(count = 100_000, rounds = 9): Promise<ConsumerRates> {
   const dir = await mkdtemp(join(tmpdir(), 'bench-consumer-'));
   const stream = uniqueName('bench-consumer');
   const client = await connectClient();
+  const measureIn = async (
+    mode: 'raw' | 'verifying',
+    round: number,
+  ): Promise<{ rate: number; openMs: number }> => {
+    const { stdout } = await run(
+      process.execPath,
+      [...process.execArgv, fileURLToPath(import.meta.url), mode, stream, dir, String(count), String(round)],
+      { env: { ...process.env, STREAM_DEDUP_BENCH_CONSUMER: '1' }, maxBuffer: 1 << 20 },
+    );
+    return JSON.parse(stdout.trim().split('\n').at(-1)!) as { rate: number; openMs: number };
+  };
   try {
     await fill(stream, dir, count);
-    await raw(stream, count); // warm-up
-    await verifying(stream, dir, count, -1);
     const r: number[] = [];
     const v: number[] = [];
+    const opens: number[] = [];
     for (let i = 0; i < rounds; i++) {
-      r.push(await raw(stream, count));
-      v.push(await verifying(stream, dir, count, i));
+      r.push((await measureIn('raw', i)).rate);
+      const verified = await measureIn('verifying', i);
+      v.push(verified.rate);
+      opens.push(verified.openMs);
     }
     return {
       messages: count,
       rawPerSec: median(r),
       verifyingPerSec: median(v),
-      verifyingOpenMs: median(openMs),
+      verifyingOpenMs: median(opens),
     };
   } finally {
     await client.deleteStream({ stream }).catch(() => undefined);
     await client.close();
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+if (process.env.STREAM_DEDUP_BENCH_CONSUMER === '1') {
+  const [mode, stream, dir, count, round] = process.argv.slice(2) as [string, string, string, string, string];
+  await child(mode, stream, dir, Number(count), Number(round));
+  process.exit(0);
 }
