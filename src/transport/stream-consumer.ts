@@ -11,7 +11,7 @@ import {
 import {
   EndpointRotation,
   errorText,
-  explainNoNode,
+  explainDeclareFailure,
   openThroughEndpoints,
   StreamNotAvailableError,
   retryWithBackoff,
@@ -191,7 +191,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
         'stream-dedup: verifying consumer subscribed',
       );
     } catch (caught) {
-      const err = await explainNoNode(client, this.#options.stream, caught);
+      const err = await explainDeclareFailure(client, this.#options.stream, caught);
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',

@@ -19,7 +19,7 @@ import type {
 import {
   EndpointRotation,
   errorText,
-  explainNoNode,
+  explainDeclareFailure,
   openThroughEndpoints,
   StreamNotAvailableError,
   withTimeout,
@@ -180,7 +180,7 @@ export class StreamTransport implements PublishTransport {
       this.#socket = publisherSocket(publisher);
       return await publisher.getLastPublishingId();
     } catch (caught) {
-      const err = await explainNoNode(client, this.target, caught);
+      const err = await explainDeclareFailure(client, this.target, caught);
       await this.#teardown();
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',

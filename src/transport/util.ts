@@ -30,12 +30,29 @@ export function isStreamNotAvailable(err: unknown): boolean {
   return false;
 }
 
+/** Socket errors that mean a node did not answer (it is down or restarting). */
+const NODE_DOWN = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH']);
+
+function nodeDidNotAnswer(err: unknown): boolean {
+  if (err instanceof AggregateError) return err.errors.some(nodeDidNotAnswer);
+  return NODE_DOWN.has(String((err as { code?: unknown } | null)?.code));
+}
+
 /**
- * The client says "Stream was not found on any node" both for a missing stream and for one whose
- * leader (or every member) is down; the stream's metadata tells the two apart (2: does not exist).
- * Returns the error to report.
+ * Tells a declaration (of a producer or a consumer) that failed for now from one that cannot
+ * work, and returns the error to report. After the locator answered, the client connects to the
+ * member it chose from the stream's metadata: while a node is down or restarting that member may
+ * not answer (measured: ECONNREFUSED from a replica the metadata still listed), and during an
+ * election the client says "Stream was not found on any node" — which it also says for a missing
+ * stream; the stream's metadata tells the two apart (2: does not exist). Transient cases come back
+ * as {@link StreamNotAvailableError}.
  */
-export async function explainNoNode(client: Client, stream: string, err: unknown): Promise<unknown> {
+export async function explainDeclareFailure(client: Client, stream: string, err: unknown): Promise<unknown> {
+  if (nodeDidNotAnswer(err)) {
+    return new StreamNotAvailableError(`the stream member chosen did not answer (${errorText(err)})`, {
+      cause: err,
+    });
+  }
   if (!(err instanceof Error) || !err.message.includes('not found on any node')) return err;
   const [info] = await withTimeout(
     client.queryMetadata({ streams: [stream] }),

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import type { Client } from 'rabbitmq-stream-js-client';
 import {
-  explainNoNode,
+  explainDeclareFailure,
   isStreamNotAvailable,
   openThroughEndpoints,
   StreamNotAvailableError,
@@ -67,16 +67,25 @@ describe('"Stream was not found on any node", told apart by the stream metadata'
   const clientAnswering = (info: object | undefined): Client =>
     ({ queryMetadata: () => Promise.resolve(info === undefined ? [] : [info]) }) as unknown as Client;
 
-  it('a missing stream (code 2) fails at once; a stream without a leader is waited for', async () => {
-    const gone = await explainNoNode(clientAnswering({ responseCode: 2, replicas: [] }), 's', noNode);
+  it('a missing stream (code 2) fails at once; a stream without a leader, or a member that refuses, is waited for', async () => {
+    const gone = await explainDeclareFailure(clientAnswering({ responseCode: 2, replicas: [] }), 's', noNode);
     expect(isStreamNotAvailable(gone)).toBe(false);
     expect((gone as Error).message).toBe('the stream does not exist');
-    const electing = await explainNoNode(clientAnswering({ responseCode: 6, replicas: [] }), 's', noNode);
+    const electing = await explainDeclareFailure(
+      clientAnswering({ responseCode: 6, replicas: [] }),
+      's',
+      noNode,
+    );
     expect(electing).toBeInstanceOf(StreamNotAvailableError);
     expect(isStreamNotAvailable(electing)).toBe(true);
+    // A member that refuses the connection (down, restarting) is waited for too.
+    const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5563'), { code: 'ECONNREFUSED' });
+    const down = await explainDeclareFailure(clientAnswering(undefined), 's', refused);
+    expect(down).toBeInstanceOf(StreamNotAvailableError);
+    expect((down as Error).message).toContain('ECONNREFUSED');
     // Any other error passes through unchanged.
     const other = new Error('boom');
-    expect(await explainNoNode(clientAnswering(undefined), 's', other)).toBe(other);
+    expect(await explainDeclareFailure(clientAnswering(undefined), 's', other)).toBe(other);
   });
 });
 
