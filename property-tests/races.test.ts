@@ -31,6 +31,28 @@ type RaceSpec = { durability: 'outbox' | 'reserve'; maxBatch: number; maxInFligh
 const producerSpec = (s: RaceSpec) =>
   ({ stream: 'orders', producerName: 'p', idMode: 'auto', ...s }) satisfies ProducerSpec;
 
+/** A producer started on a fresh simulated network, every step of it scheduled by `s`. */
+async function startProducer(s: fc.Scheduler, spec: ProducerSpec) {
+  const network = new SimNetwork();
+  const h = new ProducerHarness(network, spec, scheduledParts(s));
+  const err = await h.start();
+  if (err !== undefined) throw err;
+  return { network, h, progress: () => network.activity + h.progress() };
+}
+
+/** Schedules `sends` send() calls one after another, labelled `${label} #i`. */
+function scheduleSends(s: fc.Scheduler, h: ProducerHarness, sends: number, label: string): void {
+  s.scheduleSequence(
+    Array.from({ length: sends }, (_, i) => ({
+      label: `${label} #${i}`,
+      builder: () => {
+        h.send(1);
+        return Promise.resolve();
+      },
+    })),
+  );
+}
+
 describe('races (fc.scheduler)', () => {
   it('race - concurrent send() calls get ids in call order, reach the wire in id order, and all land once', async () => {
     await checkWithin(
@@ -40,22 +62,9 @@ describe('races (fc.scheduler)', () => {
         spec,
         fc.array(fc.integer({ min: 1, max: 4 }), { minLength: 1, maxLength: 4 }),
         async (s, config, callers) => {
-          const network = new SimNetwork();
-          const h = new ProducerHarness(network, producerSpec(config), scheduledParts(s));
-          const err = await h.start();
-          if (err !== undefined) throw err;
-          const progress = () => network.activity + h.progress();
-          for (const [caller, sends] of callers.entries()) {
-            s.scheduleSequence(
-              Array.from({ length: sends }, (_, i) => ({
-                label: `caller ${caller} sends #${i}`,
-                builder: () => {
-                  h.send(1);
-                  return Promise.resolve();
-                },
-              })),
-            );
-          }
+          const { network, h, progress } = await startProducer(s, producerSpec(config));
+          for (const [caller, sends] of callers.entries())
+            scheduleSends(s, h, sends, `caller ${caller} sends`);
           await drive(s, progress);
           const calls = [...h.attempted];
           const connections = h.life!.transport.connections;
@@ -76,10 +85,7 @@ describe('races (fc.scheduler)', () => {
 
   /** Sends, a scheduled close(), everything else scheduled around it; returns what close() left. */
   async function closeRace(s: fc.Scheduler, config: RaceSpec, sends: number, closeTimeoutMs: number) {
-    const network = new SimNetwork();
-    const h = new ProducerHarness(network, { ...producerSpec(config), closeTimeoutMs }, scheduledParts(s));
-    const err = await h.start();
-    if (err !== undefined) throw err;
+    const { network, h, progress } = await startProducer(s, { ...producerSpec(config), closeTimeoutMs });
     const life = h.life!;
     h.send(sends);
     let closing: Promise<void> | undefined;
@@ -89,7 +95,7 @@ describe('races (fc.scheduler)', () => {
         unsettledAtClose = life.unsettled;
       });
     });
-    await drive(s, () => network.activity + h.progress());
+    await drive(s, progress);
     await closing;
     const hanging = [...h.attempted].filter((l) => !h.acknowledged.has(l) && !h.rejected.has(l));
     return { network, h, unsettledAtClose, hanging };
@@ -146,20 +152,8 @@ describe('races (fc.scheduler)', () => {
         fc.integer({ min: 1, max: 8 }),
         fc.boolean(),
         async (s, config, sends, zombie) => {
-          const network = new SimNetwork();
-          const h = new ProducerHarness(network, producerSpec(config), scheduledParts(s));
-          const err = await h.start();
-          if (err !== undefined) throw err;
-          const progress = () => network.activity + h.progress();
-          s.scheduleSequence(
-            Array.from({ length: sends }, (_, i) => ({
-              label: `send #${i}`,
-              builder: () => {
-                h.send(1);
-                return Promise.resolve();
-              },
-            })),
-          );
+          const { network, h, progress } = await startProducer(s, producerSpec(config));
+          scheduleSends(s, h, sends, 'send');
           let crashing: Promise<void> | undefined;
           void s.schedule(Promise.resolve(), 'SIGKILL').then(() => {
             crashing = h.crash(zombie);
@@ -183,21 +177,9 @@ describe('races (fc.scheduler)', () => {
         fc.integer({ min: 1, max: 8 }),
         fc.array(fc.boolean(), { minLength: 1, maxLength: 3 }),
         async (s, config, sends, cuts) => {
-          const network = new SimNetwork();
-          const h = new ProducerHarness(network, producerSpec(config), scheduledParts(s));
-          const err = await h.start();
-          if (err !== undefined) throw err;
-          const progress = () => network.activity + h.progress();
+          const { network, h, progress } = await startProducer(s, producerSpec(config));
           const transport = h.life!.transport;
-          s.scheduleSequence(
-            Array.from({ length: sends }, (_, i) => ({
-              label: `send #${i}`,
-              builder: () => {
-                h.send(1);
-                return Promise.resolve();
-              },
-            })),
-          );
+          scheduleSends(s, h, sends, 'send');
           for (const [i, zombie] of cuts.entries()) {
             void s.schedule(Promise.resolve(), `cut #${i}${zombie ? ' (frames linger)' : ''}`).then(() => {
               if (transport.connection?.state !== 'live') return;
