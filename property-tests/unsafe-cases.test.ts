@@ -74,6 +74,11 @@ async function sendThrough(
   );
 }
 
+/** A store over one process's view of `disk` (a fresh in-memory disk unless given). */
+function storeOn(disk = memoryDisk()): Promise<DedupStore> {
+  return DedupStore.wrap(new ProcessDisk(disk));
+}
+
 async function openCore(
   network: SimNetwork,
   producerName: string,
@@ -164,14 +169,9 @@ describe('§6 in-flight reordering (parallel sends, several connections, retry o
       '§6 retry after later ones, library',
       fc.asyncProperty(fc.integer({ min: 2, max: 6 }), fc.nat(), async (n, pick) => {
         const network = new SimNetwork();
-        const { transport, core } = await openCore(
-          network,
-          'p',
-          await DedupStore.wrap(new ProcessDisk(memoryDisk())),
-          {
-            idMode: 'explicit',
-          },
-        );
+        const { transport, core } = await openCore(network, 'p', await storeOn(), {
+          idMode: 'explicit',
+        });
         for (let id = 1n; id <= BigInt(n); id++) {
           const r = await sendThrough(network, transport, core, `m${id}`, id);
           if (!('ok' in r)) throw r.error;
@@ -215,10 +215,10 @@ describe('§6 two live producers under one name', () => {
   async function twoWriters(turns: readonly ('A' | 'B')[], watchIntervalMs: number) {
     const network = new SimNetwork();
     const writers = {
-      A: await openCore(network, 'shared', await DedupStore.wrap(new ProcessDisk(memoryDisk())), {
+      A: await openCore(network, 'shared', await storeOn(), {
         watchIntervalMs,
       }),
-      B: await openCore(network, 'shared', await DedupStore.wrap(new ProcessDisk(memoryDisk())), {
+      B: await openCore(network, 'shared', await storeOn(), {
         watchIntervalMs,
       }),
     };
@@ -239,7 +239,7 @@ describe('§6 two live producers under one name', () => {
         fc.array(fc.constantFrom<'A' | 'B'>('A', 'B'), { minLength: 1, maxLength: 8 }),
         async (turns) => {
           // One store, one name: the second claim is refused.
-          const store = await DedupStore.wrap(new ProcessDisk(memoryDisk()));
+          const store = await storeOn();
           const net0 = new SimNetwork();
           const first = await openCore(net0, 'shared', store);
           const second = await openCore(net0, 'shared', store).catch((e: unknown) => e);
@@ -258,11 +258,7 @@ describe('§6 two live producers under one name', () => {
           }
           // A third process opening the name with an empty store is refused.
           if (brokerLast > 0n) {
-            const late = await openCore(
-              network,
-              'shared',
-              await DedupStore.wrap(new ProcessDisk(memoryDisk())),
-            ).catch((e: unknown) => e);
+            const late = await openCore(network, 'shared', await storeOn()).catch((e: unknown) => e);
             expect(late).toMatchObject({ code: 'DEDUP_SEQUENCE_REGRESSION' });
           }
           for (const w of Object.values(writers)) await w.core.close();
@@ -351,7 +347,7 @@ describe('§6 local store lost or restored from a backup', () => {
         async (before, backupAt, unconfirmed, after, onBrokerAhead) => {
           const network = new SimNetwork();
           const disk = memoryDisk();
-          const first = await openCore(network, 'p', await DedupStore.wrap(new ProcessDisk(disk)));
+          const first = await openCore(network, 'p', await storeOn(disk));
           const at = Math.min(backupAt, before);
           let snapshot = await backup(disk); // at 0: as good as a lost store
           for (let i = 1; i <= before; i++) {
@@ -366,7 +362,7 @@ describe('§6 local store lost or restored from a backup', () => {
           first.transport.connection?.deliver();
           first.transport.kill(false); // the machine is lost; the store is restored from the backup
           const brokerLast = network.broker.lastId('s', 'p');
-          const opened = await openCore(network, 'p', await DedupStore.wrap(new ProcessDisk(snapshot)), {
+          const opened = await openCore(network, 'p', await storeOn(snapshot), {
             onBrokerAhead,
           }).catch((e: unknown) => e);
           const local = BigInt(at);
@@ -420,14 +416,9 @@ describe('§6 IDs taken from a non-monotonic source (DB sequences committed out 
         fc.array(fc.nat({ max: 7 }), { maxLength: 8 }),
         async (n, keys) => {
           const network = new SimNetwork();
-          const { transport, core } = await openCore(
-            network,
-            'p',
-            await DedupStore.wrap(new ProcessDisk(memoryDisk())),
-            {
-              idMode: 'explicit',
-            },
-          );
+          const { transport, core } = await openCore(network, 'p', await storeOn(), {
+            idMode: 'explicit',
+          });
           let highest = 0n;
           const accepted: bigint[] = [];
           for (const id of order(n, keys)) {
@@ -640,7 +631,7 @@ describe('§6 verifier state evicted (TTL) or reset', () => {
             const applied: string[] = [];
             const core = await VerifyingConsumerCore.open({
               consumerName: 'balance-projection',
-              store: await DedupStore.wrap(new ProcessDisk(disk)),
+              store: await storeOn(disk),
               scopeTtlMs: ttlMs,
               commit: 'message',
               handler: (m) => {
