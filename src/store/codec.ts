@@ -95,13 +95,29 @@ export function encodeSegment(entries: readonly OutboxEntry[]): Buffer {
   return buf;
 }
 
-/** @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a well-formed segment. */
-export function decodeSegment(input: Uint8Array, what = 'segment'): OutboxEntry[] {
+/**
+ * The 5-byte header both segment kinds share: u8 version, u32 entry count. A count that cannot
+ * fit the bytes (each entry at least `minEntry` bytes) is corrupt before anything is allocated.
+ */
+function segmentHeader(
+  input: Uint8Array,
+  version: number,
+  minEntry: number,
+  what: string,
+  noun: string,
+): { buf: Buffer; count: number } {
   const buf = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
   if (buf.length < 5) throw corrupt(what, 'truncated header');
-  if (buf.readUInt8(0) !== SEGMENT_VERSION) throw corrupt(what, `unknown version ${buf.readUInt8(0)}`);
+  if (buf.readUInt8(0) !== version) throw corrupt(what, `unknown version ${buf.readUInt8(0)}`);
   const count = buf.readUInt32BE(1);
-  if (count === 0 || count > (buf.length - 5) / 18) throw corrupt(what, `impossible entry count ${count}`);
+  if (count === 0 || count > (buf.length - 5) / minEntry)
+    throw corrupt(what, `impossible ${noun} count ${count}`);
+  return { buf, count };
+}
+
+/** @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a well-formed segment. */
+export function decodeSegment(input: Uint8Array, what = 'segment'): OutboxEntry[] {
+  const { buf, count } = segmentHeader(input, SEGMENT_VERSION, 18, what, 'entry');
   const entries: OutboxEntry[] = [];
   let o = 5;
   let previous = 0n;
@@ -194,11 +210,7 @@ export function encodeKeySegment(entries: readonly KeyEntry[]): Buffer {
 
 /** @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a well-formed key segment. */
 export function decodeKeySegment(input: Uint8Array, what = 'key segment'): KeyEntry[] {
-  const buf = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
-  if (buf.length < 5) throw corrupt(what, 'truncated header');
-  if (buf.readUInt8(0) !== KEY_SEGMENT_VERSION) throw corrupt(what, `unknown version ${buf.readUInt8(0)}`);
-  const count = buf.readUInt32BE(1);
-  if (count === 0 || count > (buf.length - 5) / 19) throw corrupt(what, `impossible key count ${count}`);
+  const { buf, count } = segmentHeader(input, KEY_SEGMENT_VERSION, 19, what, 'key');
   const entries: KeyEntry[] = [];
   let o = 5;
   let previous = 0n;
