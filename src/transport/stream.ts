@@ -70,6 +70,14 @@ export class StreamTransport implements PublishTransport {
   #client: Client | undefined;
   /** The application's client, when `connection` was one: used, never closed. */
   readonly #shared: Client | undefined;
+  /** On a shared client: the connections we listen on, and the current connect's handlers. */
+  readonly #listenedConnections = new WeakSet<object>();
+  #sharedHandlers:
+    | {
+        confirmed: (confirm: { publisherId: number; publishingIds: bigint[] }, connId: string) => void;
+        failed: (error: { publisherId: number }, connId: string) => void;
+      }
+    | undefined;
   #publisher: Publisher | undefined;
   /** Bumped on every (re)connect and on close: events of older clients are ignored. */
   #generation = 0;
@@ -171,10 +179,16 @@ export class StreamTransport implements PublishTransport {
       connectionId = publisher.getConnectionInfo().id;
       this.#publisher = publisher;
       if (this.#shared !== undefined) {
-        // The application's client has no listeners of ours: listen on the producer's connection.
+        // The application's client has no listeners of ours: listen on the producer's connection,
+        // once per connection (the pool may hand the same one back after a reconnect), through
+        // handlers that follow the current connect.
+        this.#sharedHandlers = { confirmed, failed };
         const connection = publisherConnection(publisher);
-        connection.on('publish_confirm', (confirm) => confirmed(confirm, connectionId));
-        connection.on('publish_error', (error) => failed(error, connectionId));
+        if (!this.#listenedConnections.has(connection)) {
+          this.#listenedConnections.add(connection);
+          connection.on('publish_confirm', (c) => this.#sharedHandlers?.confirmed(c, connectionId));
+          connection.on('publish_error', (e) => this.#sharedHandlers?.failed(e, connectionId));
+        }
       }
       this.#encoder = new PublishFrameEncoder(publisherId, this.#producerName, this.#maxFrameSize);
       this.#socket = publisherSocket(publisher);
