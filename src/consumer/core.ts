@@ -182,6 +182,8 @@ export class VerifyingConsumerCore {
   readonly #release: () => void;
   readonly #opts: VerifyingConsumerOptions;
   readonly #policy: PolicySpec;
+  /** Messages per batch (`commitEvery`). */
+  readonly #commitEvery: number;
   readonly #offsetKey: string;
   readonly #effectPrefix: string;
   readonly #scopes = new Map<string, ScopeState>();
@@ -220,6 +222,7 @@ export class VerifyingConsumerCore {
     this.#release = release;
     this.#opts = options;
     this.#policy = options.policy ?? DEFAULT_POLICY;
+    this.#commitEvery = options.commitEvery ?? 1000;
     this.#offsetKey = consumerPrefix('c', options.consumerName) + '/offset';
     this.#effectPrefix = consumerPrefix('u', options.consumerName);
     this.#committedOffset = committedOffset;
@@ -361,7 +364,7 @@ export class VerifyingConsumerCore {
     if ((this.#opts.commit ?? 'batch') === 'message') return this.flush();
     // Pipelined: a full batch is written while the next one is processed, so the per-message path
     // returns no promise. It waits only when the write falls behind by several batches.
-    const every = this.#opts.commitEvery ?? 1000;
+    const every = this.#commitEvery;
     if (this.#pendingMessages >= every) {
       if (this.#committing === undefined) {
         this.#beginCommit();
@@ -588,7 +591,7 @@ export class VerifyingConsumerCore {
         !this.#processing &&
         !this.#closed &&
         this.#failed === undefined &&
-        this.#pendingMessages >= (this.#opts.commitEvery ?? 1000)
+        this.#pendingMessages >= this.#commitEvery
       ) {
         this.#beginCommit();
       }
