@@ -9,6 +9,7 @@ import { silentLogger, type Logger } from '../telemetry/logger.js';
 import { observePublisher, type PublisherCounters } from '../telemetry/metrics.js';
 import type {
   DedupPublisherOptions,
+  OutgoingMessage,
   Durability,
   OpenReport,
   PublishTransport,
@@ -16,26 +17,39 @@ import type {
   SendResult,
 } from './types.js';
 
-/** A message between `send()` and its confirm. */
-interface Entry {
-  readonly publishingId: bigint;
-  readonly body: Uint8Array;
-  readonly headers: Headers | undefined;
+/**
+ * A message between `send()` and its confirm. A class with every field set in the constructor:
+ * one shape for every entry, and nothing allocated beside it on the common path (an entry lives
+ * until its confirm, so its size is what each young-generation collection copies).
+ */
+class Entry implements OutgoingMessage {
   /** Settles the caller's promise; absent for messages recovered from the outbox. */
-  resolve?: ((result: SendResult) => void) | undefined;
-  reject?: ((error: Error) => void) | undefined;
+  resolve: ((result: SendResult) => void) | undefined = undefined;
+  reject: ((error: Error) => void) | undefined = undefined;
   /** The outbox segment holding it (outbox durability). */
-  segment?: Segment | undefined;
-  /** When it was last handed to the transport (ms, monotonic); 0 when not yet sent on this connection. */
-  sentAt: number;
+  segment: Segment | undefined = undefined;
+  /** When it was last handed to the transport (whole ms, monotonic); 0 when not yet sent on this connection. */
+  sentAt = 0;
+  /** Keyed sends: the key's record in the index (no map lookup when the message settles). */
+  keyRecord: LiveKey | undefined = undefined;
+  /** Rare parts: an abort signal, repeats of the key waiting for this message. */
+  extra: EntryExtra | undefined = undefined;
+
+  constructor(
+    readonly publishingId: bigint,
+    readonly body: Uint8Array,
+    readonly headers: Headers | undefined,
+    /** Keyed sends: the domain key. */
+    readonly key: string | undefined,
+  ) {}
+}
+
+/** What only some entries need. */
+interface EntryExtra {
   onAbort?: (() => void) | undefined;
   signal?: AbortSignal | undefined;
-  /** Keyed sends: the domain key, and what settles the key's in-flight promise. */
-  key?: string | undefined;
   /** Repeats of the key that arrived while this message was in flight: settled with it. */
   keyWaiters?: KeyWaiter[] | undefined;
-  /** The key's record in the index (no map lookup when the message settles). */
-  keyRecord?: LiveKey | undefined;
 }
 
 /** A key in the in-memory index; `inFlight` is its first send while that is unconfirmed. */
@@ -71,6 +85,17 @@ const DEFAULTS = {
 };
 
 const RESERVED_PREFIX = 'x-dedup-';
+/** `send()` without options: one shared empty object instead of a new one per call. */
+const NO_OPTIONS: SendOptions = Object.freeze({});
+
+// A promise's settlers, taken by one shared executor: `new Promise((resolve, reject) => ...)` with
+// a closure allocates the closure and its context for every send. Read them right after `new Promise`.
+let capturedResolve: ((result: SendResult) => void) | undefined;
+let capturedReject: ((error: Error) => void) | undefined;
+function captureSettlers(resolve: (result: SendResult) => void, reject: (error: Error) => void): void {
+  capturedResolve = resolve;
+  capturedReject = reject;
+}
 
 function positiveInt(value: number | undefined, fallback: number, what: string, allowZero = false): number {
   if (value === undefined) return fallback;
@@ -280,7 +305,11 @@ export class DedupPublisherCore {
         publisher.#loadKeys(keySegments);
         // Their old IDs are at or below the broker's: re-send them as new messages above it.
         publisher.#segmentsToDelete.push(...loaded.segments.map((s) => s.firstId));
-        for (const e of outbox) publisher.#accept(e.body, e.headers, undefined, undefined, undefined, e.key);
+        for (const e of outbox) {
+          const entry = publisher.#accept(e.body, e.headers, undefined, e.key);
+          if (entry instanceof Error) throw entry;
+          publisher.#enqueue(entry);
+        }
       } else {
         publisher = core(brokerLast, outbox.length, 0, localLast);
         handlersTarget.core = publisher;
@@ -288,7 +317,8 @@ export class DedupPublisherCore {
         for (const s of loaded.segments) {
           const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
           for (const e of s.entries) {
-            const entry: Entry = { ...e, segment, sentAt: 0 };
+            const entry = new Entry(e.publishingId, e.body, e.headers, e.key);
+            entry.segment = segment;
             const record = e.key === undefined ? undefined : publisher.#keys.get(e.key);
             if (record?.publishingId === e.publishingId) {
               record.inFlight = entry;
@@ -353,7 +383,7 @@ export class DedupPublisherCore {
   }
 
   /** See `StreamDedupPublisher.send`. */
-  send(body: Uint8Array, options: SendOptions = {}): Promise<SendResult> {
+  send(body: Uint8Array, options: SendOptions = NO_OPTIONS): Promise<SendResult> {
     if (!(body instanceof Uint8Array)) {
       throw new TypeError(`body must be a Buffer or Uint8Array, got ${body === null ? 'null' : typeof body}`);
     }
@@ -424,9 +454,7 @@ export class DedupPublisherCore {
         ),
       );
     }
-    return new Promise<SendResult>((resolve, reject) => {
-      this.#accept(body, headers, explicitId, { resolve, reject }, signal);
-    });
+    return this.#submit(body, headers, explicitId, undefined, signal);
   }
 
   /**
@@ -447,7 +475,7 @@ export class DedupPublisherCore {
       const inFlight = known.inFlight;
       if (inFlight !== undefined) {
         return new Promise<SendResult>((resolve, reject) => {
-          (inFlight.keyWaiters ??= []).push({
+          ((inFlight.extra ??= {}).keyWaiters ??= []).push({
             resolve: (publishingId) => resolve({ publishingId, outcome: 'duplicate' }),
             reject,
           });
@@ -455,9 +483,7 @@ export class DedupPublisherCore {
       }
       return Promise.resolve({ publishingId: known.publishingId, outcome: 'duplicate' });
     }
-    return new Promise<SendResult>((resolve, reject) => {
-      this.#accept(body, headers, undefined, { resolve, reject }, signal, key);
-    });
+    return this.#submit(body, headers, undefined, key, signal);
   }
 
   /** The first send of a key settled: so do the repeats that waited for it. */
@@ -465,8 +491,8 @@ export class DedupPublisherCore {
     if (entry.key === undefined) return;
     const record = entry.keyRecord;
     if (record?.inFlight === entry) record.inFlight = undefined;
-    const waiters = entry.keyWaiters;
-    entry.keyWaiters = undefined;
+    const waiters = entry.extra?.keyWaiters;
+    if (waiters !== undefined) entry.extra!.keyWaiters = undefined;
     for (const w of waiters ?? []) {
       if (outcome instanceof Error) w.reject(outcome);
       else w.resolve(outcome);
@@ -509,43 +535,52 @@ export class DedupPublisherCore {
     this.#schedulePump();
   }
 
-  /** Assigns the ID and queues the message (or parks it while there is no room). */
+  /** A send of a message: its ID, its promise, its place in the queue. */
+  #submit(
+    body: Uint8Array,
+    headers: Headers | undefined,
+    explicitId: bigint | undefined,
+    key: string | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<SendResult> {
+    const entry = this.#accept(body, headers, explicitId, key);
+    if (entry instanceof Error) return Promise.reject(entry);
+    // One shared executor: no closure per send (see `captureSettlers`).
+    const promise = new Promise<SendResult>(captureSettlers);
+    entry.resolve = capturedResolve;
+    entry.reject = capturedReject;
+    if (signal !== undefined) {
+      const onAbort = (): void => this.#abort(entry);
+      entry.extra = { signal, onAbort };
+      signal.addEventListener('abort', onAbort, { once: true });
+    }
+    this.#enqueue(entry);
+    return promise;
+  }
+
+  /** Assigns the ID (the next one, or the caller's) and, for a key, its record in the index. */
   #accept(
     body: Uint8Array,
     headers: Headers | undefined,
     explicitId: bigint | undefined,
-    settle: { resolve: (r: SendResult) => void; reject: (e: Error) => void } | undefined,
-    signal: AbortSignal | undefined,
-    key?: string,
-  ): void {
+    key: string | undefined,
+  ): Entry | RangeError {
     const publishingId = explicitId ?? this.#lastAssigned + 1n;
     if (publishingId > MAX_PUBLISHING_ID) {
-      const error = new RangeError(
-        `publishing IDs of producer "${this.producerName}" are exhausted (2^64 - 1)`,
-      );
-      settle?.reject(error);
-      return;
+      return new RangeError(`publishing IDs of producer "${this.producerName}" are exhausted (2^64 - 1)`);
     }
     this.#lastAssigned = publishingId;
-    const entry: Entry = {
-      publishingId,
-      body,
-      headers,
-      resolve: settle?.resolve,
-      reject: settle?.reject,
-      sentAt: 0,
-      key,
-    };
+    const entry = new Entry(publishingId, body, headers, key);
     if (key !== undefined) {
       const record: LiveKey = { publishingId, createdAtMs: Date.now(), inFlight: entry };
       this.#keys.set(key, record);
       entry.keyRecord = record;
     }
-    if (signal !== undefined) {
-      entry.signal = signal;
-      entry.onAbort = () => this.#abort(entry);
-      signal.addEventListener('abort', entry.onAbort, { once: true });
-    }
+    return entry;
+  }
+
+  /** Queues an accepted message for the next group commit, or parks it while there is no room. */
+  #enqueue(entry: Entry): void {
     if (this.#waiting.length > this.#waitingHead || this.inFlight >= this.#opts.maxInFlight) {
       this.#waiting.push(entry);
     } else {
@@ -560,19 +595,20 @@ export class DedupPublisherCore {
     // its key is free again.
     if (i >= 0) {
       this.#waiting.splice(i, 1);
-      this.#forgetKey(entry, abortError(entry.signal!));
+      this.#forgetKey(entry, abortError(entry.extra!.signal!));
     }
     // Otherwise the message may be published anyway; only the caller stops waiting.
-    this.#settle(entry, abortError(entry.signal!));
+    this.#settle(entry, abortError(entry.extra!.signal!));
   }
 
   #settle(entry: Entry, outcome: Error | SendResult): void {
     const { resolve, reject } = entry;
     entry.resolve = undefined;
     entry.reject = undefined;
-    if (entry.onAbort !== undefined) {
-      entry.signal?.removeEventListener('abort', entry.onAbort);
-      entry.onAbort = undefined;
+    const extra = entry.extra;
+    if (extra?.onAbort !== undefined) {
+      extra.signal?.removeEventListener('abort', extra.onAbort);
+      extra.onAbort = undefined;
     }
     if (outcome instanceof Error) reject?.(outcome);
     else resolve?.(outcome);
@@ -706,7 +742,8 @@ export class DedupPublisherCore {
   async #publish(entries: readonly Entry[]): Promise<void> {
     if (entries.length === 0) return;
     const epoch = this.#epoch;
-    const now = performance.now();
+    // Whole milliseconds (at least 1): a small integer, not a number boxed in every entry.
+    const now = Math.ceil(performance.now()) || 1;
     for (const e of entries) e.sentAt = now;
     this.counters.sent += entries.length;
     try {

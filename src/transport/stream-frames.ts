@@ -96,17 +96,17 @@ export class PublishFrameEncoder {
   /** As few frames as fit the negotiated frame size, messages in order. */
   encode(messages: readonly OutgoingMessage[]): Buffer[] {
     const frames: Buffer[] = [];
-    const ids: string[] = new Array<string>(messages.length);
     const sizes: number[] = new Array<number>(messages.length);
     const contents: number[] = new Array<number>(messages.length);
     for (let i = 0; i < messages.length; i++) {
       const m = messages[i]!;
-      const id = m.publishingId.toString();
-      ids[i] = id;
       const body = m.body.length;
       // The map's entries: the stamps, the ID string, the caller's headers.
       const content =
-        this.#stampPrefix.length + 2 + id.length + (m.headers === undefined ? 0 : headersSize(m.headers));
+        this.#stampPrefix.length +
+        2 +
+        decimalLength(m.publishingId) +
+        (m.headers === undefined ? 0 : headersSize(m.headers));
       contents[i] = content;
       sizes[i] = 3 + mapHeaderSize(content) + content + 3 + (body <= 255 ? 2 : 5) + body;
     }
@@ -119,7 +119,7 @@ export class PublishFrameEncoder {
         if (end > start && size + next > this.#maxFrameSize) break;
         size += next;
       }
-      frames.push(this.#frame(messages, ids, sizes, contents, start, end, size));
+      frames.push(this.#frame(messages, sizes, contents, start, end, size));
       start = end;
     }
     return frames;
@@ -127,7 +127,6 @@ export class PublishFrameEncoder {
 
   #frame(
     messages: readonly OutgoingMessage[],
-    ids: readonly string[],
     sizes: readonly number[],
     contents: readonly number[],
     start: number,
@@ -144,8 +143,8 @@ export class PublishFrameEncoder {
     let o = FRAME_HEADER;
     for (let i = start; i < end; i++) {
       const m = messages[i]!;
-      const id = ids[i]!;
-      buf.writeBigUInt64BE(m.publishingId, o);
+      const id = m.publishingId;
+      writeU64(buf, id, o);
       buf.writeUInt32BE(sizes[i]!, o + 8);
       o += ENTRY_HEADER;
       // application-properties: described 0x74, a map { stamps..., headers... }: map8 when it
@@ -168,10 +167,7 @@ export class PublishFrameEncoder {
         o += 12;
       }
       o += stamps.copy(buf, o);
-      buf[o] = 0xa1;
-      buf[o + 1] = id.length;
-      o += 2;
-      o += buf.write(id, o, 'latin1');
+      o = writeDecimal(buf, o, id);
       if (m.headers !== undefined) o = writeHeaders(buf, o, m.headers);
       // data: described 0x75, vbin8 / vbin32
       buf[o] = 0x00;
@@ -192,4 +188,48 @@ export class PublishFrameEncoder {
     }
     return buf;
   }
+}
+
+// Publishing IDs up to 2^53 - 1 (all of them, in practice) are written from a double: no BigInt
+// arithmetic and no string per message (both showed as allocations in the publisher's profile).
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+const TWO_32 = 0x1_0000_0000;
+
+function writeU64(buf: Buffer, id: bigint, o: number): void {
+  if (id <= MAX_SAFE) {
+    const n = Number(id);
+    const high = Math.floor(n / TWO_32);
+    buf.writeUInt32BE(high, o);
+    buf.writeUInt32BE(n - high * TWO_32, o + 4);
+  } else {
+    buf.writeBigUInt64BE(id, o);
+  }
+}
+
+/** 10^k for k = 0..16: a safe integer has at most 16 digits. */
+const POWERS_OF_TEN = Array.from({ length: 17 }, (_, k) => 10 ** k);
+
+/** Digits of a non-negative ID in decimal. */
+function decimalLength(id: bigint): number {
+  if (id > MAX_SAFE) return id.toString().length;
+  const n = Number(id);
+  let digits = 1;
+  while (digits < 16 && n >= POWERS_OF_TEN[digits]!) digits++;
+  return digits;
+}
+
+/** The ID as an AMQP str8 of its decimal digits (at most 20: always str8). */
+function writeDecimal(buf: Buffer, o: number, id: bigint): number {
+  const digits = decimalLength(id);
+  buf[o] = 0xa1;
+  buf[o + 1] = digits;
+  o += 2;
+  if (id > MAX_SAFE) return o + buf.write(id.toString(), o, 'latin1');
+  let n = Number(id);
+  for (let k = o + digits - 1; k >= o; k--) {
+    const q = Math.floor(n / 10);
+    buf[k] = 48 + (n - q * 10);
+    n = q;
+  }
+  return o + digits;
 }
