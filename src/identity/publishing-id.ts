@@ -40,3 +40,51 @@ export function parsePublishingId(text: string): bigint | undefined {
   const id = BigInt(text);
   return id <= MAX_PUBLISHING_ID ? id : undefined;
 }
+
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+const TWO_32 = 0x1_0000_0000;
+
+/**
+ * Writes an unsigned 64-bit integer big-endian, as `buf.writeBigUInt64BE` does. Values up to
+ * 2^53 - 1 (every ID a producer reaches in practice) go through a double: the BigInt shifts and
+ * masks of `writeBigUInt64BE` allocate, and showed in the publisher's profile.
+ */
+export function writeUint64BE(buf: Buffer, value: bigint, offset: number): void {
+  if (value >= 0n && value <= MAX_SAFE) writeSafeUint64BE(buf, Number(value), offset);
+  else buf.writeBigUInt64BE(value, offset);
+}
+
+/** Writes a non-negative safe integer as an unsigned 64-bit integer, big-endian. */
+export function writeSafeUint64BE(buf: Buffer, n: number, offset: number): void {
+  const high = Math.floor(n / TWO_32);
+  buf.writeUInt32BE(high, offset);
+  buf.writeUInt32BE(n - high * TWO_32, offset + 4);
+}
+
+/** 10^k for k = 0..16: a safe integer has at most 16 digits. */
+const POWERS_OF_TEN = Array.from({ length: 17 }, (_, k) => 10 ** k);
+
+/** How many decimal digits a publishing ID has (its length as stamped in `x-dedup-id`). */
+export function decimalLength(id: bigint): number {
+  if (id > MAX_SAFE) return id.toString().length;
+  const n = Number(id);
+  let digits = 1;
+  while (digits < 16 && n >= POWERS_OF_TEN[digits]!) digits++;
+  return digits;
+}
+
+/**
+ * Writes the decimal digits of a publishing ID (`decimalLength(id)` bytes, ASCII) at `offset`,
+ * without making a string; returns the offset after them.
+ */
+export function writeDecimal(buf: Buffer, id: bigint, offset: number): number {
+  if (id > MAX_SAFE) return offset + buf.write(id.toString(), offset, 'latin1');
+  const digits = decimalLength(id);
+  let n = Number(id);
+  for (let k = offset + digits - 1; k >= offset; k--) {
+    const q = Math.floor(n / 10);
+    buf[k] = 48 + (n - q * 10);
+    n = q;
+  }
+  return offset + digits;
+}

@@ -52,8 +52,11 @@ interface EntryExtra {
   keyWaiters?: KeyWaiter[] | undefined;
 }
 
-/** A key in the in-memory index; `inFlight` is its first send while that is unconfirmed. */
-interface LiveKey extends KeyRecord {
+/**
+ * A key in the in-memory index (and, as a `KeyEntry`, its record for the key segment: no copy per
+ * key at commit); `inFlight` is its first send while that is unconfirmed.
+ */
+interface LiveKey extends KeyEntry {
   inFlight: Entry | undefined;
 }
 
@@ -347,6 +350,7 @@ export class DedupPublisherCore {
     for (const { firstId, entries } of segments) {
       for (const e of entries)
         this.#keys.set(e.key, {
+          key: e.key,
           publishingId: e.publishingId,
           createdAtMs: e.createdAtMs,
           inFlight: undefined,
@@ -572,7 +576,7 @@ export class DedupPublisherCore {
     this.#lastAssigned = publishingId;
     const entry = new Entry(publishingId, body, headers, key);
     if (key !== undefined) {
-      const record: LiveKey = { publishingId, createdAtMs: Date.now(), inFlight: entry };
+      const record: LiveKey = { key, publishingId, createdAtMs: Date.now(), inFlight: entry };
       this.#keys.set(key, record);
       entry.keyRecord = record;
     }
@@ -685,11 +689,7 @@ export class DedupPublisherCore {
       keys = [];
       for (const e of batch) {
         if (e.key === undefined) continue;
-        keys.push({
-          key: e.key,
-          publishingId: e.publishingId,
-          createdAtMs: e.keyRecord?.createdAtMs ?? Date.now(),
-        });
+        keys.push(e.keyRecord ?? { key: e.key, publishingId: e.publishingId, createdAtMs: Date.now() });
       }
       if (keys.length > 0) {
         this.#keySegments.push({

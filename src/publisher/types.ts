@@ -90,7 +90,7 @@ export interface DedupPublisherOptions {
   /**
    * `keyed` mode: how long a key is remembered — the last `maxKeys` IDs and at most `maxAgeMs`.
    * A repeat after that is published again.
-   * @defaultValue `{ maxKeys: 1_000_000, maxAgeMs: 7 days }`
+   * @defaultValue `{ maxKeys: 100_000, maxAgeMs: 7 days }`
    */
   readonly keyRetention?: { readonly maxKeys?: number; readonly maxAgeMs?: number };
   /**

@@ -1,4 +1,5 @@
 import { DedupError } from '../errors.js';
+import { writeSafeUint64BE, writeUint64BE } from '../identity/publishing-id.js';
 
 /** Header values a message carries besides the identity stamps. */
 export type Headers = Readonly<Record<string, string | number>>;
@@ -69,8 +70,7 @@ export function encodeSegment(entries: readonly OutboxEntry[]): Buffer {
     const e = entries[i]!;
     const h = e.headers === undefined ? undefined : Buffer.from(JSON.stringify(e.headers), 'utf8');
     headerJson[i] = h;
-    size +=
-      18 + (h?.length ?? 0) + (e.key === undefined ? 0 : Buffer.byteLength(e.key, 'utf8')) + e.body.length;
+    size += 18 + (h?.length ?? 0) + (e.key === undefined ? 0 : utf8Length(e.key)) + e.body.length;
   }
   const buf = Buffer.allocUnsafe(size);
   buf.writeUInt8(SEGMENT_VERSION, 0);
@@ -79,12 +79,12 @@ export function encodeSegment(entries: readonly OutboxEntry[]): Buffer {
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i]!;
     const h = headerJson[i];
-    buf.writeBigUInt64BE(e.publishingId, o);
+    writeUint64BE(buf, e.publishingId, o);
     o += 8;
     buf.writeUInt32BE(h?.length ?? 0, o);
     o += 4;
     if (h !== undefined) o += h.copy(buf, o);
-    const keyLength = e.key === undefined ? 0 : buf.write(e.key, o + 2, 'utf8');
+    const keyLength = e.key === undefined ? 0 : writeUtf8(buf, e.key, o + 2);
     buf.writeUInt16BE(keyLength, o);
     o += 2 + keyLength;
     buf.writeUInt32BE(e.body.length, o);
@@ -99,6 +99,33 @@ export function encodeSegment(entries: readonly OutboxEntry[]): Buffer {
  * The 5-byte header both segment kinds share: u8 version, u32 entry count. A count that cannot
  * fit the bytes (each entry at least `minEntry` bytes) is corrupt before anything is allocated.
  */
+/** Strings up to this many UTF-16 units are measured and written by a loop while they are ASCII. */
+const SHORT = 64;
+
+/** The UTF-8 length of a string (domain keys: short, mostly ASCII, two per keyed send). */
+function utf8Length(s: string): number {
+  if (s.length <= SHORT) {
+    let i = 0;
+    while (i < s.length && s.charCodeAt(i) < 0x80) i++;
+    if (i === s.length) return s.length;
+  }
+  return Buffer.byteLength(s, 'utf8');
+}
+
+/** Writes a string as UTF-8 at `o`; returns the bytes written. Short ASCII strings skip the call into C++. */
+function writeUtf8(buf: Buffer, s: string, o: number): number {
+  if (s.length <= SHORT) {
+    let i = 0;
+    for (; i < s.length; i++) {
+      const c = s.charCodeAt(i);
+      if (c >= 0x80) break;
+      buf[o + i] = c;
+    }
+    if (i === s.length) return i;
+  }
+  return buf.write(s, o, 'utf8');
+}
+
 function segmentHeader(
   input: Uint8Array,
   version: number,
@@ -191,7 +218,7 @@ const KEY_SEGMENT_VERSION = 1;
  */
 export function encodeKeySegment(entries: readonly KeyEntry[]): Buffer {
   let size = 5;
-  const lengths = entries.map((e) => Buffer.byteLength(e.key, 'utf8'));
+  const lengths = entries.map((e) => utf8Length(e.key));
   for (const len of lengths) size += 18 + len;
   const buf = Buffer.allocUnsafe(size);
   buf.writeUInt8(KEY_SEGMENT_VERSION, 0);
@@ -199,11 +226,11 @@ export function encodeKeySegment(entries: readonly KeyEntry[]): Buffer {
   let o = 5;
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i]!;
-    buf.writeBigUInt64BE(e.publishingId, o);
-    buf.writeBigUInt64BE(BigInt(Math.max(0, Math.floor(e.createdAtMs))), o + 8);
+    writeUint64BE(buf, e.publishingId, o);
+    writeSafeUint64BE(buf, Math.max(0, Math.floor(e.createdAtMs)), o + 8);
     buf.writeUInt16BE(lengths[i]!, o + 16);
     o += 18;
-    o += buf.write(e.key, o, 'utf8');
+    o += writeUtf8(buf, e.key, o);
   }
   return buf;
 }

@@ -10,6 +10,7 @@
  * vbin8/vbin32).
  */
 import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
+import { decimalLength, writeDecimal, writeUint64BE } from '../identity/publishing-id.js';
 import type { Headers } from '../store/codec.js';
 import type { OutgoingMessage } from '../publisher/types.js';
 
@@ -144,7 +145,7 @@ export class PublishFrameEncoder {
     for (let i = start; i < end; i++) {
       const m = messages[i]!;
       const id = m.publishingId;
-      writeU64(buf, id, o);
+      writeUint64BE(buf, id, o);
       buf.writeUInt32BE(sizes[i]!, o + 8);
       o += ENTRY_HEADER;
       // application-properties: described 0x74, a map { stamps..., headers... }: map8 when it
@@ -167,7 +168,7 @@ export class PublishFrameEncoder {
         o += 12;
       }
       o += stamps.copy(buf, o);
-      o = writeDecimal(buf, o, id);
+      o = writeIdString(buf, o, id);
       if (m.headers !== undefined) o = writeHeaders(buf, o, m.headers);
       // data: described 0x75, vbin8 / vbin32
       buf[o] = 0x00;
@@ -190,46 +191,9 @@ export class PublishFrameEncoder {
   }
 }
 
-// Publishing IDs up to 2^53 - 1 (all of them, in practice) are written from a double: no BigInt
-// arithmetic and no string per message (both showed as allocations in the publisher's profile).
-const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
-const TWO_32 = 0x1_0000_0000;
-
-function writeU64(buf: Buffer, id: bigint, o: number): void {
-  if (id <= MAX_SAFE) {
-    const n = Number(id);
-    const high = Math.floor(n / TWO_32);
-    buf.writeUInt32BE(high, o);
-    buf.writeUInt32BE(n - high * TWO_32, o + 4);
-  } else {
-    buf.writeBigUInt64BE(id, o);
-  }
-}
-
-/** 10^k for k = 0..16: a safe integer has at most 16 digits. */
-const POWERS_OF_TEN = Array.from({ length: 17 }, (_, k) => 10 ** k);
-
-/** Digits of a non-negative ID in decimal. */
-function decimalLength(id: bigint): number {
-  if (id > MAX_SAFE) return id.toString().length;
-  const n = Number(id);
-  let digits = 1;
-  while (digits < 16 && n >= POWERS_OF_TEN[digits]!) digits++;
-  return digits;
-}
-
 /** The ID as an AMQP str8 of its decimal digits (at most 20: always str8). */
-function writeDecimal(buf: Buffer, o: number, id: bigint): number {
-  const digits = decimalLength(id);
+function writeIdString(buf: Buffer, o: number, id: bigint): number {
   buf[o] = 0xa1;
-  buf[o + 1] = digits;
-  o += 2;
-  if (id > MAX_SAFE) return o + buf.write(id.toString(), o, 'latin1');
-  let n = Number(id);
-  for (let k = o + digits - 1; k >= o; k--) {
-    const q = Math.floor(n / 10);
-    buf[k] = 48 + (n - q * 10);
-    n = q;
-  }
-  return o + digits;
+  buf[o + 1] = decimalLength(id);
+  return writeDecimal(buf, id, o + 2);
 }
