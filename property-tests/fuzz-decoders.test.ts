@@ -381,8 +381,8 @@ describe('fuzzing the decoders (100 000 inputs each)', () => {
             if (offset <= MAX_PUBLISHING_ID) {
               await core.process({
                 offset,
-                body: Buffer.alloc(0),
-                headerSources: [identityHeaders('p', id)],
+                content: Buffer.alloc(0),
+                applicationProperties: identityHeaders('p', id),
               });
             }
           } catch (err) {

@@ -642,8 +642,8 @@ describe('§6 verifier state evicted (TTL) or reset', () => {
           };
           const message = (offset: bigint) => ({
             offset,
-            body: Buffer.from('credit-17'),
-            headerSources: [identityHeaders('p', 17n)],
+            content: Buffer.from('credit-17'),
+            applicationProperties: identityHeaders('p', 17n),
           });
           const first = await open();
           await first.core.process(message(0n));

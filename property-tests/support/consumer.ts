@@ -137,8 +137,8 @@ export class ConsumerHarness {
       this.#progress++;
       await life.core.process({
         offset: entry.offset,
-        body: Buffer.from(entry.label),
-        headerSources: [entry.headers],
+        content: Buffer.from(entry.label),
+        applicationProperties: entry.headers,
         settle: () => {
           if (!life.crashed) life.pendingAcks.push(entry.offset);
         },

@@ -1,5 +1,5 @@
 import { DedupError } from '../errors.js';
-import { readIdentity, type MessageIdentity } from '../identity/headers.js';
+import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/headers.js';
 import { encodeScopeKey, scopeKeyPrefix } from '../identity/scope-key.js';
 import { DedupStore, type KeyValueDb } from '../store/store.js';
 import { createTracker, decodeTracker } from '../verifier/window.js';
@@ -124,12 +124,18 @@ export interface VerifyStats {
   commits: number;
 }
 
-/** A message as a transport hands it to the core. */
+/**
+ * A message as a transport hands it to the core: the shape of the stream client's delivered
+ * message, so that the stream consumer passes deliveries through as they are (no wrapper object
+ * per message).
+ */
 export interface IncomingMessage {
   readonly offset: bigint;
-  readonly body: Buffer;
-  /** Header sources in order of precedence (see `readIdentity`). */
-  readonly headerSources: ReadonlyArray<Readonly<Record<string, unknown>> | undefined>;
+  readonly content: Buffer;
+  /** Where the identity is read first: application properties (stream), headers (AMQP 0-9-1). */
+  readonly applicationProperties?: Readonly<Record<string, unknown>> | undefined;
+  /** Read second: AMQP 0-9-1 `x-` headers arrive here in a stream consumer (see `readIdentity`). */
+  readonly messageAnnotations?: Readonly<Record<string, unknown>> | undefined;
   /** Called once the message's outcome is committed (AMQP: ack). */
   readonly settle?: (() => void) | undefined;
 }
@@ -188,6 +194,10 @@ export class VerifyingConsumerCore {
   readonly #effectPrefix: string;
   readonly #scopes = new Map<string, ScopeState>();
   readonly #scopeKeys = new Map<string, Map<string, string>>();
+  /** The last (tenant, producer) looked up and its key: consecutive messages mostly share it. */
+  #lastScope = { tenant: '', producer: '', key: '' };
+  /** Handler keys with the consumer's prefix: `prefix + key` per put is a new string to hash. */
+  readonly #effectKeys = new Map<string, string>();
   #committedOffset: bigint | undefined;
   /** The uncommitted batch. */
   #ops = new Map<string, PendingOp>();
@@ -389,18 +399,21 @@ export class VerifyingConsumerCore {
 
   #apply(message: IncomingMessage): Promise<void> | undefined {
     const verified = new Verified(message);
-    const sources = message.headerSources;
-    const reading = sources.length === 2 ? readIdentity(sources[0], sources[1]) : readIdentity(...sources);
+    const source = holdsIdentity(message.applicationProperties)
+      ? message.applicationProperties
+      : holdsIdentity(message.messageAnnotations)
+        ? message.messageAnnotations
+        : undefined;
+    // The identity, or why there is none.
+    const identity = source === undefined ? 'no identity headers' : parseIdentity(source);
     const tenant = this.#opts.tenant === undefined ? '' : this.#opts.tenant({ headers: verified.headers });
     verified.tenant = tenant;
-    if (reading.kind !== 'ok') {
-      const reason = reading.kind === 'missing' ? 'no identity headers' : reading.reason;
+    if (typeof identity === 'string') {
       const applied = (this.#opts.unidentified ?? 'reject') === 'pass-through';
       this.stats.unidentified++;
-      this.#emit({ kind: 'unidentified', offset: message.offset, reason, applied });
+      this.#emit({ kind: 'unidentified', offset: message.offset, reason: identity, applied });
       return applied ? asPromise(this.#opts.handler(verified, this.#tx)) : undefined;
     }
-    const { identity } = reading;
     verified.identity = identity;
     const scope = this.#scopeKey(tenant, identity.producerName);
     const state = this.#scopes.get(scope);
@@ -455,6 +468,8 @@ export class VerifyingConsumerCore {
 
   /** The encoded scope key, cached per (tenant, producer): encoding it per message costs more than the check. */
   #scopeKey(tenant: string, producer: string): string {
+    const last = this.#lastScope;
+    if (producer === last.producer && tenant === last.tenant && last.key !== '') return last.key;
     let byTenant = this.#scopeKeys.get(producer);
     if (byTenant === undefined) {
       byTenant = new Map();
@@ -465,13 +480,24 @@ export class VerifyingConsumerCore {
       key = encodeScopeKey({ consumer: this.consumerName, tenant, producer });
       if (byTenant.size < 4096) byTenant.set(tenant, key);
     }
+    this.#lastScope = { tenant, producer, key };
     return key;
+  }
+
+  /** The stored key of a handler's key (cached for up to 4096 distinct keys). */
+  #effectKey(key: string): string {
+    let full = this.#effectKeys.get(key);
+    if (full === undefined) {
+      full = this.#effectPrefix + key;
+      if (this.#effectKeys.size < 4096) this.#effectKeys.set(key, full);
+    }
+    return full;
   }
 
   /** The handler's transaction: one object for the consumer's life, reading and writing the pending batch. */
   readonly #tx: EffectTransaction = {
     get: async (key) => {
-      const full = this.#effectPrefix + key;
+      const full = this.#effectKey(key);
       // This batch, then the batch being written (the database does not show it yet), then the database.
       const op = this.#ops.get(full) ?? this.#inflightOps?.get(full);
       if (op === undefined) return this.#db.get(full);
@@ -480,7 +506,7 @@ export class VerifyingConsumerCore {
     },
     put: (key, value) => {
       if (typeof key !== 'string') throw new TypeError('effect keys are strings');
-      const full = this.#effectPrefix + key;
+      const full = this.#effectKey(key);
       // A key written again in this batch (a counter, a projection) reuses its entry. The entries
       // of the batch being written are in #inflightOps, never here, so this changes nothing written.
       const op = this.#ops.get(full);
@@ -489,7 +515,7 @@ export class VerifyingConsumerCore {
     },
     del: (key) => {
       if (typeof key !== 'string') throw new TypeError('effect keys are strings');
-      const full = this.#effectPrefix + key;
+      const full = this.#effectKey(key);
       this.#ops.set(full, { type: 'del', key: full });
     },
   };
@@ -707,17 +733,17 @@ class Verified implements VerifiedMessage {
   readonly offset: bigint;
   identity: MessageIdentity | undefined = undefined;
   tenant = '';
-  readonly #sources: IncomingMessage['headerSources'];
+  readonly #message: IncomingMessage;
   #headers: Readonly<Record<string, unknown>> | undefined;
 
   constructor(message: IncomingMessage) {
-    this.body = message.body;
+    this.body = message.content;
     this.offset = message.offset;
-    this.#sources = message.headerSources;
+    this.#message = message;
   }
 
   get headers(): Readonly<Record<string, unknown>> {
-    this.#headers ??= mergeHeaders(this.#sources);
+    this.#headers ??= mergeHeaders(this.#message);
     return this.#headers;
   }
 }
@@ -729,14 +755,14 @@ function asPromise(result: unknown): Promise<void> | undefined {
   return typeof then === 'function' ? Promise.resolve(result as PromiseLike<void>) : undefined;
 }
 
-function mergeHeaders(sources: IncomingMessage['headerSources']): Readonly<Record<string, unknown>> {
-  if (sources.length === 1) return sources[0] ?? {};
+function mergeHeaders(message: IncomingMessage): Readonly<Record<string, unknown>> {
+  const { applicationProperties: first, messageAnnotations: second } = message;
+  if (second === undefined) return first ?? {};
+  if (first === undefined) return second;
+  // Both: the application properties win over annotations of the same name.
   const out: Record<string, unknown> = {};
-  for (let i = sources.length - 1; i >= 0; i--) {
-    const s = sources[i];
-    if (s !== undefined)
-      for (const [k, v] of Object.entries(s)) Object.defineProperty(out, k, { value: v, enumerable: true });
-  }
+  for (const s of [second, first])
+    for (const [k, v] of Object.entries(s)) Object.defineProperty(out, k, { value: v, enumerable: true });
   return out;
 }
 

@@ -49,49 +49,51 @@ let lastCheckedName = '';
 export function readIdentity(
   ...sources: ReadonlyArray<Readonly<Record<string, unknown>> | undefined | null>
 ): IdentityReading {
-  let headers: Readonly<Record<string, unknown>> | undefined;
-  for (const h of sources) {
-    if (
-      h !== undefined &&
-      h !== null &&
-      typeof h === 'object' &&
-      (Object.hasOwn(h, PRODUCER_HEADER) || Object.hasOwn(h, ID_HEADER))
-    ) {
-      headers = h;
-      break;
-    }
-  }
-  if (headers === undefined) return { kind: 'missing' };
-  const hasName = Object.hasOwn(headers, PRODUCER_HEADER);
-  const hasId = Object.hasOwn(headers, ID_HEADER);
-  const name = hasName ? headers[PRODUCER_HEADER] : undefined;
-  const id = hasId ? headers[ID_HEADER] : undefined;
+  const headers = sources.find(holdsIdentity);
+  if (headers === undefined || headers === null) return { kind: 'missing' };
+  const identity = parseIdentity(headers);
+  return typeof identity === 'string' ? { kind: 'malformed', reason: identity } : { kind: 'ok', identity };
+}
+
+/**
+ * Whether `headers` holds either identity header.
+ * @internal The verifying consumer's per-message path (no result wrapper); applications use `readIdentity`.
+ */
+export function holdsIdentity(
+  headers: Readonly<Record<string, unknown>> | undefined | null,
+): headers is Readonly<Record<string, unknown>> {
+  return (
+    headers !== undefined &&
+    headers !== null &&
+    typeof headers === 'object' &&
+    (Object.hasOwn(headers, PRODUCER_HEADER) || Object.hasOwn(headers, ID_HEADER))
+  );
+}
+
+/**
+ * The identity in headers that hold at least one of its headers, or the reason it is malformed.
+ * @internal See `holdsIdentity`.
+ */
+export function parseIdentity(headers: Readonly<Record<string, unknown>>): MessageIdentity | string {
+  const name = Object.hasOwn(headers, PRODUCER_HEADER) ? headers[PRODUCER_HEADER] : undefined;
+  const id = Object.hasOwn(headers, ID_HEADER) ? headers[ID_HEADER] : undefined;
   if (typeof name !== 'string' || name.length === 0) {
-    return {
-      kind: 'malformed',
-      reason: `${PRODUCER_HEADER} must be a non-empty string, got ${describe(name)}`,
-    };
+    return `${PRODUCER_HEADER} must be a non-empty string, got ${describe(name)}`;
   }
   // Consecutive messages mostly come from one producer: its name's length is checked once.
   if (name !== lastCheckedName && Buffer.byteLength(name, 'utf8') > MAX_PRODUCER_NAME_BYTES) {
-    return {
-      kind: 'malformed',
-      reason: `${PRODUCER_HEADER} is longer than ${MAX_PRODUCER_NAME_BYTES} bytes`,
-    };
+    return `${PRODUCER_HEADER} is longer than ${MAX_PRODUCER_NAME_BYTES} bytes`;
   }
   lastCheckedName = name;
   const text = Buffer.isBuffer(id) ? id.toString('utf8') : id;
   if (typeof text !== 'string') {
-    return { kind: 'malformed', reason: `${ID_HEADER} must be a decimal string, got ${describe(id)}` };
+    return `${ID_HEADER} must be a decimal string, got ${describe(id)}`;
   }
   const publishingId = parsePublishingId(text);
   if (publishingId === undefined) {
-    return {
-      kind: 'malformed',
-      reason: `${ID_HEADER} must be a decimal from 1 to 2^64 - 1, got ${JSON.stringify(text.slice(0, 40))}`,
-    };
+    return `${ID_HEADER} must be a decimal from 1 to 2^64 - 1, got ${JSON.stringify(text.slice(0, 40))}`;
   }
-  return { kind: 'ok', identity: { producerName: name, publishingId } };
+  return { producerName: name, publishingId };
 }
 
 function describe(value: unknown): string {

@@ -118,8 +118,8 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
     const rawOffset = headers['x-stream-offset'];
     const incoming = {
       offset: typeof rawOffset === 'number' || typeof rawOffset === 'bigint' ? BigInt(rawOffset) : -1n,
-      body: msg.content,
-      headerSources: [headers],
+      content: msg.content,
+      applicationProperties: headers,
       settle: () => {
         if (generation === this.#generation) channel.ack(msg);
       },

@@ -67,7 +67,9 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   #client: Client | undefined;
   #queue: Promise<void> = Promise.resolve();
   /** Delivered, not yet processed, in stream order (read from #head on). */
-  #buffer: Array<IncomingMessage & { readonly generation: number }> = [];
+  #buffer: IncomingMessage[] = [];
+  /** The subscription generation each buffered message arrived on (parallel to #buffer). */
+  #bufferGenerations: number[] = [];
   #head = 0;
   #draining = false;
   #generation = 0;
@@ -207,14 +209,16 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     // Process right here while nothing waits (the common, synchronous case); otherwise
     // buffer, and drain one at a time in order. Failures become a stop.
     if (generation !== this.#generation) return;
-    const item = {
-      generation,
-      offset: message.offset ?? 0n,
-      body: message.content,
-      headerSources: [message.applicationProperties, message.messageAnnotations],
-    };
+    // The client's message is the core's IncomingMessage as it is (no wrapper per message);
+    // deliveries always carry their offset.
+    const item = message as IncomingMessage;
+    if (item.offset === undefined) {
+      void this.stop(new Error('the stream client delivered a message without an offset'));
+      return;
+    }
     if (this.#draining) {
       this.#buffer.push(item);
+      this.#bufferGenerations.push(generation);
       return;
     }
     if (this.core.failure !== undefined) return;
@@ -232,8 +236,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
           await pending;
         } catch (err) {
           void this.stop(err instanceof Error ? err : new Error(String(err)));
-          this.#buffer = [];
-          this.#head = 0;
+          this.#clearBuffer();
           this.#draining = false;
           return;
         }
@@ -248,14 +251,16 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
         if (this.#heldCredit !== undefined && this.#buffer.length - this.#head < BUFFER_LOW) {
           this.#grantHeldCredit();
         }
+        const generation = this.#bufferGenerations[this.#head]!;
         const item = this.#buffer[this.#head++]!;
         // Drop what was processed: in a long drain the array would otherwise keep every message
         // of it alive (measured: 59 000 at once, promoted and collected the expensive way).
         if (this.#head >= COMPACT_AT && this.#head * 2 >= this.#buffer.length) {
           this.#buffer = this.#buffer.slice(this.#head);
+          this.#bufferGenerations = this.#bufferGenerations.slice(this.#head);
           this.#head = 0;
         }
-        if (item.generation !== this.#generation || this.core.failure !== undefined) continue;
+        if (generation !== this.#generation || this.core.failure !== undefined) continue;
         try {
           const pending = this.core.process(item);
           if (pending !== undefined) await pending;
@@ -265,11 +270,16 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
         }
       }
     } finally {
-      this.#buffer = [];
-      this.#head = 0;
+      this.#clearBuffer();
       this.#draining = false;
       this.#grantHeldCredit();
     }
+  }
+
+  #clearBuffer(): void {
+    this.#buffer = [];
+    this.#bufferGenerations = [];
+    this.#head = 0;
   }
 
   /**

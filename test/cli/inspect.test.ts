@@ -39,10 +39,11 @@ async function populated(): Promise<DedupStore> {
   });
   const message = (offset: number, producer: string, id: number, tenant?: string) => ({
     offset: BigInt(offset),
-    body: Buffer.from('x'),
-    headerSources: [
-      { ...identityHeaders(producer, BigInt(id)), ...(tenant === undefined ? {} : { tenant }) },
-    ],
+    content: Buffer.from('x'),
+    applicationProperties: {
+      ...identityHeaders(producer, BigInt(id)),
+      ...(tenant === undefined ? {} : { tenant }),
+    },
   });
   await core.process(message(10, 'orders-svc', 1));
   await core.process(message(11, 'orders-svc', 2, 'acme'));

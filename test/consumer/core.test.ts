@@ -10,8 +10,8 @@ import { memoryDisk, memoryStore } from '../support/memory-store.js';
 
 const credit = (offset: number, producer: string, id: number, amount = 1) => ({
   offset: BigInt(offset),
-  body: Buffer.from(String(amount)),
-  headerSources: [identityHeaders(producer, BigInt(id))],
+  content: Buffer.from(String(amount)),
+  applicationProperties: identityHeaders(producer, BigInt(id)),
 });
 
 async function open(options: Partial<VerifyingConsumerOptions> = {}, disk = memoryDisk()) {
@@ -101,11 +101,11 @@ describe('verifying consumer core', () => {
 
   it('messages without identity are rejected (reported) or passed through, never a crash', async () => {
     const { core, events, balance } = await open({ commit: 'message' });
-    await core.process({ offset: 0n, body: Buffer.from('7'), headerSources: [{}] });
+    await core.process({ offset: 0n, content: Buffer.from('7'), applicationProperties: {} });
     await core.process({
       offset: 1n,
-      body: Buffer.from('7'),
-      headerSources: [{ 'x-dedup-producer': 'a', 'x-dedup-id': '01' }],
+      content: Buffer.from('7'),
+      applicationProperties: { 'x-dedup-producer': 'a', 'x-dedup-id': '01' },
     });
     expect(await balance()).toBe(0);
     expect(events).toEqual([
@@ -119,7 +119,7 @@ describe('verifying consumer core', () => {
     ]);
     await core.close();
     const pass = await open({ commit: 'message', unidentified: 'pass-through' });
-    await pass.core.process({ offset: 0n, body: Buffer.from('7'), headerSources: [undefined] });
+    await pass.core.process({ offset: 0n, content: Buffer.from('7'), applicationProperties: undefined });
     expect(await pass.balance()).toBe(7);
     await pass.core.close();
   });

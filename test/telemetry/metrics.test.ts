@@ -58,8 +58,8 @@ describe('metrics through @opentelemetry/api', () => {
     for (const [offset, id] of [1, 2, 2].entries()) {
       await consumer.process({
         offset: BigInt(offset),
-        body: Buffer.from('x'),
-        headerSources: [identityHeaders('p', BigInt(id))],
+        content: Buffer.from('x'),
+        applicationProperties: identityHeaders('p', BigInt(id)),
       });
     }
     const got = await points();
