@@ -15,7 +15,7 @@ import { measureConsumers } from './consumer.js';
 const MESSAGES = Number(process.argv[2] ?? 10_000_000);
 const SCOPES = Number(process.argv[3] ?? 1_000);
 const ROUNDS = Math.ceil(MESSAGES / SCOPES); // each round gives every scope one message
-const MEASURED = 3;
+const MEASURED = 5;
 const run = promisify(execFile);
 const BASE = 1n << 40n; // realistic 64-bit IDs, not tiny ones
 
