@@ -1063,17 +1063,38 @@ function validateOptions(options: DedupPublisherOptions): void {
 /** The longest domain key, in UTF-8 bytes. */
 export const MAX_KEY_BYTES = 512;
 
-function assertKey(key: unknown): asserts key is string {
+/**
+ * Checks a domain key: a non-empty string of at most {@link MAX_KEY_BYTES} UTF-8 bytes without a
+ * lone UTF-16 surrogate, in one pass over it (keyed sends call this for every message).
+ * @internal Exported for its tests.
+ */
+export function assertKey(key: unknown): asserts key is string {
   if (typeof key !== 'string') throw new TypeError(`options.key must be a string, got ${typeof key}`);
   if (key.length === 0) throw new RangeError('options.key must not be empty');
-  const bytes = Buffer.byteLength(key, 'utf8');
+  let bytes = 0;
+  let lone = false;
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i);
+    if (c < 0x80) bytes += 1;
+    else if (c < 0x800) bytes += 2;
+    else if (c < 0xd800 || c > 0xdfff) bytes += 3;
+    else {
+      const next = key.charCodeAt(i + 1); // NaN past the end
+      if (c <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+        bytes += 4;
+        i++;
+      } else {
+        bytes += 3; // as U+FFFD
+        lone = true;
+      }
+    }
+  }
   if (bytes > MAX_KEY_BYTES) {
     throw new RangeError(`options.key is ${bytes} UTF-8 bytes; at most ${MAX_KEY_BYTES}`);
   }
   // LevelDB stores keys as UTF-8, where every lone surrogate becomes U+FFFD: two distinct keys
   // would collide, and the second would be dropped as a duplicate.
-  if (/[\uD800-\uDFFF]/u.test(key))
-    throw new RangeError('options.key must not contain a lone UTF-16 surrogate');
+  if (lone) throw new RangeError('options.key must not contain a lone UTF-16 surrogate');
 }
 
 function validateHeaders(headers: SendOptions['headers']): Headers | undefined {

@@ -1,5 +1,6 @@
+import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { DedupPublisherCore } from '../../src/publisher/core.js';
+import { assertKey, DedupPublisherCore, MAX_KEY_BYTES } from '../../src/publisher/core.js';
 import type { DedupPublisherOptions } from '../../src/publisher/types.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
 import { ModelBroker, ModelTransport } from '../support/model-broker.js';
@@ -110,5 +111,47 @@ describe('keyed sends', () => {
       code: 'DEDUP_ID_MODE_MISMATCH',
     });
     await auto.close();
+  });
+});
+
+describe('key validation', () => {
+  /** The checks as first written: Buffer.byteLength and a regular expression. */
+  function reference(key: string): 'ok' | 'empty' | 'long' | 'surrogate' {
+    if (key.length === 0) return 'empty';
+    if (Buffer.byteLength(key, 'utf8') > MAX_KEY_BYTES) return 'long';
+    if (/[\uD800-\uDFFF]/u.test(key)) return 'surrogate';
+    return 'ok';
+  }
+
+  function verdict(key: string): 'ok' | 'empty' | 'long' | 'surrogate' {
+    try {
+      assertKey(key);
+      return 'ok';
+    } catch (err) {
+      const message = (err as Error).message;
+      if (message.includes('empty')) return 'empty';
+      if (message.includes('UTF-8 bytes')) {
+        expect(message).toContain(`is ${Buffer.byteLength(key, 'utf8')} UTF-8 bytes`);
+        return 'long';
+      }
+      expect(message).toContain('surrogate');
+      return 'surrogate';
+    }
+  }
+
+  it('key validation - agrees with byteLength and the surrogate regex on any string', () => {
+    const units = fc.constantFrom('a', 'é', '€', '\uD83D\uDE00', '\uD800', '\uDC00', 'z', '\u07FF', '\u0800');
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.string({ unit: 'binary', maxLength: 600 }),
+          fc.array(units, { maxLength: 300 }).map((xs) => xs.join('')),
+        ),
+        (key) => {
+          expect(verdict(key)).toBe(reference(key));
+        },
+      ),
+      { numRuns: 2_000 },
+    );
   });
 });
