@@ -3,6 +3,7 @@ import { connectAmqp } from './amqp-connect.js';
 import { DedupError } from '../errors.js';
 import { VerifyingConsumer } from '../consumer/facade.js';
 import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../consumer/core.js';
+import { silentLogger, type Logger } from '../telemetry/logger.js';
 import { errorText, retryWithBackoff, withTimeout } from './util.js';
 
 /** Options of {@link AmqpVerifyingConsumer.open}. */
@@ -38,6 +39,7 @@ export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions {
  */
 export class AmqpVerifyingConsumer extends VerifyingConsumer {
   readonly #options: AmqpVerifyingConsumerOptions;
+  readonly #log: Logger;
   #model: ChannelModel | undefined;
   #queue: Promise<void> = Promise.resolve();
   #generation = 0;
@@ -45,6 +47,7 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
   private constructor(core: VerifyingConsumerCore, options: AmqpVerifyingConsumerOptions) {
     super(core);
     this.#options = options;
+    this.#log = options.logger ?? silentLogger;
   }
 
   /**
@@ -101,6 +104,10 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
         },
         { noAck: false, arguments: { 'x-stream-offset': start } },
       );
+      this.#log.info(
+        { consumer: this.core.consumerName, queue: this.#options.queue, offset: String(start) },
+        'stream-dedup: verifying consumer subscribed',
+      );
     } catch (err) {
       await withTimeout(model.close(), 2_000, 'closing').catch(() => undefined);
       throw new DedupError(
@@ -148,6 +155,14 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
   #lost(): void {
     if (this.isStopping) return;
     this.#generation++;
+    this.#log.warn(
+      {
+        consumer: this.core.consumerName,
+        queue: this.#options.queue,
+        committedOffset: this.core.committedOffset?.toString(),
+      },
+      'stream-dedup: verifying consumer lost its subscription; subscribing again from the committed offset',
+    );
     this.#queue = this.#queue.then(async () => {
       // Taken here, not when the loss was seen: a subscription in progress then has finished
       // (taken earlier, that new connection would be left open).

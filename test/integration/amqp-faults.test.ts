@@ -52,7 +52,10 @@ describe('amqp 0-9-1 - dropped connections', () => {
 
     let handlerCalls = 0;
     let doubleApplied = 0;
+    const logged: string[] = [];
+    const record = (_obj: object, msg?: string): void => void logged.push(msg ?? '');
     const consumer = await AmqpVerifyingConsumer.open({
+      logger: { debug: record, info: record, warn: record, error: record },
       url: viaProxy,
       queue,
       consumerName: 'amqp-cut-effects',
@@ -82,5 +85,8 @@ describe('amqp 0-9-1 - dropped connections', () => {
     expect(doubleApplied).toBe(0);
     expect(applied).toBe(labels.length);
     expect(handlerCalls).toBeGreaterThanOrEqual(labels.length);
+    // The cut is logged, and so is every subscription (the first and the one after the cut).
+    expect(logged.filter((m) => m.includes('lost its subscription')).length).toBeGreaterThanOrEqual(1);
+    expect(logged.filter((m) => m.includes('consumer subscribed')).length).toBeGreaterThanOrEqual(2);
   });
 });
