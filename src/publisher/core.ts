@@ -76,7 +76,7 @@ type State = 'open' | 'reconnecting' | 'closing' | 'closed';
 
 const DEFAULTS = {
   durability: 'outbox' as Durability,
-  maxInFlight: 10_000,
+  maxInFlight: 5_000,
   maxBatch: 2_000,
   reserveBlock: 10_000,
   confirmTimeoutMs: 30_000,

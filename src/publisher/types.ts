@@ -100,7 +100,13 @@ export interface DedupPublisherOptions {
    * @defaultValue 'error'
    */
   readonly onBrokerAhead?: 'error' | 'adopt';
-  /** Most messages accepted and not yet confirmed; `send()` waits beyond it. @defaultValue 10000 */
+  /**
+   * Most messages accepted and not yet confirmed; sends beyond it wait in memory, unwritten and
+   * unsent, until confirms make room. Each unconfirmed message is live memory until its confirm:
+   * on loopback 5 000 gave 10–20 % more throughput than 10 000 (less for every young-generation
+   * collection to copy), and covers a 10 ms round trip at 500 000 messages a second.
+   * @defaultValue 5000
+   */
   readonly maxInFlight?: number;
   /** Most messages in one group commit (one LevelDB record). @defaultValue 2000 */
   readonly maxBatch?: number;
