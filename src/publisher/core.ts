@@ -289,6 +289,15 @@ export class DedupPublisherCore {
           `cannot connect to the broker for "${transport.target}"`,
         );
       }
+      const durability = options.durability ?? DEFAULTS.durability;
+      if (idMode === 'explicit' && durability === 'reserve' && brokerLast === undefined) {
+        // Explicit IDs without an outbox resume after the broker's last ID (below): a broker that
+        // cannot tell it would leave the application skipping what was accepted and never stored.
+        throw new RangeError(
+          `idMode 'explicit' with durability 'reserve' needs the broker's last publishing ID to resume after a ` +
+            `crash, and "${transport.target}" cannot report it (AMQP 0-9-1): use durability 'outbox'`,
+        );
+      }
       const outbox = loaded.segments.flatMap((s) => s.entries);
       const keySegments = idMode === 'keyed' ? await state.loadKeySegments() : [];
       let publisher: DedupPublisherCore;
@@ -314,7 +323,15 @@ export class DedupPublisherCore {
           publisher.#enqueue(entry);
         }
       } else {
-        publisher = core(brokerLast, outbox.length, 0, localLast);
+        // Explicit IDs without an outbox: IDs above the broker's last were accepted (and recorded)
+        // but never stored, and nothing here re-sends them. The application does, from its source
+        // and with the same IDs, when it resumes after `lastPublishingId`: so that is the broker's
+        // last ID, not the store's (resuming after the store's would skip them: a silent loss).
+        const resumeAt =
+          idMode === 'explicit' && durability === 'reserve' && brokerLast !== undefined
+            ? brokerLast
+            : localLast;
+        publisher = core(brokerLast, outbox.length, 0, resumeAt);
         handlersTarget.core = publisher;
         publisher.#loadKeys(keySegments);
         for (const s of loaded.segments) {

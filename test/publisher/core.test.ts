@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { DedupPublisherCore } from '../../src/publisher/core.js';
+import type { OutgoingMessage, PublishTransport } from '../../src/publisher/types.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
 import { ModelBroker, ModelTransport } from '../support/model-broker.js';
 
@@ -109,5 +110,85 @@ describe('publisher core', () => {
     expect((await core.send(body('third'))).publishingId).toBe(3n);
     expect(transport.published.map((m) => Buffer.from(m.body).toString())).toEqual(['first', 'third']);
     await core.close();
+  });
+});
+
+/** A model transport that, while `losing`, takes messages and neither stores nor confirms them (lost in flight). */
+class LossyTransport extends ModelTransport {
+  losing = false;
+  lost = 0;
+  override publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    if (!this.losing) return super.publish(messages);
+    this.lost += messages.length;
+    return Promise.resolve();
+  }
+}
+
+describe('explicit ids in reserve durability', () => {
+  it("after a crash, lastPublishingId is the broker's last ID: the source re-sends what never landed, under the same IDs", async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const options = { producerName: 'src', durability: 'reserve' as const, idMode: 'explicit' as const };
+    const first = new LossyTransport(broker, 'out', 'src');
+    const a = await DedupPublisherCore.open(first, {
+      ...options,
+      store: await memoryStore(disk),
+      closeTimeoutMs: 0,
+    });
+    for (const id of [1n, 2n, 3n]) await a.send(Buffer.from(`m${id}`), { publishingId: id });
+    first.losing = true;
+    const lost = [4n, 5n].map((id) => a.send(Buffer.from(`m${id}`), { publishingId: id }));
+    while (first.lost < 2) await new Promise((r) => setImmediate(r));
+    await a.close(); // as a crash: 4 and 5 were accepted and recorded, never stored
+    for (const p of lost) await expect(p).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+
+    const b = await DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
+      ...options,
+      store: await memoryStore(disk),
+    });
+    expect(b.report.localLastId).toBe(5n);
+    expect(b.report.brokerLastId).toBe(3n);
+    expect(b.lastPublishingId).toBe(3n);
+    // The source resumes after lastPublishingId: 4 and 5 again, accepted and stored.
+    for (let id = b.lastPublishingId + 1n; id <= 5n; id++) {
+      expect(await b.send(Buffer.from(`m${id}`), { publishingId: id })).toEqual({
+        publishingId: id,
+        outcome: 'published',
+      });
+    }
+    expect(broker.messages('out').map((m) => m.body)).toEqual(['m1', 'm2', 'm3', 'm4', 'm5']);
+    await b.close();
+  });
+
+  it('is refused at open() when the broker cannot report its last ID (AMQP 0-9-1), instead of resuming wrong', async () => {
+    const model = new ModelTransport(new ModelBroker(), 'q', 'src');
+    let closed = false;
+    const blind: PublishTransport = {
+      target: 'q',
+      maxMessageBytes: model.maxMessageBytes,
+      connect: async (handlers) => {
+        await model.connect(handlers);
+        return undefined;
+      },
+      publish: (messages) => model.publish(messages),
+      queryLastId: () => Promise.resolve(undefined),
+      close: () => {
+        closed = true;
+        return Promise.resolve();
+      },
+    };
+    const store = await memoryStore();
+    const opening = DedupPublisherCore.open(blind, {
+      producerName: 'src',
+      store,
+      durability: 'reserve',
+      idMode: 'explicit',
+    });
+    await expect(opening).rejects.toThrow(/durability 'outbox'/);
+    await expect(opening).rejects.toBeInstanceOf(RangeError);
+    expect(closed).toBe(true);
+    // The name is free again: the same options with an outbox open.
+    const ok = await DedupPublisherCore.open(blind, { producerName: 'src', store, idMode: 'explicit' });
+    await ok.close();
   });
 });
