@@ -4,6 +4,7 @@ import { assertProducerName } from '../identity/producer-name.js';
 import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
 import type { Headers, IdMode, KeyEntry, KeyRecord, ProducerMeta } from '../store/codec.js';
 import { DedupStore, type ProducerState } from '../store/store.js';
+import { KeyIndex } from './key-index.js';
 import { PendingQueue } from './pending.js';
 import { silentLogger, type Logger } from '../telemetry/logger.js';
 import { observePublisher, type PublisherCounters } from '../telemetry/metrics.js';
@@ -164,7 +165,7 @@ export class DedupPublisherCore {
    * Keyed mode: every retained key and the ID it was first published with — the exact index,
    * loaded from the store's key segments on open, written through one segment per group commit.
    */
-  readonly #keys = new Map<string, LiveKey>();
+  readonly #keys = new KeyIndex<LiveKey>();
   /** The key segments in the store, oldest first, for retention. */
   readonly #keySegments: Array<{ firstId: bigint; lastId: bigint; newestMs: number }> = [];
   #keySegmentsToDelete: bigint[] = [];
@@ -366,7 +367,7 @@ export class DedupPublisherCore {
   ): void {
     for (const { firstId, entries } of segments) {
       for (const e of entries)
-        this.#keys.set(e.key, {
+        this.#keys.set({
           key: e.key,
           publishingId: e.publishingId,
           createdAtMs: e.createdAtMs,
@@ -550,8 +551,8 @@ export class DedupPublisherCore {
     if (n === 0) return;
     const lastDropped = this.#keySegments[n - 1]!.lastId;
     this.#keySegments.splice(0, n);
-    for (const [key, record] of this.#keys) {
-      if (record.publishingId <= lastDropped) this.#keys.delete(key);
+    for (const record of this.#keys.values()) {
+      if (record.publishingId <= lastDropped) this.#keys.delete(record.key);
     }
     this.#schedulePump();
   }
@@ -594,7 +595,7 @@ export class DedupPublisherCore {
     const entry = new Entry(publishingId, body, headers, key);
     if (key !== undefined) {
       const record: LiveKey = { key, publishingId, createdAtMs: Date.now(), inFlight: entry };
-      this.#keys.set(key, record);
+      this.#keys.set(record);
       entry.keyRecord = record;
     }
     return entry;

@@ -1,0 +1,74 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { KeyIndex } from '../../src/publisher/key-index.js';
+
+interface Rec {
+  readonly key: string;
+  readonly n: number;
+}
+
+type Op = { set: string; n: number } | { del: string } | { get: string } | { prune: number };
+
+/** Runs ops against the index and a Map (the model), comparing every answer and the contents. */
+function check(index: KeyIndex<Rec>, ops: readonly Op[]): void {
+  const model = new Map<string, Rec>();
+  for (const op of ops) {
+    if ('set' in op) {
+      const r = { key: op.set, n: op.n };
+      index.set(r);
+      model.set(op.set, r);
+    } else if ('del' in op) {
+      expect(index.delete(op.del)).toBe(model.delete(op.del));
+    } else if ('get' in op) {
+      expect(index.get(op.get)).toBe(model.get(op.get));
+    } else {
+      // As the publisher prunes: delete while iterating.
+      for (const r of index.values()) if (r.n < op.prune) index.delete(r.key);
+      for (const [k, r] of model) if (r.n < op.prune) model.delete(k);
+    }
+    expect(index.size).toBe(model.size);
+  }
+  for (const [k, r] of model) expect(index.get(k)).toBe(r);
+  expect(new Set(index.values())).toEqual(new Set(model.values()));
+}
+
+const keyArb = fc.oneof(fc.constantFrom('a', 'b', 'c', 'ab', 'ba', 'abc', ''), fc.string({ maxLength: 6 }));
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  { arbitrary: fc.record({ set: keyArb, n: fc.nat(1_000) }), weight: 5 },
+  { arbitrary: fc.record({ del: keyArb }), weight: 2 },
+  { arbitrary: fc.record({ get: keyArb }), weight: 3 },
+  { arbitrary: fc.record({ prune: fc.nat(1_000) }), weight: 1 },
+);
+
+describe('key index', () => {
+  it('key index - answers as a Map does, through growth, tombstones and deletes while iterating', () => {
+    fc.assert(
+      fc.property(fc.array(opArb, { maxLength: 400, size: 'large' }), (ops) =>
+        check(new KeyIndex<Rec>(), ops),
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('key index - stays exact when every key collides (a hash of 1 to 3 values)', () => {
+    fc.assert(
+      fc.property(fc.array(opArb, { maxLength: 400, size: 'large' }), (ops) =>
+        check(new KeyIndex<Rec>((k) => (k.length % 3) - 1), ops),
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('key index - holds 200 000 keys and drops them all', () => {
+    const index = new KeyIndex<Rec>();
+    for (let i = 0; i < 200_000; i++) index.set({ key: `order-${i}`, n: i });
+    expect(index.size).toBe(200_000);
+    expect(index.get('order-199999')?.n).toBe(199_999);
+    expect(index.get('order-200000')).toBeUndefined();
+    for (const r of index.values()) index.delete(r.key);
+    expect(index.size).toBe(0);
+    expect([...index.values()]).toEqual([]);
+    index.set({ key: 'again', n: 1 });
+    expect(index.get('again')?.n).toBe(1);
+  });
+});
