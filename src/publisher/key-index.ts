@@ -1,3 +1,5 @@
+import { randomBytes } from 'node:crypto';
+
 /** What the key index stores: a value that knows its key. */
 export interface Keyed {
   readonly key: string;
@@ -8,9 +10,16 @@ const EMPTY = 0;
 /** A slot whose entry was deleted: probe chains go on through it. */
 const TOMBSTONE = -0x8000_0000;
 
-/** FNV-1a over the UTF-16 units of a string. */
+/**
+ * A random start for every process: keys can come from outside (order IDs, request IDs), and with
+ * a fixed hash anyone could compute a set of colliding keys in advance and make every lookup walk
+ * them all (hash flooding), which V8's own Map prevents the same way, with a per-process seed.
+ */
+const SEED = randomBytes(4).readInt32LE(0);
+
+/** FNV-1a over the UTF-16 units of a string, from the process's random seed. */
 function fnv1a(key: string): number {
-  let h = 0x811c9dc5;
+  let h = 0x811c9dc5 ^ SEED;
   for (let i = 0; i < key.length; i++) {
     h ^= key.charCodeAt(i);
     h = Math.imul(h, 0x01000193);
@@ -24,9 +33,9 @@ const MIN_CAPACITY = 64;
  * The exact index of a keyed publisher's retained keys: an open-addressing hash table with linear
  * probing, hashes in a typed array and values beside them. A lookup compares 32-bit hashes in one
  * contiguous array and the key string itself on every hash match, so the index is exact (two keys
- * with one hash are told apart by their strings). A `Map` of 100 000 string keys cost 0.65 µs a
- * lookup on the publisher's hot path (its entries and their key strings spread over the heap: a
- * cache miss per probe); here a miss usually reads one slot.
+ * with one hash are told apart by their strings). With a `Map` of 100 000 string keys the lookup
+ * showed as about 0.65 µs a keyed send in the publisher's profile (its entries and their key
+ * strings spread over the heap: a cache miss per probe); here a miss usually reads one slot.
  *
  * Deleted slots become tombstones, so that probe chains stay intact; the next growth drops them
  * (tombstones count as used, so a table churned by deletes is rebuilt at its live size).
