@@ -325,7 +325,7 @@ export class VerifyingConsumerCore {
 
   /** Reads a value the handler committed (outside any batch). */
   readEffect(key: string): Promise<Uint8Array | undefined> {
-    return this.#db.get(this.#effectPrefix + key);
+    return this.#db.get(this.#effectKey(key));
   }
 
   /**

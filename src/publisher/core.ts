@@ -706,8 +706,8 @@ export class DedupPublisherCore {
     if (this.idMode === 'keyed') {
       keys = [];
       for (const e of batch) {
-        if (e.key === undefined) continue;
-        keys.push(e.keyRecord ?? { key: e.key, publishingId: e.publishingId, createdAtMs: Date.now() });
+        // Every keyed entry got its record when it was accepted (#accept).
+        if (e.keyRecord !== undefined) keys.push(e.keyRecord);
       }
       if (keys.length > 0) {
         this.#keySegments.push({

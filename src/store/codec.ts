@@ -95,10 +95,6 @@ export function encodeSegment(entries: readonly OutboxEntry[]): Buffer {
   return buf;
 }
 
-/**
- * The 5-byte header both segment kinds share: u8 version, u32 entry count. A count that cannot
- * fit the bytes (each entry at least `minEntry` bytes) is corrupt before anything is allocated.
- */
 /** Strings up to this many UTF-16 units are measured and written by a loop while they are ASCII. */
 const SHORT = 64;
 
@@ -126,6 +122,10 @@ function writeUtf8(buf: Buffer, s: string, o: number): number {
   return buf.write(s, o, 'utf8');
 }
 
+/**
+ * The 5-byte header both segment kinds share: u8 version, u32 entry count. A count that cannot
+ * fit the bytes (each entry at least `minEntry` bytes) is corrupt before anything is allocated.
+ */
 function segmentHeader(
   input: Uint8Array,
   version: number,

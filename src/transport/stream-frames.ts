@@ -194,6 +194,7 @@ export class PublishFrameEncoder {
 /** The ID as an AMQP str8 of its decimal digits (at most 20: always str8). */
 function writeIdString(buf: Buffer, o: number, id: bigint): number {
   buf[o] = 0xa1;
-  buf[o + 1] = decimalLength(id);
-  return writeDecimal(buf, id, o + 2);
+  const end = writeDecimal(buf, id, o + 2);
+  buf[o + 1] = end - o - 2;
+  return end;
 }
