@@ -66,10 +66,11 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   readonly #options: StreamVerifyingConsumerOptions;
   #client: Client | undefined;
   #queue: Promise<void> = Promise.resolve();
-  /** Delivered, not yet processed, in stream order (read from #head on). */
+  /**
+   * Delivered by the current subscription, not yet processed, in stream order (read from #head
+   * on). Emptied whenever the generation moves on, so everything in it is of the current one.
+   */
   #buffer: IncomingMessage[] = [];
-  /** The subscription generation each buffered message arrived on (parallel to #buffer). */
-  #bufferGenerations: number[] = [];
   #head = 0;
   #draining = false;
   #generation = 0;
@@ -115,7 +116,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   }
 
   async #subscribe(): Promise<void> {
-    const generation = ++this.#generation;
+    const generation = this.#nextGeneration();
     this.#heldCredit = undefined;
     // A cluster: each attempt after the first goes through the next node, in case the last one is down.
     if (this.#attempts++ > 0) this.#params = this.#endpoints.next();
@@ -218,7 +219,6 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     }
     if (this.#draining) {
       this.#buffer.push(item);
-      this.#bufferGenerations.push(generation);
       return;
     }
     if (this.core.failure !== undefined) return;
@@ -251,16 +251,14 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
         if (this.#heldCredit !== undefined && this.#buffer.length - this.#head < BUFFER_LOW) {
           this.#grantHeldCredit();
         }
-        const generation = this.#bufferGenerations[this.#head]!;
         const item = this.#buffer[this.#head++]!;
         // Drop what was processed: in a long drain the array would otherwise keep every message
         // of it alive (measured: 59 000 at once, promoted and collected the expensive way).
         if (this.#head >= COMPACT_AT && this.#head * 2 >= this.#buffer.length) {
           this.#buffer = this.#buffer.slice(this.#head);
-          this.#bufferGenerations = this.#bufferGenerations.slice(this.#head);
           this.#head = 0;
         }
-        if (generation !== this.#generation || this.core.failure !== undefined) continue;
+        if (this.core.failure !== undefined) continue;
         try {
           const pending = this.core.process(item);
           if (pending !== undefined) await pending;
@@ -276,9 +274,17 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     }
   }
 
+  /**
+   * Moves to a new subscription generation: events of older ones are ignored from now on, and
+   * what they delivered and is still buffered is dropped (never processed).
+   */
+  #nextGeneration(): number {
+    this.#clearBuffer();
+    return ++this.#generation;
+  }
+
   #clearBuffer(): void {
     this.#buffer = [];
-    this.#bufferGenerations = [];
     this.#head = 0;
   }
 
@@ -315,7 +321,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   /** The connection went away: drop the uncommitted batch and subscribe again from the committed offset. */
   #lost(): void {
     if (this.isStopping) return;
-    this.#generation++;
+    this.#nextGeneration();
     this.#log.warn(
       {
         consumer: this.core.consumerName,
@@ -340,7 +346,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
 
   /** @internal Unsubscribes first, lets what was delivered finish, then commits. */
   protected override async shutdown(closeCore: () => Promise<void>): Promise<void> {
-    this.#generation++;
+    this.#nextGeneration(); // only the message being processed finishes
     const client = this.#client;
     this.#client = undefined;
     if (client !== undefined) await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
