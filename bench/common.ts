@@ -1,3 +1,6 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { connect, type Client } from 'rabbitmq-stream-js-client';
 
 /** The broker the benchmarks use: loopback and the ports scripts/rabbitmq.sh starts. */
@@ -45,4 +48,33 @@ export function report(bench: string, rows: readonly Row[], extra: Record<string
       })),
     }),
   );
+}
+
+/** The middle value (the upper one of the two middles for an even count). */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+const execFileAsync = promisify(execFile);
+
+/**
+ * Runs `script` again in a fresh Node process (same Node flags, `args`, this environment plus
+ * `env`) and returns the JSON of the last line it prints: each measurement gets a process of its
+ * own, as JMH forks per benchmark, so that call sites do not see every case's classes.
+ */
+export async function measureInChild<T>(
+  script: string,
+  args: readonly string[],
+  env: Readonly<Record<string, string>>,
+): Promise<T> {
+  const { stdout } = await execFileAsync(
+    process.execPath,
+    [...process.execArgv, fileURLToPath(script), ...args],
+    {
+      env: { ...process.env, ...env },
+      maxBuffer: 1 << 20,
+    },
+  );
+  return JSON.parse(stdout.trim().split('\n').at(-1)!) as T;
 }

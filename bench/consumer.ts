@@ -2,15 +2,12 @@
  * The verifying stream consumer (LevelDB commit per batch of 1 000) against the raw client's
  * consumer reading the same 100 000 messages from the same stream, in one run.
  */
-import { execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { Offset } from 'rabbitmq-stream-js-client';
 import { StreamDedupPublisher, StreamVerifyingConsumer } from 'stream-dedup/stream';
-import { CONNECTION, connectClient, uniqueName } from './common.js';
+import { CONNECTION, connectClient, measureInChild, median, uniqueName } from './common.js';
 
 export interface ConsumerRates {
   readonly messages: number;
@@ -89,11 +86,6 @@ async function verifying(stream: string, dir: string, count: number, round: numb
 /** How long each verifying consumer's open() took (store, connection, subscription). */
 const openMs: number[] = [];
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
-}
-
 /**
  * One measurement in this process, for a child started by {@link measureConsumers}: a warm-up
  * read, then the timed one. Prints `{ rate, openMs }`.
@@ -105,8 +97,6 @@ async function child(mode: string, stream: string, dir: string, count: number, r
       : (await verifying(stream, dir, count, -1 - round), await verifying(stream, dir, count, round));
   process.stdout.write(`${JSON.stringify({ rate, openMs: openMs.at(-1) ?? 0 })}\n`);
 }
-
-const run = promisify(execFile);
 
 /**
  * Publishes `count` stamped messages, then reads them `rounds` times each way, interleaved, each
@@ -120,14 +110,10 @@ export async function measureConsumers(count = 100_000, rounds = 9): Promise<Con
   const measureIn = async (
     mode: 'raw' | 'verifying',
     round: number,
-  ): Promise<{ rate: number; openMs: number }> => {
-    const { stdout } = await run(
-      process.execPath,
-      [...process.execArgv, fileURLToPath(import.meta.url), mode, stream, dir, String(count), String(round)],
-      { env: { ...process.env, STREAM_DEDUP_BENCH_CONSUMER: '1' }, maxBuffer: 1 << 20 },
-    );
-    return JSON.parse(stdout.trim().split('\n').at(-1)!) as { rate: number; openMs: number };
-  };
+  ): Promise<{ rate: number; openMs: number }> =>
+    measureInChild(import.meta.url, [mode, stream, dir, String(count), String(round)], {
+      STREAM_DEDUP_BENCH_CONSUMER: '1',
+    });
   try {
     await fill(stream, dir, count);
     const r: number[] = [];

@@ -9,17 +9,14 @@
  * awaiting the oldest confirm, the bounded pattern a producer with backpressure uses; one context
  * row issues all 100 000 at once.
  */
-import { execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { connect as amqpConnect } from 'amqplib';
 import { AmqpDedupPublisher } from 'stream-dedup/amqp';
 import { StreamDedupPublisher } from 'stream-dedup/stream';
 import type { Durability } from 'stream-dedup';
-import { CONNECTION, connectClient, report, uniqueName, type Row } from './common.js';
+import { CONNECTION, connectClient, measureInChild, median, report, uniqueName, type Row } from './common.js';
 
 const COUNT = Number(process.env.BENCH_COUNT ?? 100_000);
 const SIZE = 100;
@@ -174,11 +171,6 @@ async function dedupAmqp(): Promise<number> {
   }
 }
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
-}
-
 const cases: Array<{ name: string; run: () => Promise<number>; target?: number; baseline?: string }> = [
   { name: 'raw client (named, confirms)', run: () => raw() },
   // Context, no target: the client's own encoder with the two identity properties.
@@ -213,20 +205,14 @@ if (CHILD_CASE !== undefined) {
   process.stdout.write(`${JSON.stringify({ rate: await c.run() })}\n`);
   process.exit(0);
 }
-const runChild = promisify(execFile);
 const results = new Map<string, number[]>();
 for (let round = 0; round < ROUNDS; round++) {
   for (const c of cases) {
-    const { stdout } = await runChild(
-      process.execPath,
-      [...process.execArgv, fileURLToPath(import.meta.url)],
-      {
-        env: { ...process.env, STREAM_DEDUP_BENCH_CASE: c.name },
-        maxBuffer: 1 << 20,
-      },
-    );
+    const { rate } = await measureInChild<{ rate: number }>(import.meta.url, [], {
+      STREAM_DEDUP_BENCH_CASE: c.name,
+    });
     const r = results.get(c.name) ?? [];
-    r.push((JSON.parse(stdout.trim().split('\n').at(-1)!) as { rate: number }).rate);
+    r.push(rate);
     results.set(c.name, r);
   }
 }

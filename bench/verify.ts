@@ -6,17 +6,14 @@
 // with increasing IDs per scope, and records each ID reported new (check + record per message, as a
 // consumer does). Each measurement runs in its own process after a warm-up pass; variants are
 // interleaved over the rounds, and the median of the measured rounds is reported. The last line of output is one JSON object for CI.
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { ScopedVerifier, encodeScopeKey, type PolicySpec } from 'stream-dedup';
+import { measureInChild, median } from './common.js';
 import { measureConsumers } from './consumer.js';
 
 const MESSAGES = Number(process.argv[2] ?? 10_000_000);
 const SCOPES = Number(process.argv[3] ?? 1_000);
 const ROUNDS = Math.ceil(MESSAGES / SCOPES); // each round gives every scope one message
 const MEASURED = 5;
-const run = promisify(execFile);
 const BASE = 1n << 40n; // realistic 64-bit IDs, not tiny ones
 
 const keys = Array.from({ length: SCOPES }, (_, i) =>
@@ -116,19 +113,13 @@ if (CHILD_VARIANT !== undefined) {
 }
 for (let round = 0; round < MEASURED; round++) {
   for (const variant of variants) {
-    const { stdout } = await run(
-      process.execPath,
-      [...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)],
-      {
-        env: { ...process.env, STREAM_DEDUP_BENCH_VARIANT: variant.name },
-        maxBuffer: 1 << 20,
-      },
-    );
-    samples.get(variant.name)!.push((JSON.parse(stdout.trim().split('\n').at(-1)!) as { rate: number }).rate);
+    const { rate } = await measureInChild<{ rate: number }>(import.meta.url, process.argv.slice(2), {
+      STREAM_DEDUP_BENCH_VARIANT: variant.name,
+    });
+    samples.get(variant.name)!.push(rate);
   }
 }
 
-const median = (values: number[]) => values.slice().sort((a, b) => a - b)[values.length >> 1]!;
 const rate = (name: string) => median(samples.get(name)!);
 const ratioTo: Record<string, string> = {
   'map-baseline': 'map-baseline',
