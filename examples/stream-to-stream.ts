@@ -7,14 +7,26 @@
 // ONLY side effect of processing (DESIGN §2): anything else the processor does (a database write,
 // an e-mail) would happen again after a crash.
 //
-//   npx tsx examples/stream-to-stream.ts <source> <target> <store-folder> <count>
+// Durability: the source stream already holds every input, so the publisher need not keep a copy
+// of its outputs: with `reserve` (the default here) the store keeps only the ID mode and the
+// reserved IDs, and after a crash `lastPublishingId` is the broker's last ID for this producer —
+// what was sent but never stored is re-created from the source under the same IDs. Pass `outbox`
+// to keep the outputs in LevelDB as well (needed when the source cannot be re-read).
+//
+//   npx tsx examples/stream-to-stream.ts <source> <target> <store-folder> <count> [reserve|outbox]
 // Stops once the first <count> source messages are published and confirmed.
 import { connect, Offset } from 'rabbitmq-stream-js-client';
 import { StreamDedupPublisher } from 'stream-dedup/stream';
 
-const [source, target, store, countText] = process.argv.slice(2);
-if (source === undefined || target === undefined || store === undefined || countText === undefined) {
-  console.error('usage: stream-to-stream <source> <target> <store-folder> <count>');
+const [source, target, store, countText, durability = 'reserve'] = process.argv.slice(2);
+if (
+  source === undefined ||
+  target === undefined ||
+  store === undefined ||
+  countText === undefined ||
+  (durability !== 'reserve' && durability !== 'outbox')
+) {
+  console.error('usage: stream-to-stream <source> <target> <store-folder> <count> [reserve|outbox]');
   process.exit(2);
 }
 const count = BigInt(countText);
@@ -33,8 +45,10 @@ const pub = await StreamDedupPublisher.open({
   producerName: `transform-${source}`,
   store,
   idMode: 'explicit',
+  durability,
 });
-// The last ID handed out is the last source offset + 1 already taken: resume right after it.
+// The last source offset + 1 already taken care of (stored by the broker with `reserve`; stored by
+// the broker or in the outbox, which open() re-sends, with `outbox`): resume right after it.
 const resumeAt = pub.lastPublishingId;
 console.log(JSON.stringify({ ready: true, resumeAt: resumeAt.toString() }));
 
