@@ -187,7 +187,12 @@ const cases: Array<{ name: string; run: () => Promise<number>; target?: number; 
   { name: 'dedup outbox, all sends at once', run: () => dedup('outbox', false, 'auto', body, true) },
   { name: 'dedup outbox + fsync', run: () => dedup('outbox', true), target: 0.6 },
   { name: 'dedup reserve', run: () => dedup('reserve', false), target: 0.95 },
-  { name: 'dedup outbox, explicit ids', run: () => dedup('outbox', false, 'explicit'), target: 0.95 },
+  // Explicit IDs with `reserve`, the durability for a source that can be re-read (a stream-to-stream
+  // processor re-reads its source from the broker's last ID: examples/stream-to-stream.ts).
+  { name: 'dedup reserve, explicit ids', run: () => dedup('reserve', false, 'explicit'), target: 0.95 },
+  // Context, no target: explicit IDs with an outbox (a source that cannot be re-read) cost what
+  // the outbox costs; compare with the `dedup outbox` row, whose target is 0.85.
+  { name: 'dedup outbox, explicit ids', run: () => dedup('outbox', false, 'explicit') },
   { name: 'dedup outbox, keyed sends', run: () => dedup('outbox', false, 'keyed'), target: 0.7 },
   { name: 'raw amqplib confirm channel', run: rawAmqp },
   { name: 'dedup amqp outbox', run: dedupAmqp, target: 0.9, baseline: 'raw amqplib confirm channel' },
