@@ -410,8 +410,6 @@ interface ConsumerPlan {
   readonly steps: readonly ConsumerStep[];
 }
 
-// Explicit IDs run in outbox durability only: in reserve durability a restart refuses the next
-// ~reserveBlock application IDs (see the failing property below), which would hide everything else.
 const worldConfig: fc.Arbitrary<WorldConfig> = fc
   .record({
     producers: fc.integer({ min: 1, max: 3 }),
@@ -421,8 +419,7 @@ const worldConfig: fc.Arbitrary<WorldConfig> = fc
     maxInFlight: fc.oneof(fc.integer({ min: 1, max: 6 }), fc.constant(10_000)),
     // 0: close() rejects what is unconfirmed at once; 60 s: it waits for the confirms (no timer fires).
     closeTimeoutMs: fc.constantFrom(0, 60_000),
-  })
-  .map((c) => (c.idMode === 'explicit' ? { ...c, durability: 'outbox' as const } : c));
+  });
 
 const consumerPlan: fc.Arbitrary<ConsumerPlan> = fc.record({
   policy: consumerPolicy,

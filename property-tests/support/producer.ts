@@ -58,9 +58,10 @@ export class ProducerHarness {
   /** Label → the publishing ID its `send()` resolved with. */
   readonly acknowledged = new Map<string, bigint>();
   /**
-   * Explicit-mode labels replayed after a crash and refused with `DEDUP_ID_REGRESSION` in outbox
-   * durability: their ID is at or below the store's last ID, so the outbox holds them and they must
-   * end up in the stream.
+   * Explicit-mode labels replayed after a crash and refused with `DEDUP_ID_REGRESSION`: they must
+   * end up in the stream. In outbox durability their ID is at or below the store's last ID, so the
+   * outbox holds them; in reserve durability it is at or below the broker's last ID, and a broker
+   * stores one producer's IDs in the order they were sent, so it holds them.
    */
   readonly mustBePresent = new Set<string>();
   /** Explicit mode: the ID the application's source gave each label, and the life that last sent it. */
@@ -177,9 +178,10 @@ export class ProducerHarness {
   /**
    * Explicit mode, first thing in every life (`start()` calls it): the application re-sends, in ID
    * order and with their original IDs, the messages of earlier lives whose `send()` never resolved.
-   * In outbox durability a replay refused with `DEDUP_ID_REGRESSION` must be in the outbox: every
-   * earlier life replayed before sending anything new, so an ID at or below the store's last one
-   * was committed.
+   * A replay refused with `DEDUP_ID_REGRESSION` must be in the stream: every earlier life replayed
+   * before sending anything new, so in outbox durability an ID at or below the store's last one was
+   * committed (and the outbox re-sends it); in reserve durability the refusal means it is at or
+   * below the broker's last ID.
    */
   replay(): number {
     const life = this.life;
@@ -221,7 +223,7 @@ export class ProducerHarness {
         this.rejected.set(label, code);
         if (code === 'DEDUP_PUBLISHER_CLOSED' && life.closing) return;
         if (code === 'DEDUP_ID_REGRESSION' && isReplay) {
-          if (this.spec.durability === 'outbox') this.mustBePresent.add(label);
+          this.mustBePresent.add(label);
           return;
         }
         this.violations.push(
