@@ -110,7 +110,11 @@ export interface DedupPublisherOptions {
   readonly maxInFlight?: number;
   /** Most messages in one group commit (one LevelDB record). @defaultValue 2000 */
   readonly maxBatch?: number;
-  /** IDs reserved per LevelDB write in `reserve` durability. @defaultValue 10000 */
+  /**
+   * IDs reserved per LevelDB write in `reserve` durability. With explicit IDs, the ceiling the
+   * store records above the caller's IDs (one write per block, not per batch); `open()` reports a
+   * broker above it as `DEDUP_SEQUENCE_REGRESSION`. @defaultValue 10000
+   */
   readonly reserveBlock?: number;
   /** A `send()` not confirmed within this many ms rejects with `DEDUP_CONFIRM_TIMEOUT` (the message stays in the outbox and is re-sent). @defaultValue 30000 */
   readonly confirmTimeoutMs?: number;

@@ -128,7 +128,12 @@ describe('explicit ids in reserve durability', () => {
   it("after a crash, lastPublishingId is the broker's last ID: the source re-sends what never landed, under the same IDs", async () => {
     const broker = new ModelBroker();
     const disk = memoryDisk();
-    const options = { producerName: 'src', durability: 'reserve' as const, idMode: 'explicit' as const };
+    const options = {
+      producerName: 'src',
+      durability: 'reserve' as const,
+      idMode: 'explicit' as const,
+      reserveBlock: 100,
+    };
     const first = new LossyTransport(broker, 'out', 'src');
     const a = await DedupPublisherCore.open(first, {
       ...options,
@@ -146,7 +151,8 @@ describe('explicit ids in reserve durability', () => {
       ...options,
       store: await memoryStore(disk),
     });
-    expect(b.report.localLastId).toBe(5n);
+    // The store holds the ceiling reserved with ID 1 (1 + reserveBlock), not the last ID.
+    expect(b.report.localLastId).toBe(101n);
     expect(b.report.brokerLastId).toBe(3n);
     expect(b.lastPublishingId).toBe(3n);
     // The source resumes after lastPublishingId: 4 and 5 again, accepted and stored.
@@ -158,6 +164,65 @@ describe('explicit ids in reserve durability', () => {
     }
     expect(broker.messages('out').map((m) => m.body)).toEqual(['m1', 'm2', 'm3', 'm4', 'm5']);
     await b.close();
+  });
+
+  it('an ID above the reserved ceiling is reserved anew before it leaves, so a reopen finds the store ahead', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const options = {
+      producerName: 'src',
+      durability: 'reserve' as const,
+      idMode: 'explicit' as const,
+      reserveBlock: 10,
+    };
+    const a = await DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
+      ...options,
+      store: await memoryStore(disk),
+    });
+    // 1 reserves up to 11; 5 fits; 500 and 2^64 - 1 jump past the ceiling.
+    for (const id of [1n, 5n, 500n, 2n ** 64n - 1n]) {
+      await a.send(Buffer.from(`m${id}`), { publishingId: id });
+    }
+    await a.close();
+    const b = await DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
+      ...options,
+      store: await memoryStore(disk),
+    });
+    expect(b.report.brokerLastId).toBe(2n ** 64n - 1n);
+    expect(b.report.localLastId).toBe(2n ** 64n - 1n); // capped at the top of the range
+    expect(b.lastPublishingId).toBe(2n ** 64n - 1n);
+    await b.close();
+  });
+
+  it('a broker above the reserved ceiling (another writer, a restored store) is refused at open()', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const options = {
+      producerName: 'src',
+      durability: 'reserve' as const,
+      idMode: 'explicit' as const,
+      reserveBlock: 10,
+    };
+    const a = await DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
+      ...options,
+      store: await memoryStore(disk),
+    });
+    await a.send(Buffer.from('m1'), { publishingId: 1n });
+    await a.close();
+    // Another process under the same name, with a store of its own, goes past 11.
+    const other = await DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
+      ...options,
+      store: await memoryStore(),
+      onBrokerAhead: 'adopt',
+    });
+    await other.send(Buffer.from('m12'), { publishingId: 12n });
+    await other.close();
+    await expect(
+      DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
+        ...options,
+        store: await memoryStore(disk),
+      }),
+    ).rejects.toMatchObject({ code: 'DEDUP_SEQUENCE_REGRESSION' });
   });
 
   it('is refused at open() when the broker cannot report its last ID (AMQP 0-9-1), instead of resuming wrong', async () => {
