@@ -410,16 +410,15 @@ interface ConsumerPlan {
   readonly steps: readonly ConsumerStep[];
 }
 
-const worldConfig: fc.Arbitrary<WorldConfig> = fc
-  .record({
-    producers: fc.integer({ min: 1, max: 3 }),
-    durability: fc.constantFrom<Durability>('outbox', 'reserve'),
-    idMode: fc.constantFrom<'auto' | 'explicit'>('auto', 'explicit'),
-    maxBatch: fc.oneof(fc.integer({ min: 1, max: 4 }), fc.constant(2_000)),
-    maxInFlight: fc.oneof(fc.integer({ min: 1, max: 6 }), fc.constant(10_000)),
-    // 0: close() rejects what is unconfirmed at once; 60 s: it waits for the confirms (no timer fires).
-    closeTimeoutMs: fc.constantFrom(0, 60_000),
-  });
+const worldConfig: fc.Arbitrary<WorldConfig> = fc.record({
+  producers: fc.integer({ min: 1, max: 3 }),
+  durability: fc.constantFrom<Durability>('outbox', 'reserve'),
+  idMode: fc.constantFrom<'auto' | 'explicit'>('auto', 'explicit'),
+  maxBatch: fc.oneof(fc.integer({ min: 1, max: 4 }), fc.constant(2_000)),
+  maxInFlight: fc.oneof(fc.integer({ min: 1, max: 6 }), fc.constant(10_000)),
+  // 0: close() rejects what is unconfirmed at once; 60 s: it waits for the confirms (no timer fires).
+  closeTimeoutMs: fc.constantFrom(0, 60_000),
+});
 
 const consumerPlan: fc.Arbitrary<ConsumerPlan> = fc.record({
   policy: consumerPolicy,
