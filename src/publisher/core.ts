@@ -61,6 +61,15 @@ interface LiveKey extends KeyEntry {
   inFlight: Entry | undefined;
 }
 
+/** A key segment in the store: one group commit's keys, dropped whole when past the retention. */
+interface KeySegment {
+  readonly firstId: bigint;
+  readonly lastId: bigint;
+  readonly newestMs: number;
+  /** Its keys' records, to drop them from the index without a scan of the index. */
+  readonly records: readonly LiveKey[];
+}
+
 /** A repeat of a key that waits for the first send of the key. */
 interface KeyWaiter {
   resolve(publishingId: bigint): void;
@@ -167,7 +176,7 @@ export class DedupPublisherCore {
    */
   readonly #keys = new KeyIndex<LiveKey>();
   /** The key segments in the store, oldest first, for retention. */
-  readonly #keySegments: Array<{ firstId: bigint; lastId: bigint; newestMs: number }> = [];
+  readonly #keySegments: KeySegment[] = [];
   #keySegmentsToDelete: bigint[] = [];
   #pruneTimer: NodeJS.Timeout | undefined;
   readonly #keyRetention: { readonly maxKeys: number; readonly maxAgeMs: number };
@@ -366,21 +375,26 @@ export class DedupPublisherCore {
     segments: ReadonlyArray<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }>,
   ): void {
     for (const { firstId, entries } of segments) {
-      for (const e of entries)
-        this.#keys.set({
-          key: e.key,
-          publishingId: e.publishingId,
-          createdAtMs: e.createdAtMs,
-          inFlight: undefined,
-        });
-      const last = entries[entries.length - 1]!;
-      this.#keySegments.push({ firstId, lastId: last.publishingId, newestMs: last.createdAtMs });
+      const records = entries.map((e): LiveKey => ({
+        key: e.key,
+        publishingId: e.publishingId,
+        createdAtMs: e.createdAtMs,
+        inFlight: undefined,
+      }));
+      for (const record of records) this.#keys.set(record);
+      const last = records[records.length - 1]!;
+      this.#keySegments.push({ firstId, lastId: last.publishingId, newestMs: last.createdAtMs, records });
     }
   }
 
   /** The last publishing ID handed out (0n before the first). */
   get lastPublishingId(): bigint {
     return this.#lastAssigned;
+  }
+
+  /** Keyed mode: keys in the in-memory index (retained, or accepted and not yet committed). @internal */
+  get keysInMemory(): number {
+    return this.#keys.size;
   }
 
   /** Messages accepted and not yet confirmed. */
@@ -524,8 +538,7 @@ export class DedupPublisherCore {
   /** A keyed message that will never be written (aborted, closed): its key is free again. */
   #forgetKey(entry: Entry, error: Error): void {
     if (entry.key === undefined) return;
-    if (entry.keyRecord !== undefined && this.#keys.get(entry.key) === entry.keyRecord)
-      this.#keys.delete(entry.key);
+    if (entry.keyRecord !== undefined) this.#keys.delete(entry.key, entry.keyRecord);
     this.#keySettled(entry, error);
   }
 
@@ -537,7 +550,11 @@ export class DedupPublisherCore {
     );
   }
 
-  /** Drops key segments (and their keys) wholly past the retention; the deletes ride the next commit. */
+  /**
+   * Drops key segments (and their keys) wholly past the retention; the deletes ride the next
+   * commit. Runs before every keyed commit, so that memory holds about `maxKeys` keys (plus one
+   * group commit's) at any rate, and every minute for the age limit of an idle publisher.
+   */
   #pruneKeys(): void {
     const oldestKept = this.#lastAssigned - BigInt(this.#keyRetention.maxKeys);
     const expiredBefore = Date.now() - this.#keyRetention.maxAgeMs;
@@ -549,10 +566,9 @@ export class DedupPublisherCore {
       n++;
     }
     if (n === 0) return;
-    const lastDropped = this.#keySegments[n - 1]!.lastId;
-    this.#keySegments.splice(0, n);
-    for (const record of this.#keys.values()) {
-      if (record.publishingId <= lastDropped) this.#keys.delete(record.key);
+    for (const seg of this.#keySegments.splice(0, n)) {
+      // A key published again after it expired has a newer record: that one stays.
+      for (const record of seg.records) this.#keys.delete(record.key, record);
     }
     this.#schedulePump();
   }
@@ -698,11 +714,12 @@ export class DedupPublisherCore {
   }
 
   async #commit(batch: readonly Entry[]): Promise<void> {
+    if (this.idMode === 'keyed') this.#pruneKeys();
     const deleteSegments = this.#segmentsToDelete;
     this.#segmentsToDelete = [];
     const deleteKeySegments = this.#keySegmentsToDelete;
     this.#keySegmentsToDelete = [];
-    let keys: KeyEntry[] | undefined;
+    let keys: LiveKey[] | undefined;
     if (this.idMode === 'keyed') {
       keys = [];
       for (const e of batch) {
@@ -714,6 +731,7 @@ export class DedupPublisherCore {
           firstId: keys[0]!.publishingId,
           lastId: keys[keys.length - 1]!.publishingId,
           newestMs: keys[keys.length - 1]!.createdAtMs,
+          records: keys,
         });
       }
     }

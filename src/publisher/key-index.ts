@@ -109,9 +109,10 @@ export class KeyIndex<V extends Keyed> {
     this.#size++;
   }
 
-  delete(key: string): boolean {
+  /** Deletes `key`; with `only`, only while `only` is its value. */
+  delete(key: string, only?: V): boolean {
     const i = this.#find(key, this.#hash(key));
-    if (i < 0) return false;
+    if (i < 0 || (only !== undefined && this.#values[i] !== only)) return false;
     this.#hashes[i] = TOMBSTONE;
     this.#values[i] = undefined;
     this.#size--;

@@ -7,7 +7,12 @@ interface Rec {
   readonly n: number;
 }
 
-type Op = { set: string; n: number } | { del: string } | { get: string } | { prune: number };
+type Op =
+  | { set: string; n: number }
+  | { del: string }
+  | { delIf: string; current: boolean }
+  | { get: string }
+  | { prune: number };
 
 /** Runs ops against the index and a Map (the model), comparing every answer and the contents. */
 function check(index: KeyIndex<Rec>, ops: readonly Op[]): void {
@@ -19,6 +24,12 @@ function check(index: KeyIndex<Rec>, ops: readonly Op[]): void {
       model.set(op.set, r);
     } else if ('del' in op) {
       expect(index.delete(op.del)).toBe(model.delete(op.del));
+    } else if ('delIf' in op) {
+      // Deletes only while the given record is the key's value (the publisher drops an old
+      // segment's record, never a newer one of the same key).
+      const held = model.get(op.delIf);
+      const given = op.current && held !== undefined ? held : { key: op.delIf, n: -1 };
+      expect(index.delete(op.delIf, given)).toBe(held === given && model.delete(op.delIf));
     } else if ('get' in op) {
       expect(index.get(op.get)).toBe(model.get(op.get));
     } else {
@@ -36,6 +47,7 @@ const keyArb = fc.oneof(fc.constantFrom('a', 'b', 'c', 'ab', 'ba', 'abc', ''), f
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   { arbitrary: fc.record({ set: keyArb, n: fc.nat(1_000) }), weight: 5 },
   { arbitrary: fc.record({ del: keyArb }), weight: 2 },
+  { arbitrary: fc.record({ delIf: keyArb, current: fc.boolean() }), weight: 2 },
   { arbitrary: fc.record({ get: keyArb }), weight: 3 },
   { arbitrary: fc.record({ prune: fc.nat(1_000) }), weight: 1 },
 );
