@@ -553,7 +553,8 @@ export class DedupPublisherCore {
   /**
    * Drops key segments (and their keys) wholly past the retention; the deletes ride the next
    * commit. Runs before every keyed commit, so that memory holds about `maxKeys` keys (plus one
-   * group commit's) at any rate, and every minute for the age limit of an idle publisher.
+   * group commit's, and those accepted but not yet committed) at any rate, and every minute for the
+   * age limit of an idle publisher.
    */
   #pruneKeys(): void {
     const oldestKept = this.#lastAssigned - BigInt(this.#keyRetention.maxKeys);
@@ -755,7 +756,8 @@ export class DedupPublisherCore {
       // explicit IDs nothing is skipped (the caller chooses the IDs, and resumes after the broker's
       // last one): the block is the ceiling that open() checks the broker against, and an ID above
       // it takes a new one. One write per block rather than per batch: a LevelDB round trip in
-      // every batch held up the pump (explicit IDs ran 0.92 of automatic ones, 1.06 with blocks).
+      // every batch held up the pump (explicit IDs ran at 0.92 of the raw client where automatic
+      // IDs ran at 1.02, in one bench:publish run; 0.98-1.05 with blocks).
       const reservedUpTo =
         last > this.#reservedUpTo ? last + BigInt(this.#opts.reserveBlock) : this.#reservedUpTo;
       const capped = reservedUpTo > MAX_PUBLISHING_ID ? MAX_PUBLISHING_ID : reservedUpTo;
