@@ -34,9 +34,9 @@ import { settle } from './support/turns.js';
 // property-tests/publisher-model.test.ts -t 'model -'
 
 /**
- * close() can resolve with sends that never settle (pinned by the failing race 'confirm vs close():
- * every send has settled…' in races.test.ts). Tolerated here, and counted, so that the model keeps
- * looking for other faults; set to false once that is fixed.
+ * close() once resolved with sends that never settled (found by the race 'confirm vs close(): every
+ * send has settled…' in races.test.ts, fixed since). false: the model fails on any such send. Set it
+ * to true only while debugging such a fault, to count them and let the model look further.
  */
 const TOLERATE_CLOSE_HANG = false;
 
@@ -471,8 +471,7 @@ describe('publisher model (DESIGN §3 broker, §7 invariants)', () => {
     const per = (n: number) => (n / Math.max(1, totals.runs)).toFixed(1);
     console.log(
       `[publisher model] per run: ${per(totals.attempted)} sends, ${per(totals.acknowledged)} resolved, ` +
-        `${per(totals.lives)} process lives; ${totals.hungByClose} sends left unsettled by a close() in all ` +
-        '(the known close() bug pinned by races.test.ts; tolerated here so the model can look further)',
+        `${per(totals.lives)} process lives; ${totals.hungByClose} sends left unsettled by a close() in all`,
     );
   });
 
