@@ -125,6 +125,21 @@ class LossyTransport extends ModelTransport {
 }
 
 describe('explicit ids in reserve durability', () => {
+  /** Producer 'src' with explicit IDs in reserve durability on the model broker, over `disk` (a fresh one if absent). */
+  async function openSrc(
+    broker: ModelBroker,
+    disk: ReturnType<typeof memoryDisk> | undefined,
+    options: Partial<Parameters<typeof DedupPublisherCore.open>[1]> = {},
+  ) {
+    return DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
+      producerName: 'src',
+      durability: 'reserve',
+      idMode: 'explicit',
+      store: await memoryStore(disk),
+      ...options,
+    });
+  }
+
   it("after a crash, lastPublishingId is the broker's last ID: the source re-sends what never landed, under the same IDs", async () => {
     const broker = new ModelBroker();
     const disk = memoryDisk();
@@ -169,25 +184,13 @@ describe('explicit ids in reserve durability', () => {
   it('an ID above the reserved ceiling is reserved anew before it leaves, so a reopen finds the store ahead', async () => {
     const broker = new ModelBroker();
     const disk = memoryDisk();
-    const options = {
-      producerName: 'src',
-      durability: 'reserve' as const,
-      idMode: 'explicit' as const,
-      reserveBlock: 10,
-    };
-    const a = await DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
-      ...options,
-      store: await memoryStore(disk),
-    });
+    const a = await openSrc(broker, disk, { reserveBlock: 10 });
     // 1 reserves up to 11; 5 fits; 500 and 2^64 - 1 jump past the ceiling.
     for (const id of [1n, 5n, 500n, 2n ** 64n - 1n]) {
       await a.send(Buffer.from(`m${id}`), { publishingId: id });
     }
     await a.close();
-    const b = await DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
-      ...options,
-      store: await memoryStore(disk),
-    });
+    const b = await openSrc(broker, disk, { reserveBlock: 10 });
     expect(b.report.brokerLastId).toBe(2n ** 64n - 1n);
     expect(b.report.localLastId).toBe(2n ** 64n - 1n); // capped at the top of the range
     expect(b.lastPublishingId).toBe(2n ** 64n - 1n);
@@ -197,32 +200,16 @@ describe('explicit ids in reserve durability', () => {
   it('a broker above the reserved ceiling (another writer, a restored store) is refused at open()', async () => {
     const broker = new ModelBroker();
     const disk = memoryDisk();
-    const options = {
-      producerName: 'src',
-      durability: 'reserve' as const,
-      idMode: 'explicit' as const,
-      reserveBlock: 10,
-    };
-    const a = await DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
-      ...options,
-      store: await memoryStore(disk),
-    });
+    const a = await openSrc(broker, disk, { reserveBlock: 10 });
     await a.send(Buffer.from('m1'), { publishingId: 1n });
     await a.close();
     // Another process under the same name, with a store of its own, goes past 11.
-    const other = await DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
-      ...options,
-      store: await memoryStore(),
-      onBrokerAhead: 'adopt',
-    });
+    const other = await openSrc(broker, undefined, { reserveBlock: 10, onBrokerAhead: 'adopt' });
     await other.send(Buffer.from('m12'), { publishingId: 12n });
     await other.close();
-    await expect(
-      DedupPublisherCore.open(new ModelTransport(broker, 'out', 'src'), {
-        ...options,
-        store: await memoryStore(disk),
-      }),
-    ).rejects.toMatchObject({ code: 'DEDUP_SEQUENCE_REGRESSION' });
+    await expect(openSrc(broker, disk, { reserveBlock: 10 })).rejects.toMatchObject({
+      code: 'DEDUP_SEQUENCE_REGRESSION',
+    });
   });
 
   it('is refused at open() when the broker cannot report its last ID (AMQP 0-9-1), instead of resuming wrong', async () => {
