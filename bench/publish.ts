@@ -63,14 +63,22 @@ async function raw(stamped = false, payload: Buffer = body): Promise<number> {
   }
 }
 
-/** `ids`: auto numbering, explicit IDs (1, 2, 3, … given by the caller) or a distinct key per message. */
+/** How a dedup case differs from the plain one: every field optional. */
+interface DedupCase {
+  /** fsync every commit. */
+  readonly sync?: boolean;
+  /** Auto numbering, explicit IDs (1, 2, 3, … given by the caller) or a distinct key per message. */
+  readonly ids?: 'auto' | 'explicit' | 'keyed';
+  readonly payload?: Buffer;
+  /** Every send issued before the first confirm, instead of at most WINDOW outstanding. */
+  readonly allAtOnce?: boolean;
+  /** keyRetention.maxKeys. */
+  readonly maxKeys?: number;
+}
+
 async function dedup(
   durability: Durability,
-  sync: boolean,
-  ids: 'auto' | 'explicit' | 'keyed' = 'auto',
-  payload: Buffer = body,
-  allAtOnce = false,
-  maxKeys?: number,
+  { sync = false, ids = 'auto', payload = body, allAtOnce = false, maxKeys }: DedupCase = {},
 ): Promise<number> {
   const dir = await mkdtemp(join(tmpdir(), 'bench-dedup-'));
   const stream = uniqueName(`bench-${durability}`);
@@ -180,27 +188,27 @@ const cases: Array<{ name: string; run: () => Promise<number>; target?: number; 
   // Context, no target: the broker's cost grows with bytes. A stamped 100 B message is about 162
   // bytes on the wire (57 bytes of identity); this is the raw client sending that many bytes.
   { name: 'raw client, 157 B bodies', run: () => raw(false, STAMPED_SIZE_BODY) },
-  { name: 'dedup outbox', run: () => dedup('outbox', false), target: 0.85 },
+  { name: 'dedup outbox', run: () => dedup('outbox'), target: 0.85 },
   // Context, no target: the other way round, a 43 B body whose stamped message is as many bytes
   // as the raw client's 100 B one; it shows what the library costs when the bytes are equal.
-  { name: 'dedup outbox, 43 B bodies', run: () => dedup('outbox', false, 'auto', UNSTAMPED_SIZE_BODY) },
+  { name: 'dedup outbox, 43 B bodies', run: () => dedup('outbox', { payload: UNSTAMPED_SIZE_BODY }) },
   // Context, no target: all 100 000 sends issued before the first confirm (100 000 promises alive,
   // 90 000 of them queued behind maxInFlight): the cost of that calling pattern.
-  { name: 'dedup outbox, all sends at once', run: () => dedup('outbox', false, 'auto', body, true) },
-  { name: 'dedup outbox + fsync', run: () => dedup('outbox', true), target: 0.6 },
-  { name: 'dedup reserve', run: () => dedup('reserve', false), target: 0.95 },
+  { name: 'dedup outbox, all sends at once', run: () => dedup('outbox', { allAtOnce: true }) },
+  { name: 'dedup outbox + fsync', run: () => dedup('outbox', { sync: true }), target: 0.6 },
+  { name: 'dedup reserve', run: () => dedup('reserve'), target: 0.95 },
   // Explicit IDs with `reserve`, the durability for a source that can be re-read (a stream-to-stream
   // processor re-reads its source from the broker's last ID: examples/stream-to-stream.ts).
-  { name: 'dedup reserve, explicit ids', run: () => dedup('reserve', false, 'explicit'), target: 0.95 },
+  { name: 'dedup reserve, explicit ids', run: () => dedup('reserve', { ids: 'explicit' }), target: 0.95 },
   // Context, no target: explicit IDs with an outbox (a source that cannot be re-read) cost what
   // the outbox costs; compare with the `dedup outbox` row, whose target is 0.85.
-  { name: 'dedup outbox, explicit ids', run: () => dedup('outbox', false, 'explicit') },
-  { name: 'dedup outbox, keyed sends', run: () => dedup('outbox', false, 'keyed'), target: 0.7 },
+  { name: 'dedup outbox, explicit ids', run: () => dedup('outbox', { ids: 'explicit' }) },
+  { name: 'dedup outbox, keyed sends', run: () => dedup('outbox', { ids: 'keyed' }), target: 0.7 },
   // Context, no target: the steady state past the retention (keyRetention.maxKeys 10 000), where
   // every commit also forgets the oldest keys.
   {
     name: 'dedup outbox, keyed sends, 10 000 kept',
-    run: () => dedup('outbox', false, 'keyed', body, false, 10_000),
+    run: () => dedup('outbox', { ids: 'keyed', maxKeys: 10_000 }),
   },
   { name: 'raw amqplib confirm channel', run: rawAmqp },
   { name: 'dedup amqp outbox', run: dedupAmqp, target: 0.9, baseline: 'raw amqplib confirm channel' },
