@@ -119,15 +119,6 @@ export class KeyIndex<V extends Keyed> {
     return true;
   }
 
-  /** The live values, in no particular order. Deleting values meanwhile is safe (nothing moves). */
-  *values(): IterableIterator<V> {
-    const values = this.#values;
-    for (let i = 0; i < values.length; i++) {
-      const v = values[i];
-      if (v !== undefined) yield v;
-    }
-  }
-
   /** Rebuilds the table for `entries` live entries (without tombstones). */
   #resize(entries: number): void {
     let capacity = MIN_CAPACITY;

@@ -17,11 +17,14 @@ type Op =
 /** Runs ops against the index and a Map (the model), comparing every answer and the contents. */
 function check(index: KeyIndex<Rec>, ops: readonly Op[]): void {
   const model = new Map<string, Rec>();
+  /** Every record set so far, replaced or deleted since or not (what key segments hold). */
+  const records: Rec[] = [];
   for (const op of ops) {
     if ('set' in op) {
       const r = { key: op.set, n: op.n };
       index.set(r);
       model.set(op.set, r);
+      records.push(r);
     } else if ('del' in op) {
       expect(index.delete(op.del)).toBe(model.delete(op.del));
     } else if ('delIf' in op) {
@@ -33,14 +36,14 @@ function check(index: KeyIndex<Rec>, ops: readonly Op[]): void {
     } else if ('get' in op) {
       expect(index.get(op.get)).toBe(model.get(op.get));
     } else {
-      // As the publisher prunes: delete while iterating.
-      for (const r of index.values()) if (r.n < op.prune) index.delete(r.key);
+      // As the publisher drops key segments: each record they hold, only while still its key's value.
+      for (const r of records) if (r.n < op.prune) index.delete(r.key, r);
       for (const [k, r] of model) if (r.n < op.prune) model.delete(k);
     }
     expect(index.size).toBe(model.size);
   }
+  // Same size, and every model key holds the model's value: the same contents.
   for (const [k, r] of model) expect(index.get(k)).toBe(r);
-  expect(new Set(index.values())).toEqual(new Set(model.values()));
 }
 
 const keyArb = fc.oneof(fc.constantFrom('a', 'b', 'c', 'ab', 'ba', 'abc', ''), fc.string({ maxLength: 6 }));
@@ -53,7 +56,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
 );
 
 describe('key index', () => {
-  it('key index - answers as a Map does, through growth, tombstones and deletes while iterating', () => {
+  it('key index - answers as a Map does, through growth, tombstones and segment-style drops', () => {
     fc.assert(
       fc.property(fc.array(opArb, { maxLength: 400, size: 'large' }), (ops) =>
         check(new KeyIndex<Rec>(), ops),
@@ -77,9 +80,9 @@ describe('key index', () => {
     expect(index.size).toBe(200_000);
     expect(index.get('order-199999')?.n).toBe(199_999);
     expect(index.get('order-200000')).toBeUndefined();
-    for (const r of index.values()) index.delete(r.key);
+    for (let i = 0; i < 200_000; i++) expect(index.delete(`order-${i}`)).toBe(true);
     expect(index.size).toBe(0);
-    expect([...index.values()]).toEqual([]);
+    expect(index.get('order-0')).toBeUndefined();
     index.set({ key: 'again', n: 1 });
     expect(index.get('again')?.n).toBe(1);
   });
