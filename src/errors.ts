@@ -28,7 +28,13 @@ export type DedupErrorCode =
   /** A message's identity headers are missing or malformed (consumer side). */
   | 'DEDUP_INVALID_IDENTITY'
   /** A wait was cancelled through an `AbortSignal`. */
-  | 'DEDUP_ABORTED';
+  | 'DEDUP_ABORTED'
+  /**
+   * `open()` refused a combination of options that cannot keep the exactly-once promise on this
+   * target: explicit or keyed IDs without an outbox (`durability: 'reserve'`) where the broker cannot
+   * report its last publishing ID (AMQP 0-9-1). Nothing was sent. @remarks Since 0.2.0
+   */
+  | 'DEDUP_UNSAFE_OPTIONS';
 
 /**
  * Every operational failure stream-dedup reports is a `DedupError` with a stable {@link DedupErrorCode}.

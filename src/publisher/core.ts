@@ -51,6 +51,8 @@ interface EntryExtra {
   signal?: AbortSignal | undefined;
   /** Repeats of the key that arrived while this message was in flight: settled with it. */
   keyWaiters?: KeyWaiter[] | undefined;
+  /** The last ID handed out before this one: restored when this one, the last, is aborted unsent. */
+  prevAssigned?: bigint | undefined;
 }
 
 /**
@@ -189,6 +191,8 @@ export class DedupPublisherCore {
   #timer: NodeJS.Timeout | undefined;
   #watchTimer: NodeJS.Timeout | undefined;
   #reconnectWake: (() => void) | undefined;
+  /** The reconnect loop while one runs: close() waits for it before closing the transport. */
+  #reconnectLoop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
   readonly #closedPromise: Promise<DedupError | undefined>;
   #resolveClosed!: (value: DedupError | undefined) => void;
@@ -300,16 +304,22 @@ export class DedupPublisherCore {
         );
       }
       const durability = options.durability ?? DEFAULTS.durability;
-      if (idMode === 'explicit' && durability === 'reserve' && brokerLast === undefined) {
-        // Explicit IDs without an outbox resume after the broker's last ID (below): a broker that
-        // cannot tell it would leave the application skipping what was accepted and never stored.
-        throw new RangeError(
-          `idMode 'explicit' with durability 'reserve' needs the broker's last publishing ID to resume after a ` +
+      if (idMode !== 'auto' && durability === 'reserve' && brokerLast === undefined) {
+        // Without an outbox, explicit IDs resume after the broker's last ID and keyed sends forget
+        // keys above it (below): a broker that cannot tell it would leave accepted messages that were
+        // never stored looking published (explicit: skipped by the source; keyed: 'duplicate').
+        throw new DedupError(
+          'DEDUP_UNSAFE_OPTIONS',
+          `idMode '${idMode}' with durability 'reserve' needs the broker's last publishing ID to recover after a ` +
             `crash, and "${transport.target}" cannot report it (AMQP 0-9-1): use durability 'outbox'`,
         );
       }
       const outbox = loaded.segments.flatMap((s) => s.entries);
-      const keySegments = idMode === 'keyed' ? await state.loadKeySegments() : [];
+      const outboxLast = outbox.length > 0 ? outbox[outbox.length - 1]!.publishingId : 0n;
+      let keySegments = idMode === 'keyed' ? await state.loadKeySegments() : [];
+      if (idMode === 'keyed' && brokerLast !== undefined) {
+        keySegments = await forgetUnstoredKeys(state, keySegments, brokerLast, outbox);
+      }
       let publisher: DedupPublisherCore;
       if (brokerLast !== undefined && brokerLast > localLast) {
         if ((options.onBrokerAhead ?? 'error') === 'error') {
@@ -322,24 +332,46 @@ export class DedupPublisherCore {
               `${brokerLast}${outbox.length > 0 ? ` (the ${outbox.length} outbox messages would be re-sent under new IDs)` : ''}.`,
           );
         }
+        if (idMode === 'explicit' && outbox.length > 0) {
+          // New IDs for them would be IDs the application's source means for other records.
+          throw new DedupError(
+            'DEDUP_SEQUENCE_REGRESSION',
+            `the broker's last publishing ID for producer "${options.producerName}" on "${transport.target}" is ${brokerLast}, ` +
+              `above this store's ${localLast}, and the outbox holds ${outbox.length} messages with application-supplied ` +
+              `IDs at or below it: onBrokerAhead 'adopt' cannot give them new IDs. Investigate; use a new producer name ` +
+              `or a new store to start over.`,
+          );
+        }
         publisher = core(brokerLast, 0, outbox.length, brokerLast);
         handlersTarget.core = publisher;
         publisher.#loadKeys(keySegments);
-        // Their old IDs are at or below the broker's: re-send them as new messages above it.
-        publisher.#segmentsToDelete.push(...loaded.segments.map((s) => s.firstId));
+        // Their old IDs are at or below the broker's: re-send them as new messages above it. The old
+        // segments go in the same store write as the new ones, whatever maxBatch is: a crash between
+        // two writes would lose the messages whose old segment is gone and new one not yet written.
+        const reassigned: Entry[] = [];
         for (const e of outbox) {
           const entry = publisher.#accept(e.body, e.headers, undefined, e.key);
           if (entry instanceof Error) throw entry;
-          publisher.#enqueue(entry);
+          reassigned.push(entry);
+        }
+        if (reassigned.length > 0) {
+          publisher.#segmentsToDelete.push(...loaded.segments.map((s) => s.firstId));
+          await publisher.#commit(reassigned, true);
+          for (const e of reassigned) publisher.#pending.push(e);
+          publisher.#resendAll = true;
         }
       } else {
-        // Explicit IDs without an outbox: IDs above the broker's last were accepted (and recorded)
-        // but never stored, and nothing here re-sends them. The application does, from its source
-        // and with the same IDs, when it resumes after `lastPublishingId`: so that is the broker's
-        // last ID, not the store's (resuming after the store's would skip them: a silent loss).
+        // Explicit IDs resume where the application's source must go on: after every ID that is in
+        // the stream (the broker's last) or will be re-sent from the outbox. Not the store's last
+        // ID: without an outbox (now or in an earlier life) IDs above the broker's were accepted
+        // but never stored, and the application must send them again.
         const resumeAt =
-          idMode === 'explicit' && durability === 'reserve' && brokerLast !== undefined
-            ? brokerLast
+          idMode === 'explicit'
+            ? brokerLast !== undefined
+              ? brokerLast > outboxLast
+                ? brokerLast
+                : outboxLast
+              : (meta?.lastId ?? 0n)
             : localLast;
         publisher = core(brokerLast, outbox.length, 0, resumeAt);
         handlersTarget.core = publisher;
@@ -582,6 +614,7 @@ export class DedupPublisherCore {
     key: string | undefined,
     signal: AbortSignal | undefined,
   ): Promise<SendResult> {
+    const prevAssigned = this.#lastAssigned;
     const entry = this.#accept(body, headers, explicitId, key);
     if (entry instanceof Error) return Promise.reject(entry);
     // One shared executor: no closure per send (see `captureSettlers`).
@@ -590,7 +623,7 @@ export class DedupPublisherCore {
     entry.reject = capturedReject;
     if (signal !== undefined) {
       const onAbort = (): void => this.#abort(entry);
-      entry.extra = { signal, onAbort };
+      entry.extra = { signal, onAbort, prevAssigned };
       signal.addEventListener('abort', onAbort, { once: true });
     }
     this.#enqueue(entry);
@@ -629,15 +662,21 @@ export class DedupPublisherCore {
   }
 
   #abort(entry: Entry): void {
+    const extra = entry.extra!;
+    const error = abortError(extra.signal!);
     const i = this.#waiting.indexOf(entry, this.#waitingHead);
-    // Still waiting for room: it never reaches the store or the wire; its ID stays unused, and
-    // its key is free again.
-    if (i >= 0) {
+    // Still waiting for room, and nobody else waits for it (repeats of its key that passed no
+    // signal): it never reaches the store or the wire, and its key is free again. When its ID is
+    // the last handed out, the next send gets it (explicit IDs: the caller may send it again).
+    if (i >= 0 && (extra.keyWaiters?.length ?? 0) === 0) {
       this.#waiting.splice(i, 1);
-      this.#forgetKey(entry, abortError(entry.extra!.signal!));
+      this.#forgetKey(entry, error);
+      if (entry.publishingId === this.#lastAssigned && extra.prevAssigned !== undefined) {
+        this.#lastAssigned = extra.prevAssigned;
+      }
     }
     // Otherwise the message may be published anyway; only the caller stops waiting.
-    this.#settle(entry, abortError(entry.extra!.signal!));
+    this.#settle(entry, error);
   }
 
   #settle(entry: Entry, outcome: Error | SendResult): void {
@@ -670,6 +709,7 @@ export class DedupPublisherCore {
   async #pump(): Promise<void> {
     if (this.#pumping) return;
     this.#pumping = true;
+    let batch: Entry[] = [];
     try {
       for (;;) {
         if (this.#fatal !== undefined) break;
@@ -689,7 +729,7 @@ export class DedupPublisherCore {
         ) {
           break;
         }
-        const batch =
+        batch =
           this.#batch.length <= this.#opts.maxBatch ? this.#batch : this.#batch.slice(0, this.#opts.maxBatch);
         this.#batch = batch === this.#batch ? [] : this.#batch.slice(batch.length);
         this.#committingCount = batch.length;
@@ -706,15 +746,34 @@ export class DedupPublisherCore {
         // order: publishing this batch ahead of older re-sends would make the broker drop them.
         // A publisher closing meanwhile keeps the batch in the outbox and sends nothing more.
         if (batch.length > 0 && this.#status === 'open' && !this.#resendAll) await this.#publish(batch);
+        batch = [];
         this.#refill();
       }
+    } catch (err) {
+      // Nothing here may reject unhandled (the pump runs from a timer): a broken invariant stops
+      // the publisher with an error its callers see; the outbox keeps what it holds.
+      this.#committingCount = 0;
+      this.#fail(
+        new DedupError(
+          'DEDUP_PUBLISHER_CLOSED',
+          `publisher "${this.producerName}" stopped on an internal error (please report it): ${
+            err instanceof Error ? err.message : String(err)
+          }`,
+          { cause: err },
+        ),
+        batch,
+      );
     } finally {
       this.#pumping = false;
       for (const wake of this.#idle.splice(0)) wake();
     }
   }
 
-  async #commit(batch: readonly Entry[]): Promise<void> {
+  /**
+   * Writes one group commit. `asOutbox` writes the batch as an outbox segment whatever the
+   * durability (the messages `open()` re-assigns: their old segments go in the same write).
+   */
+  async #commit(batch: readonly Entry[], asOutbox = this.durability === 'outbox'): Promise<void> {
     if (this.idMode === 'keyed') this.#pruneKeys();
     const deleteSegments = this.#segmentsToDelete;
     this.#segmentsToDelete = [];
@@ -737,7 +796,7 @@ export class DedupPublisherCore {
       }
     }
     const last = batch.length > 0 ? batch[batch.length - 1]!.publishingId : this.#lastDurable;
-    if (this.durability === 'outbox') {
+    if (asOutbox) {
       let segment: Segment | undefined;
       if (batch.length > 0) {
         segment = { firstId: batch[0]!.publishingId, remaining: batch.length };
@@ -799,7 +858,7 @@ export class DedupPublisherCore {
     let moved = false;
     while (
       this.#waiting.length > this.#waitingHead &&
-      this.#batch.length + this.#pending.size < this.#opts.maxInFlight
+      this.#batch.length + this.#committingCount + this.#pending.size < this.#opts.maxInFlight
     ) {
       this.#batch.push(this.#waiting[this.#waitingHead++]!);
       moved = true;
@@ -834,7 +893,7 @@ export class DedupPublisherCore {
       { producer: this.producerName, target: this.#transport.target, err: error },
       'stream-dedup: connection lost; reconnecting',
     );
-    void this.#reconnect(error);
+    this.#reconnectLoop = this.#reconnect(error);
   }
 
   async #reconnect(_cause: Error): Promise<void> {
@@ -857,6 +916,7 @@ export class DedupPublisherCore {
           confirmed: (ids) => this.#onConfirmed(ids),
           disconnected: (err) => this.#onDisconnected(err, epoch),
         });
+        // Closing meanwhile: close() closes this connection once this loop has returned.
         if (this.#status !== 'reconnecting') return;
         if (brokerLast !== undefined && brokerLast > this.#lastAssigned) {
           this.#fail(this.#nameConflict(brokerLast));
@@ -941,8 +1001,10 @@ export class DedupPublisherCore {
     let expired = 0;
     for (const e of this.#pending.values()) {
       if (e.sentAt === 0 || e.sentAt > deadline) break;
-      if (e.reject === undefined) continue;
+      // Every stalled message counts, also those recovered from the outbox and those whose caller
+      // was already told: a connection that stops confirming only them must be replaced too.
       expired++;
+      if (e.reject === undefined) continue;
       this.#settle(
         e,
         new DedupError(
@@ -1060,12 +1122,49 @@ export class DedupPublisherCore {
     if (this.#segmentsToDelete.length > 0 && this.durability === 'outbox') {
       await this.#commit([]).catch(() => undefined);
     }
+    // A reconnect attempt in progress may still open a connection: let it finish, then close it.
+    await this.#reconnectLoop;
     await this.#transport.close();
     this.#state.release();
     await this.#ownedStore?.close();
     this.#status = 'closed';
     this.#resolveClosed(this.#fatal);
   }
+}
+
+/**
+ * Keyed sends: drops the records of keys whose message is neither in the stream (its ID is above
+ * the broker's last) nor in the outbox. Without an outbox a key's record is written before its
+ * message leaves, so a crash can leave a record whose message never reached the broker; kept, it
+ * would answer the application's re-send of the key with 'duplicate' and publish nothing. The
+ * store is rewritten in one write before anything is sent, so a crash here leaves either state.
+ */
+async function forgetUnstoredKeys(
+  state: ProducerState,
+  segments: ReadonlyArray<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }>,
+  brokerLast: bigint,
+  outbox: readonly { readonly publishingId: bigint }[],
+): Promise<Array<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }>> {
+  const inOutbox = new Set(outbox.map((e) => e.publishingId));
+  const kept: Array<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }> = [];
+  const deletes: bigint[] = [];
+  const puts: KeyEntry[][] = [];
+  for (const segment of segments) {
+    const entries = segment.entries.filter(
+      (e) => e.publishingId <= brokerLast || inOutbox.has(e.publishingId),
+    );
+    if (entries.length === segment.entries.length) {
+      kept.push(segment);
+      continue;
+    }
+    deletes.push(segment.firstId);
+    if (entries.length > 0) {
+      puts.push(entries);
+      kept.push({ firstId: entries[0]!.publishingId, entries });
+    }
+  }
+  if (deletes.length > 0) await state.rewriteKeySegments(deletes, puts);
+  return kept;
 }
 
 function validateOptions(options: DedupPublisherOptions): void {
@@ -1130,12 +1229,17 @@ export function assertKey(key: unknown): asserts key is string {
   if (lone) throw new RangeError('options.key must not contain a lone UTF-16 surrogate');
 }
 
+/**
+ * Checks the caller's headers and returns a copy: the message is encoded later (after its group
+ * commit), and the caller may reuse and change its object meanwhile. The copy has no prototype, so
+ * a `__proto__` header is an ordinary key.
+ */
 function validateHeaders(headers: SendOptions['headers']): Headers | undefined {
   if (headers === undefined) return undefined;
   if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) {
     throw new TypeError('options.headers must be an object of string or number values');
   }
-  let any = false;
+  let copy: Record<string, string | number> | undefined;
   for (const [k, v] of Object.entries(headers)) {
     if (k.startsWith(RESERVED_PREFIX)) {
       throw new RangeError(
@@ -1153,9 +1257,10 @@ function validateHeaders(headers: SendOptions['headers']): Headers | undefined {
     } else {
       throw new TypeError(`header ${k} must be a string or a number, got ${typeof v}`);
     }
-    any = true;
+    copy ??= Object.create(null) as Record<string, string | number>;
+    copy[k] = v;
   }
-  return any ? headers : undefined;
+  return copy;
 }
 
 function headersSize(headers: Headers | undefined): number {

@@ -1,5 +1,6 @@
 import { Level } from 'level';
 import { DedupError } from '../errors.js';
+import { measureUtf8 } from '../identity/utf8.js';
 import {
   decodeKeySegment,
   decodeMeta,
@@ -110,9 +111,12 @@ export class DedupStore {
    * publishers in one process cannot share a name on one target by accident.
    *
    * @throws DedupError `DEDUP_STORE_LOCKED` when the producer is already claimed.
+   * @throws RangeError when `target` or `producerName` holds a lone UTF-16 surrogate.
    */
   claimProducer(target: string, producerName: string): ProducerState {
     if (this.#closing !== undefined) throw new DedupError('DEDUP_STORE_CORRUPT', 'the store is closed');
+    refuseLoneSurrogate(target, 'the target (stream or queue name)');
+    refuseLoneSurrogate(producerName, 'producerName');
     const prefix = producerPrefix(target, producerName);
     if (this.#claims.has(prefix)) {
       throw new DedupError(
@@ -129,9 +133,11 @@ export class DedupStore {
    * Returns the function that gives the claim back.
    *
    * @throws DedupError `DEDUP_STORE_LOCKED` when the consumer is already claimed.
+   * @throws RangeError when `consumerName` holds a lone UTF-16 surrogate.
    */
   claimConsumer(consumerName: string): () => void {
     if (this.#closing !== undefined) throw new DedupError('DEDUP_STORE_CORRUPT', 'the store is closed');
+    refuseLoneSurrogate(consumerName, 'consumerName');
     const claim = `c:${consumerName.length}:${consumerName}`;
     if (this.#claims.has(claim)) {
       throw new DedupError('DEDUP_STORE_LOCKED', `consumer "${consumerName}" is already open on this store`);
@@ -170,6 +176,17 @@ export class DedupStore {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
+  }
+}
+
+/**
+ * LevelDB stores keys as UTF-8, where every lone UTF-16 surrogate becomes U+FFFD: two names that
+ * differ only there would share one state on disk while their claims (JS strings) differ, so
+ * neither would see `DEDUP_STORE_LOCKED`.
+ */
+function refuseLoneSurrogate(name: string, what: string): void {
+  if (measureUtf8(name).loneSurrogate) {
+    throw new RangeError(`${what} must not contain a lone UTF-16 surrogate`);
   }
 }
 
@@ -274,6 +291,24 @@ export class ProducerState {
       ops.push({ type: 'del', key: this.#prefix + KEY_SEGMENT_INFIX + idKey(id) });
     }
     ops.push({ type: 'put', key: this.#prefix + META_SUFFIX, value: encodeMeta(commit.meta) });
+    return this.#db.batch(ops, { sync: this.#sync });
+  }
+
+  /**
+   * Replaces key segments in one LevelDB batch: deletes those starting at `deletes`, then writes
+   * `puts` (each under its first entry's ID, which may be one of the deleted).
+   */
+  rewriteKeySegments(deletes: readonly bigint[], puts: ReadonlyArray<readonly KeyEntry[]>): Promise<void> {
+    const ops: Array<{ type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string }> = [];
+    for (const id of deletes) ops.push({ type: 'del', key: this.#prefix + KEY_SEGMENT_INFIX + idKey(id) });
+    for (const entries of puts) {
+      if (entries.length === 0) continue;
+      ops.push({
+        type: 'put',
+        key: this.#prefix + KEY_SEGMENT_INFIX + idKey(entries[0]!.publishingId),
+        value: encodeKeySegment(entries),
+      });
+    }
     return this.#db.batch(ops, { sync: this.#sync });
   }
 

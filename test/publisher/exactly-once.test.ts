@@ -1,0 +1,421 @@
+import { describe, expect, it } from 'vitest';
+import { DedupPublisherCore } from '../../src/publisher/core.js';
+import type {
+  DedupPublisherOptions,
+  OutgoingMessage,
+  PublishTransport,
+  TransportHandlers,
+} from '../../src/publisher/types.js';
+import { DedupStore, type KeyValueDb } from '../../src/store/store.js';
+import { memoryDisk, memoryStore } from '../support/memory-store.js';
+import { ModelBroker, ModelTransport } from '../support/model-broker.js';
+
+// One test per exactly-once hole of issue 15 in the publisher: each failed on the code before its
+// fix (the closing note of that change lists how).
+
+const body = (s: string): Buffer => Buffer.from(s);
+const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
+type Disk = ReturnType<typeof memoryDisk>;
+
+/** A model transport that, while `losing`, takes messages and neither stores nor confirms them. */
+class LossyTransport extends ModelTransport {
+  losing = false;
+  lost = 0;
+  override publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    if (!this.losing) return super.publish(messages);
+    this.lost += messages.length;
+    return Promise.resolve();
+  }
+}
+
+/** The same transport as an AMQP 0-9-1 one: it cannot report the broker's last publishing ID. */
+function blind(model: ModelTransport): PublishTransport {
+  return {
+    target: model.target,
+    maxMessageBytes: model.maxMessageBytes,
+    connect: async (handlers) => {
+      await model.connect(handlers);
+      return undefined;
+    },
+    publish: (messages) => model.publish(messages),
+    queryLastId: () => Promise.resolve(undefined),
+    close: () => model.close(),
+  };
+}
+
+/**
+ * A store over `disk` whose writes can be held (each waits for `release()`) or cut off after
+ * `crashAfter` successful batches (a process killed there: later writes never land).
+ */
+class ControlledDb implements KeyValueDb {
+  hold = false;
+  crashAfter = Number.POSITIVE_INFINITY;
+  batches = 0;
+  readonly #held: Array<() => void> = [];
+  constructor(readonly disk: Disk) {}
+  get status(): string {
+    return this.disk.status;
+  }
+  open(): Promise<void> {
+    return this.disk.open();
+  }
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+  get(key: string): Promise<Uint8Array | undefined> {
+    return this.disk.get(key);
+  }
+  iterator(options: { gte: string; lt: string }) {
+    return this.disk.iterator(options);
+  }
+  async batch(ops: Parameters<KeyValueDb['batch']>[0]): Promise<void> {
+    if (this.batches >= this.crashAfter) throw new Error('the process died here');
+    this.batches++;
+    if (this.hold) await new Promise<void>((resolve) => this.#held.push(resolve));
+    await this.disk.batch(ops);
+  }
+  get waiting(): number {
+    return this.#held.length;
+  }
+  release(): void {
+    this.#held.shift()?.();
+  }
+}
+
+async function open(
+  transport: PublishTransport,
+  store: DedupStore,
+  options: Partial<DedupPublisherOptions> = {},
+): Promise<DedupPublisherCore> {
+  return DedupPublisherCore.open(transport, {
+    producerName: 'p',
+    store,
+    reconnect: { initialDelayMs: 1, maxDelayMs: 2 },
+    ...options,
+  });
+}
+
+const bodies = (broker: ModelBroker, stream = 'orders'): string[] =>
+  broker.messages(stream).map((m) => m.body);
+
+describe('keyed sends without an outbox (issue 15, item 2)', () => {
+  it('a key recorded but never stored before a crash is published when the application sends it again', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const options = { idMode: 'keyed', durability: 'reserve', closeTimeoutMs: 0 } as const;
+    const first = new LossyTransport(broker, 'orders', 'p');
+    const a = await open(first, await memoryStore(disk), options);
+    await a.send(body('k1'), { key: 'k1' });
+    first.losing = true;
+    const lost = a.send(body('k2'), { key: 'k2' });
+    while (first.lost < 1) await tick();
+    await a.close(); // as a crash: k2's record is committed, its message never reached the broker
+    await expect(lost).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+
+    const b = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), options);
+    expect(await b.send(body('k1'), { key: 'k1' })).toEqual({ publishingId: 1n, outcome: 'duplicate' });
+    expect((await b.send(body('k2'), { key: 'k2' })).outcome).toBe('published');
+    expect(bodies(broker)).toEqual(['k1', 'k2']);
+    await b.close();
+    // The forgotten record is gone from the store too: a third life still publishes nothing twice.
+    const c = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), options);
+    expect((await c.send(body('k2'), { key: 'k2' })).outcome).toBe('duplicate');
+    await c.close();
+    expect(bodies(broker)).toEqual(['k1', 'k2']);
+  });
+
+  it('is refused at open() with DEDUP_UNSAFE_OPTIONS where the broker cannot report its last ID', async () => {
+    const transport = new ModelTransport(new ModelBroker(), 'q', 'p');
+    const store = await memoryStore();
+    await expect(
+      open(blind(transport), store, { idMode: 'keyed', durability: 'reserve' }),
+    ).rejects.toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
+    // Nothing held: the same name opens with an outbox.
+    const ok = await open(blind(transport), store, { idMode: 'keyed' });
+    await ok.close();
+  });
+});
+
+describe("onBrokerAhead: 'adopt' (issue 15, item 3)", () => {
+  it('re-assigns an outbox larger than maxBatch in one store write: a crash right after it loses nothing', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const first = new LossyTransport(broker, 'orders', 'p');
+    const a = await open(first, await memoryStore(disk), { closeTimeoutMs: 0 });
+    first.losing = true;
+    const sends = ['m1', 'm2', 'm3', 'm4', 'm5'].map((m) => a.send(body(m)));
+    while (first.lost < 5) await tick();
+    await a.close();
+    await Promise.allSettled(sends);
+    // Another writer under the same name (its own store) goes to ID 10.
+    const other = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore());
+    for (let i = 1; i <= 10; i++) await other.send(body(`o${i}`));
+    await other.close();
+
+    // Adopt with maxBatch 2 over a store that dies after its first write.
+    const db = new ControlledDb(disk);
+    db.crashAfter = 1;
+    const b = await open(new ModelTransport(broker, 'orders', 'p'), await DedupStore.wrap(db), {
+      onBrokerAhead: 'adopt',
+      maxBatch: 2,
+      closeTimeoutMs: 0,
+    });
+    await b.closed();
+
+    // The next life finds all five, re-sent once.
+    const c = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), {
+      onBrokerAhead: 'adopt',
+    });
+    await c.close();
+    expect(
+      bodies(broker)
+        .filter((m) => m.startsWith('m'))
+        .sort(),
+    ).toEqual(['m1', 'm2', 'm3', 'm4', 'm5']);
+  });
+
+  it('refuses to re-assign application-supplied IDs in the outbox', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const first = new LossyTransport(broker, 'orders', 'p');
+    const a = await open(first, await memoryStore(disk), { idMode: 'explicit', closeTimeoutMs: 0 });
+    first.losing = true;
+    const lost = a.send(body('m1'), { publishingId: 1n });
+    while (first.lost < 1) await tick();
+    await a.close();
+    await expect(lost).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    const other = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(), {
+      idMode: 'explicit',
+    });
+    await other.send(body('o5'), { publishingId: 5n });
+    await other.close();
+    await expect(
+      open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), {
+        idMode: 'explicit',
+        onBrokerAhead: 'adopt',
+      }),
+    ).rejects.toMatchObject({ code: 'DEDUP_SEQUENCE_REGRESSION' });
+  });
+});
+
+describe('explicit IDs across a durability switch (issue 15, item 5)', () => {
+  it("reserve → outbox: lastPublishingId is the broker's last ID, not the reserved ceiling", async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const a = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), {
+      idMode: 'explicit',
+      durability: 'reserve',
+    });
+    for (const id of [1n, 2n, 3n]) await a.send(body(`m${id}`), { publishingId: id });
+    await a.close();
+    const b = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), {
+      idMode: 'explicit',
+      durability: 'outbox',
+    });
+    expect(b.lastPublishingId).toBe(3n);
+    await b.send(body('m4'), { publishingId: 4n });
+    await b.close();
+    expect(bodies(broker)).toEqual(['m1', 'm2', 'm3', 'm4']);
+  });
+
+  it('outbox → reserve: lastPublishingId covers the recovered outbox, so the source never re-sends what it holds', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const first = new LossyTransport(broker, 'orders', 'p');
+    const a = await open(first, await memoryStore(disk), { idMode: 'explicit', closeTimeoutMs: 0 });
+    for (const id of [1n, 2n, 3n]) await a.send(body(`m${id}`), { publishingId: id });
+    first.losing = true;
+    const lost = [4n, 5n, 6n].map((id) => a.send(body(`m${id}`), { publishingId: id }));
+    while (first.lost < 3) await tick();
+    await a.close();
+    await Promise.allSettled(lost);
+    const b = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), {
+      idMode: 'explicit',
+      durability: 'reserve',
+    });
+    expect(b.lastPublishingId).toBe(6n);
+    for (let id = b.lastPublishingId + 1n; id <= 7n; id++) {
+      await b.send(body(`m${id}`), { publishingId: id });
+    }
+    await b.close();
+    expect(bodies(broker)).toEqual(['m1', 'm2', 'm3', 'm4', 'm5', 'm6', 'm7']);
+  });
+});
+
+describe('aborting a send that waits for room (issue 15, item 6)', () => {
+  it('keyed: the repeats of a key parked on an aborted first send still get it published', async () => {
+    const broker = new ModelBroker();
+    const transport = new ModelTransport(broker, 'orders', 'p');
+    const core = await open(transport, await memoryStore(), { idMode: 'keyed', maxInFlight: 1 });
+    transport.faults.holdConfirms = true;
+    const busy = core.send(body('busy'), { key: 'busy' });
+    while (transport.published.length < 1) await tick();
+    const controller = new AbortController();
+    const first = core.send(body('k'), { key: 'k', signal: controller.signal });
+    const repeat = core.send(body('k'), { key: 'k' });
+    controller.abort();
+    await expect(first).rejects.toMatchObject({ code: 'DEDUP_ABORTED' });
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    await busy;
+    expect(await repeat).toEqual({ publishingId: 2n, outcome: 'duplicate' });
+    expect(bodies(broker)).toEqual(['busy', 'k']);
+    await core.close();
+  });
+
+  it('explicit: an ID aborted before it was written or sent may be sent again', async () => {
+    const broker = new ModelBroker();
+    const transport = new ModelTransport(broker, 'orders', 'p');
+    const core = await open(transport, await memoryStore(), { idMode: 'explicit', maxInFlight: 1 });
+    transport.faults.holdConfirms = true;
+    const one = core.send(body('m1'), { publishingId: 1n });
+    while (transport.published.length < 1) await tick();
+    const controller = new AbortController();
+    const two = core.send(body('m2'), { publishingId: 2n, signal: controller.signal });
+    controller.abort();
+    await expect(two).rejects.toMatchObject({ code: 'DEDUP_ABORTED' });
+    const again = core.send(body('m2'), { publishingId: 2n });
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    await one;
+    expect(await again).toEqual({ publishingId: 2n, outcome: 'published' });
+    expect(bodies(broker)).toEqual(['m1', 'm2']);
+    await core.close();
+  });
+
+  it('explicit: an aborted ID with later IDs accepted after it is refused, not silently dropped', async () => {
+    const transport = new ModelTransport(new ModelBroker(), 'orders', 'p');
+    const core = await open(transport, await memoryStore(), { idMode: 'explicit', maxInFlight: 1 });
+    transport.faults.holdConfirms = true;
+    const one = core.send(body('m1'), { publishingId: 1n });
+    while (transport.published.length < 1) await tick();
+    const controller = new AbortController();
+    const two = core.send(body('m2'), { publishingId: 2n, signal: controller.signal });
+    const three = core.send(body('m3'), { publishingId: 3n });
+    controller.abort();
+    await expect(two).rejects.toMatchObject({ code: 'DEDUP_ABORTED' });
+    await expect(core.send(body('m2'), { publishingId: 2n })).rejects.toMatchObject({
+      code: 'DEDUP_ID_REGRESSION',
+    });
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    await Promise.all([one, three]);
+    await core.close();
+  });
+});
+
+describe('headers (issue 15, item 7)', () => {
+  it('are copied at send(): a reused, changed headers object changes nothing already sent', async () => {
+    const transport = new ModelTransport(new ModelBroker(), 'orders', 'p');
+    const core = await open(transport, await memoryStore());
+    const headers: Record<string, string | number> = { tenant: 'a' };
+    const sends = [core.send(body('1'), { headers })];
+    headers.tenant = 'b';
+    sends.push(core.send(body('2'), { headers }));
+    headers['x-dedup-id'] = '999'; // reserved: refused at send(), so added after it
+    headers.tenant = 'c';
+    await Promise.all(sends);
+    expect(transport.published.map((m) => ({ ...m.headers }))).toEqual([{ tenant: 'a' }, { tenant: 'b' }]);
+    await core.close();
+  });
+});
+
+describe('close() during a reconnect (issue 15, item 9)', () => {
+  it('closes the connection that a reconnect attempt opens after close() began', async () => {
+    const broker = new ModelBroker();
+    let live = 0;
+    let late: ((id: bigint) => void) | undefined;
+    const model = new ModelTransport(broker, 'orders', 'p');
+    let connects = 0;
+    const transport: PublishTransport = {
+      target: 'orders',
+      maxMessageBytes: model.maxMessageBytes,
+      connect: async (handlers: TransportHandlers) => {
+        if (connects++ === 0) {
+          live++;
+          return model.connect(handlers);
+        }
+        // The second connect completes only when the test says so.
+        const last = await new Promise<bigint>((resolve) => (late = resolve));
+        live++;
+        return last;
+      },
+      publish: (messages) => model.publish(messages),
+      queryLastId: () => model.queryLastId(),
+      close: () => {
+        live = 0;
+        return model.close();
+      },
+    };
+    const core = await open(transport, await memoryStore());
+    await core.send(body('m1'));
+    model.cut();
+    while (late === undefined) await tick();
+    const closing = core.close();
+    await tick();
+    late(1n);
+    await closing;
+    expect(live).toBe(0);
+  });
+});
+
+describe('maxInFlight (issue 15, item 10)', () => {
+  it('holds while confirms free room during a group commit', async () => {
+    const broker = new ModelBroker();
+    const transport = new ModelTransport(broker, 'orders', 'p');
+    const db = new ControlledDb(memoryDisk());
+    const core = await open(transport, await DedupStore.wrap(db), { maxInFlight: 4, maxBatch: 2 });
+    transport.faults.holdConfirms = true;
+    db.hold = true;
+    let confirmed = 0;
+    let most = 0;
+    const sends = Array.from({ length: 20 }, (_, i) => core.send(body(`m${i}`)));
+    for (let round = 0; round < 200; round++) {
+      await tick();
+      most = Math.max(most, transport.published.length - confirmed);
+      if (db.waiting > 0) {
+        // Once, the confirms of what is on the wire arrive while the next commit is being written.
+        if (confirmed === 0 && transport.published.length > 0) {
+          confirmed = transport.published.length;
+          transport.releaseConfirms();
+        }
+        db.release();
+      }
+    }
+    db.hold = false;
+    db.release();
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    await Promise.all(sends);
+    expect(most).toBeLessThanOrEqual(4);
+    expect(bodies(broker)).toHaveLength(20);
+    await core.close();
+  });
+});
+
+describe('the confirm-stall check (issue 15, also)', () => {
+  it('replaces a connection that never confirms messages recovered from the outbox', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const first = new LossyTransport(broker, 'orders', 'p');
+    const a = await open(first, await memoryStore(disk), { closeTimeoutMs: 0 });
+    first.losing = true;
+    const lost = a.send(body('m1'));
+    while (first.lost < 1) await tick();
+    await a.close();
+    await expect(lost).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    // The next life's first connection swallows the re-send too.
+    const second = new LossyTransport(broker, 'orders', 'p');
+    second.losing = true;
+    const connects = second.connect.bind(second);
+    second.connect = (handlers) => {
+      if (second.connects === 1) second.losing = false;
+      return connects(handlers);
+    };
+    const b = await open(second, await memoryStore(disk), { confirmTimeoutMs: 20 });
+    for (let i = 0; i < 200 && bodies(broker).length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(second.connects).toBeGreaterThanOrEqual(2);
+    expect(bodies(broker)).toEqual(['m1']);
+    await b.close();
+  });
+});
