@@ -56,12 +56,17 @@ function decodeFrame(frame: Buffer, publisherId: number): Decoded[] {
     const properties: Record<string, string | number> = {};
     for (let p = 0; p < pairs; p++) {
       const key = str();
+      // A key repeated on the wire would let a header shadow another (an identity stamp, say).
+      expect(Object.hasOwn(properties, key), `key ${JSON.stringify(key)} twice`).toBe(false);
+      let value: string | number;
       if (frame[o] === 0x71) {
-        properties[key] = frame.readInt32BE(o + 1);
+        value = frame.readInt32BE(o + 1);
         o += 5;
       } else {
-        properties[key] = str();
+        value = str();
       }
+      // Not `properties[key] = value`: a `__proto__` key would set the prototype (or be dropped).
+      Object.defineProperty(properties, key, { value, enumerable: true, writable: true, configurable: true });
     }
     expect(o).toBe(mapEnd);
     expect([frame[o], frame[o + 1], frame[o + 2]]).toEqual([0x00, 0x53, 0x75]);
@@ -101,7 +106,11 @@ const idArb = fc.oneof(
 );
 const headersArb: fc.Arbitrary<Headers | undefined> = fc.option(
   fc.dictionary(
-    fc.string({ minLength: 1, maxLength: 300 }).filter((k) => !k.startsWith('x-dedup-')),
+    fc.oneof(
+      fc.string({ minLength: 1, maxLength: 300 }).filter((k) => !k.startsWith('x-dedup-')),
+      // Names that plain-object decoders get wrong, every run rather than by chance.
+      fc.constantFrom('__proto__', 'constructor', 'toString', 'hasOwnProperty'),
+    ),
     fc.oneof(fc.string({ minLength: 1, maxLength: 300 }), fc.integer({ min: 1, max: 0x7fff_ffff })),
     { maxKeys: 4 },
   ),
