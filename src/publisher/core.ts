@@ -2,6 +2,7 @@ import { DedupError } from '../errors.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
 import { assertProducerName } from '../identity/producer-name.js';
 import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
+import { measureUtf8 } from '../identity/utf8.js';
 import type { Headers, IdMode, KeyEntry, KeyRecord, ProducerMeta } from '../store/codec.js';
 import { DedupStore, type ProducerState } from '../store/store.js';
 import { KeyIndex } from './key-index.js';
@@ -1203,30 +1204,13 @@ export const MAX_KEY_BYTES = 512;
 export function assertKey(key: unknown): asserts key is string {
   if (typeof key !== 'string') throw new TypeError(`options.key must be a string, got ${typeof key}`);
   if (key.length === 0) throw new RangeError('options.key must not be empty');
-  let bytes = 0;
-  let lone = false;
-  for (let i = 0; i < key.length; i++) {
-    const c = key.charCodeAt(i);
-    if (c < 0x80) bytes += 1;
-    else if (c < 0x800) bytes += 2;
-    else if (c < 0xd800 || c > 0xdfff) bytes += 3;
-    else {
-      const next = key.charCodeAt(i + 1); // NaN past the end
-      if (c <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
-        bytes += 4;
-        i++;
-      } else {
-        bytes += 3; // as U+FFFD
-        lone = true;
-      }
-    }
-  }
+  const { bytes, loneSurrogate } = measureUtf8(key);
   if (bytes > MAX_KEY_BYTES) {
     throw new RangeError(`options.key is ${bytes} UTF-8 bytes; at most ${MAX_KEY_BYTES}`);
   }
   // LevelDB stores keys as UTF-8, where every lone surrogate becomes U+FFFD: two distinct keys
   // would collide, and the second would be dropped as a duplicate.
-  if (lone) throw new RangeError('options.key must not contain a lone UTF-16 surrogate');
+  if (loneSurrogate) throw new RangeError('options.key must not contain a lone UTF-16 surrogate');
 }
 
 /**
