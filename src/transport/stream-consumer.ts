@@ -1,8 +1,9 @@
 import type { EventEmitter } from 'node:events';
-import { connect, Offset, type Client, type ClientParams } from 'rabbitmq-stream-js-client';
+import { Offset, type Client, type ClientParams } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { silentLogger, type Logger } from '../telemetry/logger.js';
 import { VerifyingConsumer } from '../consumer/facade.js';
+import { connectStreamClient } from './stream-probe.js';
 import {
   VerifyingConsumerCore,
   type IncomingMessage,
@@ -38,6 +39,8 @@ export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions
   readonly startFrom?: 'first' | 'next';
   /** Reconnect backoff, in ms. @defaultValue `{ initialDelayMs: 100, maxDelayMs: 5000 }` */
   readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
+  /** How long one connection attempt may take, in ms. @defaultValue 10000 */
+  readonly connectTimeoutMs?: number;
 }
 
 /**
@@ -120,34 +123,24 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     this.#heldCredit = undefined;
     // A cluster: each attempt after the first goes through the next node, in case the last one is down.
     if (this.#attempts++ > 0) this.#params = this.#endpoints.next();
-    let client: Client;
-    try {
-      client = await withTimeout(
-        connect({
-          ...this.#params,
-          listeners: {
-            connection_closed: () => {
-              if (generation === this.#generation) this.#lost();
-            },
-            // A leader change or a deleted stream: subscribe again, through whichever node answers.
-            metadata_update: (update) => {
-              const info = (update as unknown as { response?: { metadataInfo?: { stream?: string } } })
-                .response;
-              if (generation === this.#generation && info?.metadataInfo?.stream === this.#options.stream)
-                this.#lost();
-            },
+    const client = await connectStreamClient(
+      {
+        ...this.#params,
+        listeners: {
+          connection_closed: () => {
+            if (generation === this.#generation) this.#lost();
           },
-        }),
-        10_000,
-        'connecting',
-      );
-    } catch (err) {
-      throw new DedupError(
-        'DEDUP_BROKER_UNREACHABLE',
-        `cannot connect to RabbitMQ's stream port at ${this.#params.hostname}:${this.#params.port}: ${errorText(err)}`,
-        { cause: err },
-      );
-    }
+          // A leader change or a deleted stream: subscribe again, through whichever node answers.
+          metadata_update: (update) => {
+            const info = (update as unknown as { response?: { metadataInfo?: { stream?: string } } })
+              .response;
+            if (generation === this.#generation && info?.metadataInfo?.stream === this.#options.stream)
+              this.#lost();
+          },
+        },
+      },
+      this.#options.connectTimeoutMs ?? 10_000,
+    );
     this.#client = client;
     const resume = this.core.resumeOffset;
     const offset =
@@ -347,10 +340,17 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   /** @internal Unsubscribes first, lets what was delivered finish, then commits. */
   protected override async shutdown(closeCore: () => Promise<void>): Promise<void> {
     this.#nextGeneration(); // only the message being processed finishes
+    await this.#closeClient();
+    await this.#queue.catch(() => undefined);
+    // The queue may have held a reconnect whose connect was under way: it has finished now, with
+    // a new client subscribed. Taken only before the wait, that connection would stay open.
+    await this.#closeClient();
+    await closeCore();
+  }
+
+  async #closeClient(): Promise<void> {
     const client = this.#client;
     this.#client = undefined;
     if (client !== undefined) await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
-    await this.#queue.catch(() => undefined);
-    await closeCore();
   }
 }
