@@ -18,6 +18,8 @@ export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions {
   readonly startFrom?: 'first' | 'next';
   /** Reconnect backoff, in ms. @defaultValue `{ initialDelayMs: 100, maxDelayMs: 5000 }` */
   readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
+  /** How long one connection attempt may take, in ms. @defaultValue 10000 */
+  readonly connectTimeoutMs?: number;
 }
 
 /**
@@ -79,7 +81,7 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
 
   async #subscribe(): Promise<void> {
     const generation = ++this.#generation;
-    const model = await connectAmqp(this.#options.url, 10_000, () => {
+    const model = await connectAmqp(this.#options.url, this.#options.connectTimeoutMs ?? 10_000, () => {
       if (generation === this.#generation) this.#lost();
     });
     this.#model = model;

@@ -6,7 +6,7 @@
  */
 import { once } from 'node:events';
 import { Socket } from 'node:net';
-import { connect, Offset, type Client, type ClientParams, type Publisher } from 'rabbitmq-stream-js-client';
+import { Offset, type Client, type ClientParams, type Publisher } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { DedupPublisherCore } from '../publisher/core.js';
 import { DedupPublisher } from '../publisher/facade.js';
@@ -26,6 +26,7 @@ import {
   type StreamConnectionOptions,
 } from './util.js';
 import { PublishFrameEncoder } from './stream-frames.js';
+import { connectStreamClient } from './stream-probe.js';
 
 export type { StreamConnectionOptions } from './util.js';
 
@@ -205,20 +206,8 @@ export class StreamTransport implements PublishTransport {
   }
 
   /** A client of our own, to the current endpoint. */
-  async #connectClient(listeners: ClientParams['listeners']): Promise<Client> {
-    try {
-      return await withTimeout(
-        connect({ ...this.#params, listeners }),
-        this.#connectTimeoutMs,
-        `connecting to ${this.#address()}`,
-      );
-    } catch (err) {
-      throw new DedupError(
-        'DEDUP_BROKER_UNREACHABLE',
-        `cannot connect to RabbitMQ's stream port at ${this.#address()}: ${errorText(err)}`,
-        { cause: err },
-      );
-    }
+  #connectClient(listeners: ClientParams['listeners']): Promise<Client> {
+    return connectStreamClient({ ...this.#params, listeners }, this.#connectTimeoutMs);
   }
 
   async publish(messages: readonly OutgoingMessage[]): Promise<void> {
@@ -387,16 +376,7 @@ export async function readStreamToEnd(
   options: { readonly timeoutMs?: number } = {},
 ): Promise<StreamRecord[]> {
   const params: ClientParams = new EndpointRotation(connection).next();
-  let client: Client;
-  try {
-    client = await withTimeout(connect(params), 10_000, 'connecting');
-  } catch (err) {
-    throw new DedupError(
-      'DEDUP_BROKER_UNREACHABLE',
-      `cannot connect to RabbitMQ's stream port at ${params.hostname}:${params.port}: ${errorText(err)}`,
-      { cause: err },
-    );
-  }
+  const client = await connectStreamClient(params, 10_000);
   try {
     let last: bigint;
     try {

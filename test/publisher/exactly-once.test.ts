@@ -52,7 +52,10 @@ class ControlledDb implements KeyValueDb {
   crashAfter = Number.POSITIVE_INFINITY;
   batches = 0;
   readonly #held: Array<() => void> = [];
-  constructor(readonly disk: Disk) {}
+  readonly disk: KeyValueDb;
+  constructor(disk: Disk) {
+    this.disk = disk as unknown as KeyValueDb;
+  }
   get status(): string {
     return this.disk.status;
   }
