@@ -19,9 +19,14 @@ export interface CrashScenarioOptions {
   readonly kills: number;
   /** Messages each run tries to send. */
   readonly perRun: number;
-  /** Kill after a random delay in [minKillMs, maxKillMs) once the producer is open. */
-  readonly minKillMs?: number;
-  readonly maxKillMs?: number;
+  /**
+   * When to kill a run: `{ afterMs: [min, max] }`, a random delay once the producer is open (kills
+   * may land anywhere, or not at all when the run finishes first); or `{ afterAcked: [min, max] }`,
+   * a random fraction of `perRun` acknowledged (a kill that always lands mid-way).
+   * @defaultValue `{ afterMs: [50, 600] }`
+   */
+  readonly kill?:
+    { readonly afterMs: readonly [number, number] } | { readonly afterAcked: readonly [number, number] };
   readonly durability?: Durability;
   /** The producer's transport. @defaultValue 'stream' */
   readonly transport?: 'stream' | 'amqp';
@@ -56,8 +61,8 @@ export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashSc
   const dir = await mkdtemp(join(tmpdir(), 'stream-dedup-crash-'));
   const log = join(dir, 'history.log');
   const store = join(dir, 'store');
-  const minKill = o.minKillMs ?? 50;
-  const maxKill = o.maxKillMs ?? 600;
+  const kill = o.kill ?? { afterMs: [50, 600] as const };
+  const between = ([min, max]: readonly [number, number]): number => min + Math.random() * (max - min);
   let resent = 0;
   let kills = 0;
   let runs = 0;
@@ -80,14 +85,17 @@ export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashSc
         run,
         store,
         log,
-        killAfterMs: minKill + Math.random() * (maxKill - minKill),
+        kill:
+          'afterMs' in kill
+            ? { afterMs: between(kill.afterMs) }
+            : { afterAcked: Math.max(1, Math.floor(between(kill.afterAcked) * o.perRun)) },
       });
       resent += outcome.resent;
       if (outcome.killed) kills++;
       progress(run, outcome);
     }
     run++;
-    const last = await runOnce(o, { run, store, log, killAfterMs: undefined });
+    const last = await runOnce(o, { run, store, log, kill: undefined });
     resent += last.resent;
     progress(run, last);
     await o.beforeRead?.();
@@ -125,7 +133,12 @@ export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashSc
 
 async function runOnce(
   o: CrashScenarioOptions,
-  r: { run: number; store: string; log: string; killAfterMs: number | undefined },
+  r: {
+    run: number;
+    store: string;
+    log: string;
+    kill: { afterMs: number } | { afterAcked: number } | undefined;
+  },
 ): Promise<{ killed: boolean; resent: number }> {
   const [cmd, ...args] = o.cli;
   const child = spawn(
@@ -156,15 +169,22 @@ async function runOnce(
   let resent = 0;
   let killed = false;
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const killNow = (): void => {
+    if (!killed) killed = child.kill('SIGKILL');
+  };
   for await (const line of createInterface({ input: child.stdout })) {
-    const msg = JSON.parse(line) as { ready?: boolean; resent?: number };
+    const msg = JSON.parse(line) as { ready?: boolean; resent?: number; acked?: number };
     if (msg.ready === true) {
       resent = msg.resent ?? 0;
-      if (r.killAfterMs !== undefined) {
-        setTimeout(() => {
-          killed = child.kill('SIGKILL');
-        }, r.killAfterMs);
-      }
+      if (r.kill !== undefined && 'afterMs' in r.kill) setTimeout(killNow, r.kill.afterMs);
+    }
+    if (
+      msg.acked !== undefined &&
+      r.kill !== undefined &&
+      'afterAcked' in r.kill &&
+      msg.acked >= r.kill.afterAcked
+    ) {
+      killNow();
     }
   }
   const code = await exited;

@@ -4,15 +4,15 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { DedupError } from '../errors.js';
-import { formatReport } from '../history/checker.js';
 import { DedupStore } from '../store/store.js';
 import { readStreamToEnd } from '../transport/stream.js';
 import { auditExitCode, auditRecords, formatAuditJson, formatAuditReport } from './audit.js';
-import { runCrashScenario } from './crash.js';
+import { demo } from './demo.js';
 import { connectionFromEnv } from './env.js';
 import { formatInspection, formatInspectionJson, inspectStore } from './inspect.js';
 import { plural, progressReporter } from './output.js';
 import { produce } from './produce.js';
+import { packageVersion } from './version.js';
 
 const USAGE = `stream-dedup — producer-side deduplication for RabbitMQ Streams
 
@@ -25,13 +25,23 @@ Usage:
                                                 consumers (committed offsets) and verifier scopes; needs
                                                 the store's lock, so stop the processes using it first
   stream-dedup demo [--kills N] [--per-run N]   publish, get SIGKILLed mid-way, restart, recover,
-                                                then audit the stream: 0 lost, 0 duplicated
-  stream-dedup help
+                                                then audit the stream: 0 lost, 0 duplicated; the
+                                                stream is deleted at the end unless --keep
+  stream-dedup help | --help                    this text
+  stream-dedup --version                        the version of stream-dedup
 
 --json prints one JSON object on stdout (64-bit integers as decimal strings). Progress lines go to
 stderr, and only when it is a terminal.
-The broker: RABBITMQ_HOST (127.0.0.1), RABBITMQ_STREAM_PORT (5552), RABBITMQ_USER / RABBITMQ_PASSWORD (guest),
-RABBITMQ_VHOST (/).
+Environment (defaults in parentheses):
+  RABBITMQ_HOST (127.0.0.1)        the broker's host
+  RABBITMQ_STREAM_PORT (5552)      its stream protocol port
+  RABBITMQ_STREAM_ENDPOINTS        a cluster's stream endpoints, host:port,host:port, used instead of
+                                   RABBITMQ_HOST and RABBITMQ_STREAM_PORT (each reconnect takes the next)
+  RABBITMQ_AMQP_PORT (5672)        its AMQP 0-9-1 port (producers using the AMQP transport)
+  RABBITMQ_USER (guest)            the user name
+  RABBITMQ_PASSWORD (guest)        the password
+  RABBITMQ_VHOST (/)               the virtual host
+  STREAM_DEDUP_DEBUG               1: print the stack of an error, not only its one-line message
 Exit codes: 0 ok; 1 the audit found a problem: duplicates, gaps or ids out of order (each alone is
 enough; messages without identity are reported but do not fail it); 2 usage; 3 broker unreachable
 or refused (for example the stream does not exist); 4 store locked, corrupt or missing.`;
@@ -49,47 +59,8 @@ async function main(argv: string[]): Promise<number> {
       return audit(rest);
     case 'inspect':
       return inspect(rest);
-    case 'demo': {
-      const { values } = parseArgs({
-        args: rest,
-        options: { kills: { type: 'string', default: '3' }, 'per-run': { type: 'string', default: '20000' } },
-      });
-      const kills = Number(values.kills);
-      const perRun = Number(values['per-run']);
-      if (!Number.isInteger(kills) || kills < 0 || !Number.isInteger(perRun) || perRun < 1) {
-        console.error('demo: --kills must be an integer ≥ 0 and --per-run an integer ≥ 1');
-        return 2;
-      }
-      const stream = `stream-dedup-demo-${Date.now().toString(36)}`;
-      console.log(
-        `demo: producer "demo-producer" publishes ${perRun} messages per run into stream "${stream}";`,
-      );
-      console.log(`demo: it is SIGKILLed ${kills} times mid-way and restarted on the same LevelDB store.`);
-      const started = performance.now();
-      const result = await runCrashScenario({
-        cli: selfCommand(),
-        stream,
-        producerName: 'demo-producer',
-        kills,
-        perRun,
-        minKillMs: 50,
-        maxKillMs: 500,
-        onProgress: (line) => console.log(`demo: ${line}`),
-      });
-      const seconds = ((performance.now() - started) / 1000).toFixed(1);
-      console.log(
-        `demo: ${result.runs} runs, ${result.kills} kills, ${result.attempted} sends attempted, ` +
-          `${result.acknowledged} acknowledged, ${result.resent} re-sent from the outbox, ` +
-          `${result.streamMessages} messages in the stream (${seconds} s)`,
-      );
-      console.log(`audit: ${formatReport(result.report)}`);
-      console.log(
-        result.report.ok
-          ? `audit: OK — ${result.report.lost.length} lost, ${result.report.duplicated.length} duplicated: every acknowledged message is in the stream exactly once`
-          : 'audit: FAILED',
-      );
-      return result.report.ok ? 0 : 1;
-    }
+    case 'demo':
+      return demo(rest, selfCommand());
     case '_produce': {
       const { values } = parseArgs({
         args: rest,
@@ -123,8 +94,14 @@ async function main(argv: string[]): Promise<number> {
     case undefined:
     case 'help':
     case '--help':
+    case '-h':
       console.log(USAGE);
       return command === undefined ? 2 : 0;
+    case '--version':
+    case '-v':
+    case 'version':
+      console.log(packageVersion());
+      return 0;
     default:
       console.error(`unknown command ${command}\n\n${USAGE}`);
       return 2;
@@ -260,8 +237,12 @@ main(process.argv.slice(2)).then(
     process.exitCode = code;
   },
   (err: unknown) => {
-    // A clear line, not a stack trace, for the errors users meet (broker down, store locked).
-    console.error(err instanceof DedupError ? `error: ${err.code}: ${err.message}` : err);
+    // One clear line, not a stack trace, for any failure (STREAM_DEDUP_DEBUG=1 prints the stack).
+    if (process.env.STREAM_DEDUP_DEBUG === '1') console.error(err);
+    const message = err instanceof Error ? err.message : String(err);
+    console.error(
+      `error: ${err instanceof DedupError ? `${err.code}: ` : ''}${message.replace(/\s*\n\s*/g, ' ')}`,
+    );
     process.exitCode = exitCodeOf(err);
   },
 );

@@ -29,7 +29,8 @@ export interface ProduceOptions {
 /**
  * Publishes `count` uniquely labelled messages, logging each attempt before the send and each
  * acknowledgement after it (synchronous appends: they survive a SIGKILL). Prints one JSON line
- * `{"ready":…}` on stdout once open, so a parent knows when killing it is interesting.
+ * `{"ready":…}` on stdout once open, so a parent knows when killing it is interesting, then
+ * `{"acked":n}` every hundredth of `count`.
  */
 export async function produce(o: ProduceOptions): Promise<void> {
   const fd = openSync(o.log, 'a');
@@ -65,12 +66,16 @@ export async function produce(o: ProduceOptions): Promise<void> {
   }
   process.stdout.write(`${JSON.stringify({ ready: true, ...jsonable(pub.openReport) })}\n`);
   let next = 1;
+  let acked = 0;
+  // About a hundred progress lines per run: a parent can kill on observed progress, not on a timer.
+  const every = Math.max(1, Math.floor(o.count / 100));
   const worker = async (): Promise<void> => {
     while (next <= o.count) {
       const label = o.keyed ? `k-${next++}` : `${o.run}-${next++}`;
       writeSync(fd, `a ${label}\n`);
       await pub.send(Buffer.from(label), o.keyed ? { key: label } : {});
       writeSync(fd, `k ${label}\n`);
+      if (++acked % every === 0) process.stdout.write(`${JSON.stringify({ acked })}\n`);
     }
   };
   await Promise.all(Array.from({ length: o.concurrency }, worker));

@@ -365,6 +365,25 @@ export interface StreamRecord {
 }
 
 /**
+ * Deletes a stream, if it exists (the CLI's demo removes its own stream at the end).
+ *
+ * @internal
+ * @throws DedupError `DEDUP_BROKER_UNREACHABLE` or `DEDUP_BROKER_REFUSED`.
+ */
+export async function deleteStream(connection: StreamConnectionOptions, stream: string): Promise<void> {
+  const client = await connectStreamClient(new EndpointRotation(connection).next(), 10_000);
+  try {
+    await withTimeout(client.deleteStream({ stream }), 10_000, `deleting stream "${stream}"`);
+  } catch (err) {
+    throw new DedupError('DEDUP_BROKER_REFUSED', `cannot delete stream "${stream}": ${errorText(err)}`, {
+      cause: err,
+    });
+  } finally {
+    await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+  }
+}
+
+/**
  * Reads a stream from its first message to its last committed chunk, for audits and demos.
  * Messages published after the call starts may or may not be included.
  *

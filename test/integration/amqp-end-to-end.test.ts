@@ -25,8 +25,7 @@ describe('amqp 0-9-1 publisher + verifying consumer', () => {
       transport: 'amqp',
       kills: 10,
       perRun: 20_000,
-      minKillMs: 20,
-      maxKillMs: 300,
+      kill: { afterMs: [20, 300] },
     });
     // The producer really went through AMQP 0-9-1: its x- headers arrive as message annotations.
     const client = await connectClient();

@@ -203,6 +203,22 @@ describe('cli - audit', () => {
   });
 });
 
+describe('cli - demo', () => {
+  it('kills on observed progress: every kill lands, the audit is OK, and the demo deletes its stream', async () => {
+    const run = await cli(['demo', '--kills', '4', '--per-run', '3000']);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    // Every run but the last was killed mid-way: four kills in five runs, none finished early.
+    expect(run.stdout.match(/killed \(SIGKILL\)/g)).toHaveLength(4);
+    expect(run.stdout).toMatch(/demo: 5 runs, 4 kills/);
+    expect(run.stdout).toMatch(/audit: OK — 0 lost, 0 duplicated/);
+    const stream = /deleted stream "([^"]+)"/.exec(run.stdout)?.[1];
+    expect(stream).toBeDefined();
+    const [info] = await client().queryMetadata({ streams: [stream!] });
+    expect(info?.responseCode).toBe(2); // the stream does not exist
+  });
+});
+
 describe('cli - usage', () => {
   it('usage errors are exit code 2; help is exit code 0 and names both commands', async () => {
     const usageErrors = [['audit'], ['audit', 's', '--bogus'], ['inspect', 'a', 'b'], ['nonsense'], []];

@@ -194,8 +194,7 @@ describe('cluster - a 3-replica stream under faults', () => {
           producerName: 'cluster-producer',
           kills: PRODUCER_KILLS,
           perRun: 40_000,
-          minKillMs: 300,
-          maxKillMs: 2_000,
+          kill: { afterMs: [300, 2_000] },
           // The stream is read back once every node is up again.
           beforeRead: () => faulting,
         }),

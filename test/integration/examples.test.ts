@@ -1,8 +1,13 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { BROKER } from '../support/broker.js';
+import { readAll, useClient } from '../support/stream.js';
+
+const client = useClient();
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -54,5 +59,33 @@ describe('examples run against the real broker', () => {
     const out = await example('out-of-order');
     expect(out).toContain('highest applied [1, 2, 4, 5, 9]');
     expect(out).toContain('window  applied [1, 2, 4, 3, 5, 9, 6]; 3: duplicate');
+  });
+
+  it('graceful-shutdown: SIGTERM mid-run closes publisher and consumer, no send rejected, each confirmed send in the stream once', async () => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/graceful-shutdown.ts'], {
+      cwd: root,
+      env: { ...process.env, RABBITMQ_STREAM_PORT: String(BROKER.streamPort) },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const exited = once(child, 'exit') as Promise<[number | null]>;
+    let stream = '';
+    let last: { stopped?: string; closeMs?: number; confirmed?: number; rejected?: number; failed?: number } =
+      {};
+    for await (const line of createInterface({ input: child.stdout })) {
+      const msg = JSON.parse(line) as typeof last & { ready?: boolean; stream?: string; sent?: number };
+      if (msg.ready === true) stream = msg.stream!;
+      // Stop once it is busy: 10 000 sent.
+      if (msg.sent === 10_000) child.kill('SIGTERM');
+      last = msg;
+    }
+    const [code] = await exited;
+    expect(last).toMatchObject({ stopped: 'SIGTERM', rejected: 0, failed: 0 });
+    expect(code).toBe(0);
+    console.log(
+      `graceful-shutdown: close took ${last.closeMs} ms, ${last.confirmed} confirmed, ${last.rejected} rejected`,
+    );
+    const bodies = (await readAll(client(), stream)).map((m) => m.content.toString());
+    expect(new Set(bodies).size).toBe(bodies.length);
+    expect(bodies.length).toBe(last.confirmed);
   });
 });

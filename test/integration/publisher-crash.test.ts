@@ -15,8 +15,7 @@ describe('publisher - crash and restart', () => {
         producerName: `crash-${durability}`,
         kills: 20,
         perRun: 20_000,
-        minKillMs: 20,
-        maxKillMs: 400,
+        kill: { afterMs: [20, 400] },
         durability,
       });
       console.log(
@@ -46,8 +45,7 @@ describe('publisher - crash and restart', () => {
       keyed: true,
       kills: 10,
       perRun: 20_000,
-      minKillMs: 20,
-      maxKillMs: 300,
+      kill: { afterMs: [20, 300] },
     });
     console.log(
       `[crash keyed] runs=${result.runs} kills=${result.kills} acknowledged=${result.acknowledged} ` +
