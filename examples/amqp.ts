@@ -6,7 +6,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AmqpDedupPublisher, AmqpVerifyingConsumer } from 'stream-dedup/amqp';
 
-const url = `amqp://guest:guest@${process.env.RABBITMQ_HOST ?? '127.0.0.1'}:${process.env.RABBITMQ_AMQP_PORT ?? 5672}`;
+// Credentials from the environment (the test broker's defaults otherwise), never in code.
+const user = encodeURIComponent(process.env.RABBITMQ_USER ?? 'guest');
+const password = encodeURIComponent(process.env.RABBITMQ_PASSWORD ?? 'guest');
+const url = `amqp://${user}:${password}@${process.env.RABBITMQ_HOST ?? '127.0.0.1'}:${process.env.RABBITMQ_AMQP_PORT ?? 5672}`;
 const queue = `example-amqp-${Date.now()}`;
 const dir = await mkdtemp(join(tmpdir(), 'example-'));
 

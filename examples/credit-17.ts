@@ -17,7 +17,12 @@ const stream = `example-credit-${Date.now()}`;
 
 // Write credit-16, credit-17, credit-17 again (a retried publish the broker did not deduplicate:
 // an unnamed publisher, as AMQP 0-9-1 publishers are), and credit-18.
-const client = await connect({ ...connection, username: 'guest', password: 'guest', vhost: '/' });
+const client = await connect({
+  ...connection,
+  username: process.env.RABBITMQ_USER ?? 'guest',
+  password: process.env.RABBITMQ_PASSWORD ?? 'guest',
+  vhost: '/',
+});
 await client.createStream({ stream, arguments: {} });
 const publisher = await client.declarePublisher({ stream });
 for (const [n, amount] of [

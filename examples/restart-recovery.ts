@@ -10,6 +10,9 @@ import { StreamDedupPublisher, readStreamToEnd } from 'stream-dedup/stream';
 const connection = {
   hostname: process.env.RABBITMQ_HOST ?? '127.0.0.1',
   port: Number(process.env.RABBITMQ_STREAM_PORT ?? 5552),
+  // Credentials from the environment (the test broker's defaults otherwise), never in code.
+  username: process.env.RABBITMQ_USER ?? 'guest',
+  password: process.env.RABBITMQ_PASSWORD ?? 'guest',
 };
 const stream = `example-recovery-${Date.now()}`;
 const path = join(await mkdtemp(join(tmpdir(), 'example-')), 'store');

@@ -33,8 +33,8 @@ const count = BigInt(countText);
 const connection = {
   hostname: process.env.RABBITMQ_HOST ?? '127.0.0.1',
   port: Number(process.env.RABBITMQ_STREAM_PORT ?? 5552),
-  username: 'guest',
-  password: 'guest',
+  username: process.env.RABBITMQ_USER ?? 'guest',
+  password: process.env.RABBITMQ_PASSWORD ?? 'guest',
   vhost: '/',
 };
 

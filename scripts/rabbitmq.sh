@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Starts a real RabbitMQ 4.0 with the stream plugin for the tests, benchmarks and demo.
 #
-#   scripts/rabbitmq.sh up        one node: AMQP 127.0.0.1:5672, stream 127.0.0.1:5552
+#   scripts/rabbitmq.sh up        one node: AMQP 127.0.0.1:5672, stream 127.0.0.1:5552, and over TLS
+#                                 AMQP 5671, stream 5551 (certificates: `tls-dir` below)
 #   scripts/rabbitmq.sh down      stop what `up` or `cluster` started, unmount the chroot
 #   scripts/rabbitmq.sh status    what is running, and where
 #   scripts/rabbitmq.sh cluster   three joined nodes on their own ports (see CLUSTER_* below)
 #   scripts/rabbitmq.sh node-kill N | node-start N | node-stop N    one cluster node (1..3)
 #   scripts/rabbitmq.sh reset     `down`, then delete the brokers' data (keeps the chroot)
+#   scripts/rabbitmq.sh tls-dir   print the folder of the test CA and certificates (ca.pem,
+#                                 server.pem, client.pem, client-key.pem: its passphrase is in
+#                                 client-key.passphrase), made with openssl in the chroot
 #
 # If a broker already answers on the configured ports it is used as it is. Otherwise, as root on
 # Debian, a Debian trixie root is made once with debootstrap in $STREAM_DEDUP_CACHE (outside the
@@ -24,6 +28,10 @@ MIRROR=${STREAM_DEDUP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 HOST=127.0.0.1
 AMQP_PORT=${RABBITMQ_AMQP_PORT:-5672}
 STREAM_PORT=${RABBITMQ_STREAM_PORT:-5552}
+AMQP_TLS_PORT=${RABBITMQ_AMQP_TLS_PORT:-5671}
+STREAM_TLS_PORT=${RABBITMQ_STREAM_TLS_PORT:-5551}
+# The test CA and certificates, inside the chroot (the nodes read them there).
+TLS_IN_ROOT=/var/lib/stream-dedup-tls
 DIST_PORT=${RABBITMQ_DIST_PORT:-25672}
 # Cluster node i (1..3) listens on AMQP CLUSTER_AMQP_BASE+i, stream CLUSTER_STREAM_BASE+i,
 # distribution CLUSTER_DIST_BASE+i.
@@ -89,7 +97,7 @@ ensure_root() {
   log "installing Debian's rabbitmq-server in the chroot (about 10 s)"
   mount_root "$tmp"
   if ! chroot "$tmp" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-    sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends rabbitmq-server' \
+    sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends rabbitmq-server openssl' \
     >"$CACHE/apt.log" 2>&1; then
     umount_root "$tmp"
     die "installing rabbitmq-server failed (no network to the package mirror?); see $CACHE/apt.log"
@@ -120,9 +128,44 @@ umount_root() {
 }
 
 # --- nodes -----------------------------------------------------------------------------------
-# write_node NAME AMQP STREAM: config, data and log folders for one node.
+# make_tls: a CA, a server certificate for localhost and 127.0.0.1, and a client certificate whose
+# key has a passphrase, made once with openssl inside the chroot.
+make_tls() {
+  local dir="$ROOT$TLS_IN_ROOT"
+  if [ -f "$dir/.ready" ]; then return; fi
+  if [ ! -x "$ROOT/usr/bin/openssl" ]; then
+    log "installing openssl in the chroot"
+    in_root sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl' >"$CACHE/apt-openssl.log" 2>&1 ||
+      die "installing openssl in the chroot failed; see $CACHE/apt-openssl.log"
+  fi
+  log "making a test CA and certificates in $dir (openssl)"
+  rm -rf "$dir" && mkdir -p "$dir"
+  local t=$TLS_IN_ROOT
+  in_root sh -ec "
+    cd $t
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj '/CN=stream-dedup test CA' \
+      -keyout ca-key.pem -out ca.pem 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj '/CN=localhost' -keyout server-key.pem -out server.csr 2>/dev/null
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+      -extfile server.ext -out server.pem 2>/dev/null
+    openssl rand -hex 16 >client-key.passphrase
+    openssl req -newkey rsa:2048 -subj '/CN=stream-dedup-client' -passout file:client-key.passphrase \
+      -keyout client-key.pem -out client.csr 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\n' >client.ext
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+      -extfile client.ext -out client.pem 2>/dev/null
+    rm -f server.csr client.csr server.ext client.ext ca.srl
+  "
+  in_root chown -R rabbitmq:rabbitmq "$t"
+  chmod 0755 "$dir"
+  chmod 0644 "$dir"/*.pem "$dir/client-key.passphrase"
+  touch "$dir/.ready"
+}
+
+# write_node NAME AMQP STREAM [AMQP_TLS STREAM_TLS]: config, data and log folders for one node.
 write_node() {
-  local name=$1 amqp=$2 stream=$3
+  local name=$1 amqp=$2 stream=$3 amqp_tls=${4:-} stream_tls=${5:-}
   local dir="$ROOT/var/lib/stream-dedup/$name"
   mkdir -p "$dir/mnesia" "$dir/log"
   cat >"$dir/rabbitmq.conf" <<EOF
@@ -135,26 +178,39 @@ management.tcp.ip = 127.0.0.1
 log.file.level = warning
 log.console = false
 EOF
+  if [ -n "$amqp_tls" ]; then
+    cat >>"$dir/rabbitmq.conf" <<EOF
+listeners.ssl.1 = 127.0.0.1:$amqp_tls
+stream.listeners.ssl.1 = 127.0.0.1:$stream_tls
+stream.advertised_tls_port = $stream_tls
+ssl_options.cacertfile = $TLS_IN_ROOT/ca.pem
+ssl_options.certfile = $TLS_IN_ROOT/server.pem
+ssl_options.keyfile = $TLS_IN_ROOT/server-key.pem
+# A client certificate is checked when one is presented; logins stay user and password.
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = false
+EOF
+  fi
   echo '[rabbitmq_stream].' >"$dir/enabled_plugins"
   in_root chown -R rabbitmq:rabbitmq "/var/lib/stream-dedup"
 }
 
 node_running() { as_rabbit rabbitmqctl -q -n "$1@localhost" status >/dev/null 2>&1; }
 
-# start_node NAME AMQP STREAM DIST
+# start_node NAME AMQP STREAM DIST [AMQP_TLS STREAM_TLS]
 start_node() {
-  local name=$1 amqp=$2 stream=$3 dist=$4
+  local name=$1 amqp=$2 stream=$3 dist=$4 amqp_tls=${5:-} stream_tls=${6:-}
   if node_running "$name"; then
     log "node $name@localhost already running"
     return
   fi
-  for p in "$amqp" "$stream" "$dist"; do
+  for p in "$amqp" "$stream" "$dist" $amqp_tls $stream_tls; do
     if port_open "$p"; then
       die "port 127.0.0.1:$p is taken by another process; free it or choose other ports (RABBITMQ_AMQP_PORT, RABBITMQ_STREAM_PORT, RABBITMQ_DIST_PORT, CLUSTER_*_BASE)"
     fi
   done
-  write_node "$name" "$amqp" "$stream"
-  log "starting node $name@localhost (AMQP $amqp, stream $stream)"
+  write_node "$name" "$amqp" "$stream" "$amqp_tls" "$stream_tls"
+  log "starting node $name@localhost (AMQP $amqp, stream $stream${amqp_tls:+, TLS: AMQP $amqp_tls, stream $stream_tls})"
   local dir="/var/lib/stream-dedup/$name"
   setsid chroot --userspec=rabbitmq:rabbitmq "$ROOT" /usr/bin/env -i \
     PATH=/usr/lib/rabbitmq/bin:/usr/sbin:/usr/bin:/bin HOME=/var/lib/rabbitmq LANG=C.UTF-8 \
@@ -207,15 +263,25 @@ with_lock() {
 cmd_up() {
   if port_open "$AMQP_PORT" && port_open "$STREAM_PORT"; then
     speaks_amqp "$AMQP_PORT" || die "127.0.0.1:$AMQP_PORT is taken by something that does not speak AMQP 0-9-1"
-    log "using the broker already listening on 127.0.0.1 (AMQP $AMQP_PORT, stream $STREAM_PORT)"
-    return
+    if [ "$(id -u)" = 0 ] && [ -d "$ROOT" ] && node_running rabbit && ! port_open "$STREAM_TLS_PORT"; then
+      # Our own node, started by an older version of this script: restart it with TLS listeners.
+      log "restarting node rabbit@localhost to add its TLS listeners"
+      stop_node rabbit
+    else
+      log "using the broker already listening on 127.0.0.1 (AMQP $AMQP_PORT, stream $STREAM_PORT)"
+      return
+    fi
   fi
   need_root
   with_lock
   ensure_root
   mount_root "$ROOT"
-  start_node rabbit "$AMQP_PORT" "$STREAM_PORT" "$DIST_PORT"
+  make_tls
+  start_node rabbit "$AMQP_PORT" "$STREAM_PORT" "$DIST_PORT" "$AMQP_TLS_PORT" "$STREAM_TLS_PORT"
   wait_node rabbit "$STREAM_PORT"
+  port_open "$STREAM_TLS_PORT" && port_open "$AMQP_TLS_PORT" ||
+    die "node rabbit@localhost runs but its TLS listeners ($AMQP_TLS_PORT, $STREAM_TLS_PORT) do not answer; see $ROOT/var/lib/stream-dedup/rabbit/log"
+  log "TLS: AMQP 127.0.0.1:$AMQP_TLS_PORT, stream 127.0.0.1:$STREAM_TLS_PORT; CA and client certificate in $ROOT$TLS_IN_ROOT"
 }
 
 cluster_ports() { # cluster_ports I -> "AMQP STREAM DIST"
@@ -317,10 +383,11 @@ case "${1:-}" in
     ;;
   reset)
     cmd_down
-    rm -rf "$ROOT/var/lib/stream-dedup"
+    rm -rf "$ROOT/var/lib/stream-dedup" "$ROOT$TLS_IN_ROOT"
     ;;
+  tls-dir) echo "$ROOT$TLS_IN_ROOT" ;;
   *)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -41,6 +41,11 @@ Environment (defaults in parentheses):
   RABBITMQ_USER (guest)            the user name
   RABBITMQ_PASSWORD (guest)        the password
   RABBITMQ_VHOST (/)               the virtual host
+  RABBITMQ_TLS                     1: connect with TLS (default ports then 5551 and 5671); set by any of:
+  RABBITMQ_TLS_CA_FILE             a PEM file of the CA(s) to verify the broker with (else the system's)
+  RABBITMQ_TLS_CERT_FILE           a PEM client certificate, and RABBITMQ_TLS_KEY_FILE its key
+  RABBITMQ_TLS_KEY_PASSPHRASE      the key's passphrase (never printed)
+  RABBITMQ_TLS_SERVERNAME          the name to verify in the broker's certificate (default: the host)
   STREAM_DEDUP_DEBUG               1: print the stack of an error, not only its one-line message
 Exit codes: 0 ok; 1 the audit found a problem: duplicates, gaps or ids out of order (each alone is
 enough; messages without identity are reported but do not fail it); 2 usage; 3 broker unreachable

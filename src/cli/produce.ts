@@ -3,7 +3,7 @@ import { DedupError } from '../errors.js';
 import { AmqpDedupPublisher } from '../transport/amqp.js';
 import { StreamDedupPublisher } from '../transport/stream.js';
 import type { Durability } from '../publisher/types.js';
-import { amqpUrlFromEnv, connectionFromEnv } from './env.js';
+import { amqpSocketOptionsFromEnv, amqpUrlFromEnv, connectionFromEnv } from './env.js';
 
 /** Options of the producer process that the demo and the crash tests kill and restart. */
 export interface ProduceOptions {
@@ -42,7 +42,13 @@ export async function produce(o: ProduceOptions): Promise<void> {
   };
   const open = (): Promise<AmqpDedupPublisher | StreamDedupPublisher> =>
     o.transport === 'amqp'
-      ? AmqpDedupPublisher.open({ ...common, url: amqpUrlFromEnv(), queue: o.stream, declareQueue: true })
+      ? AmqpDedupPublisher.open({
+          ...common,
+          url: amqpUrlFromEnv(),
+          socketOptions: amqpSocketOptionsFromEnv(),
+          queue: o.stream,
+          declareQueue: true,
+        })
       : StreamDedupPublisher.open({
           ...common,
           connection: connectionFromEnv(),

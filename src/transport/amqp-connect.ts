@@ -1,3 +1,4 @@
+import type { ConnectionOptions } from 'node:tls';
 import { connect, type ChannelModel, type Options } from 'amqplib';
 import { DedupError } from '../errors.js';
 import { errorText, withTimeout } from './util.js';
@@ -14,9 +15,10 @@ export async function connectAmqp(
   url: string | Options.Connect,
   timeoutMs: number,
   onClose: () => void,
+  socketOptions?: AmqpSocketOptions,
 ): Promise<ChannelModel> {
   let model: ChannelModel;
-  const attempt = connect(url);
+  const attempt = connect(url, socketOptions);
   try {
     model = await withTimeout(attempt, timeoutMs, 'connecting');
   } catch (err) {
@@ -32,6 +34,16 @@ export async function connectAmqp(
   model.on('close', onClose);
   return model;
 }
+
+/**
+ * Socket options for amqplib's connection: with an `amqps://` URL (or `protocol: 'amqps'`), the TLS
+ * options of Node's `tls.connect` — a custom CA, a client certificate and key (and the key's
+ * passphrase), the server name to verify.
+ */
+export type AmqpSocketOptions = Pick<
+  ConnectionOptions,
+  'ca' | 'cert' | 'key' | 'passphrase' | 'servername' | 'rejectUnauthorized' | 'pfx'
+> & { readonly timeout?: number };
 
 /** The host and port of a connection, for messages: never the credentials. */
 function where(url: string | Options.Connect): string {

@@ -1,10 +1,10 @@
 import type { Channel, ChannelModel, ConsumeMessage, Options } from 'amqplib';
-import { connectAmqp } from './amqp-connect.js';
+import { connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
 import { DedupError } from '../errors.js';
 import { VerifyingConsumer } from '../consumer/facade.js';
 import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../consumer/core.js';
 import { silentLogger, type Logger } from '../telemetry/logger.js';
-import { errorText, retryWithBackoff, withTimeout } from './util.js';
+import { assertTlsOptions, errorText, retryWithBackoff, withTimeout } from './util.js';
 
 /** Options of {@link AmqpVerifyingConsumer.open}. */
 export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions {
@@ -20,6 +20,12 @@ export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions {
   readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
   /** How long one connection attempt may take, in ms. @defaultValue 10000 */
   readonly connectTimeoutMs?: number;
+  /**
+   * TLS for an `amqps://` URL: a custom CA, a client certificate and key (and its passphrase), the
+   * server name to verify — Node's `tls.connect` options, passed to amqplib. Secrets given here
+   * never appear in errors or logs.
+   */
+  readonly socketOptions?: AmqpSocketOptions;
 }
 
 /**
@@ -64,6 +70,7 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
     }
     const prefetch = options.prefetch ?? 1000;
     if (!Number.isInteger(prefetch) || prefetch < 1) throw new RangeError('prefetch must be an integer ≥ 1');
+    if (options.socketOptions !== undefined) assertTlsOptions(options.socketOptions, 'socketOptions');
     // A batch larger than the prefetch would wait for messages the broker holds back until acked.
     const core = await VerifyingConsumerCore.open({
       ...options,
@@ -81,9 +88,14 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
 
   async #subscribe(): Promise<void> {
     const generation = ++this.#generation;
-    const model = await connectAmqp(this.#options.url, this.#options.connectTimeoutMs ?? 10_000, () => {
-      if (generation === this.#generation) this.#lost();
-    });
+    const model = await connectAmqp(
+      this.#options.url,
+      this.#options.connectTimeoutMs ?? 10_000,
+      () => {
+        if (generation === this.#generation) this.#lost();
+      },
+      this.#options.socketOptions,
+    );
     this.#model = model;
     let channel: Channel;
     try {

@@ -10,7 +10,9 @@
  */
 import { once } from 'node:events';
 import type { ChannelModel, ConfirmChannel, Options } from 'amqplib';
-import { connectAmqp } from './amqp-connect.js';
+import { connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
+
+export type { AmqpSocketOptions } from './amqp-connect.js';
 import { DedupError } from '../errors.js';
 import { identityHeaders } from '../identity/headers.js';
 import { DedupPublisherCore } from '../publisher/core.js';
@@ -21,7 +23,7 @@ import type {
   PublishTransport,
   TransportHandlers,
 } from '../publisher/types.js';
-import { errorText, withTimeout } from './util.js';
+import { assertTlsOptions, errorText, withTimeout } from './util.js';
 
 /** Options of {@link AmqpDedupPublisher.open}. */
 export interface AmqpDedupPublisherOptions extends DedupPublisherOptions {
@@ -33,6 +35,12 @@ export interface AmqpDedupPublisherOptions extends DedupPublisherOptions {
   readonly declareQueue?: boolean;
   /** How long one connection attempt may take, in ms. @defaultValue 10000 */
   readonly connectTimeoutMs?: number;
+  /**
+   * TLS for an `amqps://` URL: a custom CA, a client certificate and key (and its passphrase), the
+   * server name to verify — Node's `tls.connect` options, passed to amqplib. Secrets given here
+   * never appear in errors or logs.
+   */
+  readonly socketOptions?: AmqpSocketOptions;
 }
 
 /** RabbitMQ 4's default `max_message_size` (16 MiB). */
@@ -43,6 +51,7 @@ export class AmqpTransport implements PublishTransport {
   readonly target: string;
   readonly maxMessageBytes: number = MAX_MESSAGE_BYTES;
   readonly #url: string | Options.Connect;
+  readonly #socketOptions: AmqpSocketOptions | undefined;
   readonly #producerName: string;
   readonly #declare: boolean;
   readonly #connectTimeoutMs: number;
@@ -64,6 +73,8 @@ export class AmqpTransport implements PublishTransport {
     this.#producerName = options.producerName;
     this.#declare = options.declareQueue ?? false;
     this.#connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
+    if (options.socketOptions !== undefined) assertTlsOptions(options.socketOptions, 'socketOptions');
+    this.#socketOptions = options.socketOptions;
   }
 
   /**
@@ -84,8 +95,11 @@ export class AmqpTransport implements PublishTransport {
       markLost(error);
       if (generation === this.#generation) handlers.disconnected(error);
     };
-    const model = await connectAmqp(this.#url, this.#connectTimeoutMs, () =>
-      fail(new Error('AMQP connection closed')),
+    const model = await connectAmqp(
+      this.#url,
+      this.#connectTimeoutMs,
+      () => fail(new Error('AMQP connection closed')),
+      this.#socketOptions,
     );
     this.#model = model;
     try {

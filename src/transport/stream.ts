@@ -28,7 +28,7 @@ import {
 import { PublishFrameEncoder } from './stream-frames.js';
 import { connectStreamClient } from './stream-probe.js';
 
-export type { StreamConnectionOptions } from './util.js';
+export type { StreamConnectionOptions, StreamTlsOptions } from './util.js';
 
 /** Options of {@link StreamDedupPublisher.open}. */
 export interface StreamDedupPublisherOptions extends DedupPublisherOptions {

@@ -1,3 +1,4 @@
+import { createSecureContext, type ConnectionOptions } from 'node:tls';
 import type { Client, ClientParams } from 'rabbitmq-stream-js-client';
 
 /** Rejects with `${what} timed out after ${ms} ms` unless `promise` settles first. */
@@ -145,9 +146,22 @@ export async function retryWithBackoff(
  * `endpoints`: the stream ports of a cluster's nodes, tried in turn on every (re)connect, so that
  * losing the node one connected through does not stop reconnection.
  */
-export type StreamConnectionOptions = Partial<Omit<ClientParams, 'listeners'>> & {
+export type StreamConnectionOptions = Partial<Omit<ClientParams, 'listeners' | 'ssl'>> & {
   readonly endpoints?: ReadonlyArray<{ readonly hostname: string; readonly port: number }>;
+  /**
+   * TLS (the stream port over TLS is 5551 by default): `true` uses the stream client's default,
+   * which does NOT verify the broker's certificate; pass options to verify it against a custom CA,
+   * present a client certificate and key (with its passphrase), or name the server to verify.
+   * Node's `tls.connect` options, passed through. Secrets given here never appear in errors or logs.
+   */
+  readonly ssl?: boolean | StreamTlsOptions;
 };
+
+/** Node's `tls.connect` options the stream connections take (see {@link StreamConnectionOptions}). */
+export type StreamTlsOptions = Pick<
+  ConnectionOptions,
+  'ca' | 'cert' | 'key' | 'passphrase' | 'servername' | 'rejectUnauthorized' | 'pfx'
+>;
 
 /** Rotates through a connection's endpoints: each call gives the parameters for the next attempt. */
 export class EndpointRotation {
@@ -157,7 +171,10 @@ export class EndpointRotation {
 
   constructor(options: StreamConnectionOptions) {
     const { endpoints, ...rest } = options;
-    this.#base = withConnectionDefaults(rest);
+    if (typeof rest.ssl === 'object') assertTlsOptions(rest.ssl, 'connection.ssl');
+    // The client's SSL type names four fields, but it hands the object to tls.connect as it is
+    // (connection.js, buildSSLParams): Buffers, passphrase and servername pass through.
+    this.#base = withConnectionDefaults(rest) as ClientParams;
     this.#endpoints = endpoints ?? [];
   }
 
@@ -177,5 +194,25 @@ export class EndpointRotation {
   describe(): string {
     const all = this.#endpoints.length === 0 ? [this.#base] : this.#endpoints;
     return all.map((e) => `${e.hostname}:${e.port}`).join(', ');
+  }
+}
+
+/**
+ * Checks TLS options before any connection: a key that does not decrypt (a wrong passphrase), a
+ * PEM that does not parse, a certificate that does not match its key. The message is OpenSSL's,
+ * which never holds the passphrase.
+ *
+ * @throws TypeError naming `what`.
+ */
+export function assertTlsOptions(options: ConnectionOptions, what: string): void {
+  try {
+    createSecureContext(options);
+  } catch (err) {
+    const detail = err instanceof Error ? err.message : String(err);
+    throw new TypeError(
+      `${what}: the TLS options cannot be used: ${detail}` +
+        (/bad decrypt/i.test(detail) ? ' (is the passphrase of the key right?)' : ''),
+      { cause: err },
+    );
   }
 }
