@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { describe, it } from 'vitest';
+import { describe, it, vi } from 'vitest';
 import { formatReport } from '../src/history/checker.js';
 import { identityHeaders } from '../src/identity/headers.js';
 import type { PolicySpec } from '../src/verifier/index.js';
@@ -7,9 +7,17 @@ import {
   ConsumerHarness,
   consumerPolicy,
   consumerStep,
+  NEVER_MS,
+  RacingConsumer,
+  racingStep,
+  RACING_TTL_MS,
+  runRacingStep,
   runStep,
+  showRacingStep,
   showStep,
   type ConsumerStep,
+  type RacingOptions,
+  type RacingStep,
   type StreamEntry,
 } from './support/consumer.js';
 import { checkWithin } from './support/runs.js';
@@ -98,5 +106,125 @@ describe('verifying consumer model (DESIGN §5, §7)', () => {
       ),
       { timeLimitMs: 20_000 },
     );
+  });
+});
+
+class RacingCommand implements fc.AsyncCommand<object, RacingConsumer> {
+  constructor(readonly step: RacingStep) {}
+
+  check(): boolean {
+    return true; // a step that does not apply (nothing running, already running) does nothing
+  }
+
+  async run(_m: object, h: RacingConsumer): Promise<void> {
+    await runRacingStep(h, this.step);
+  }
+
+  toString(): string {
+    return showRacingStep(this.step);
+  }
+}
+
+/** What a user can set, and how the world misbehaves, per run. */
+const racingOptions = fc.record({
+  policy: consumerPolicy,
+  commit: fc.constantFrom<'message' | 'batch'>('batch', 'message'),
+  commitEvery: fc.integer({ min: 1, max: 4 }),
+  commitLingerMs: fc.constantFrom(1, NEVER_MS),
+  scopeTtlMs: fc.oneof(
+    { weight: 1, arbitrary: fc.constant(0) },
+    { weight: 2, arbitrary: fc.constant(RACING_TTL_MS) },
+  ),
+  slowStore: fc.oneof(
+    { weight: 1, arbitrary: fc.constant(false) },
+    { weight: 3, arbitrary: fc.constant(true) },
+  ),
+  pauses: fc.constantFrom<RacingOptions['pauses']>('scheduled', 'mixed', 'read'),
+  unidentified: fc.constantFrom<RacingOptions['unidentified']>('reject', 'pass-through'),
+  /** Indices into the stream's distinct messages whose handler throws the first time. */
+  throwOnce: fc.uniqueArray(fc.nat({ max: 40 }), { maxLength: 2 }),
+});
+
+/** A smaller stream for the racing model: up to three producers, copies, a message without identity. */
+const racingStream: fc.Arbitrary<StreamEntry[]> = fc
+  .record({
+    picks: fc.array(fc.tuple(fc.constantFrom('a', 'b', 'c'), fc.integer({ min: 1, max: 2 })), {
+      minLength: 1,
+      maxLength: 16,
+    }),
+    copies: fc.array(fc.tuple(fc.nat(), fc.nat({ max: 16 })), { maxLength: 6 }),
+    unidentified: fc.boolean(),
+  })
+  .map(({ picks, copies, unidentified }) => {
+    const last = new Map<string, bigint>();
+    const messages: Array<{ label: string; headers: Record<string, unknown> | undefined }> = picks.map(
+      ([producer, step]) => {
+        const id = (last.get(producer) ?? 0n) + BigInt(step);
+        last.set(producer, id);
+        return { label: `${producer}/${id}`, headers: identityHeaders(producer, id) };
+      },
+    );
+    for (const [at, later] of copies) {
+      const i = at % messages.length;
+      messages.splice(Math.min(messages.length, i + 1 + later), 0, messages[i]!);
+    }
+    if (unidentified) messages.splice(messages.length >> 1, 0, { label: 'plain/0', headers: {} });
+    return messages.map((m, i) => ({ offset: BigInt(i), ...m }));
+  });
+
+describe('verifying consumer racing model (issue 15: commit boundaries, eviction, slow stores)', () => {
+  it('model - asynchronous handlers that await between writes and sometimes throw, slow store writes, lingers, flushes, closes, TTL eviction racing commits, kills and reopens: every message takes effect exactly once, a throwing handler leaves nothing, and offset, dedup state and effects always match', async () => {
+    // Only timers and the clock are fake (lingers fire and scopes age when the model says so);
+    // setImmediate, which the world settles on, stays real.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date'] });
+    const stats = {
+      executions: 0,
+      lives: 0,
+      batches: 0,
+      midHandler: 0,
+      throws: 0,
+      commitsDuringScan: 0,
+      evicted: 0,
+      reapplied: 0,
+      kills: 0,
+    };
+    try {
+      await checkWithin(
+        'consumer racing model',
+        fc.asyncProperty(
+          racingStream,
+          racingOptions,
+          fc.scheduler(),
+          fc.commands([racingStep.map((step) => new RacingCommand(step))], {
+            maxCommands: 60,
+            size: 'max',
+            replayPath: process.env.FC_REPLAY_PATH,
+          }),
+          async (entries, { throwOnce, ...options }, s, cmds) => {
+            vi.clearAllTimers();
+            vi.setSystemTime(1_000_000);
+            const labels = [...new Set(entries.map((e) => e.label))];
+            const throwing = new Set(throwOnce.map((i) => labels[i % labels.length]!));
+            const h = new RacingConsumer(entries, { ...options, throwOnce: throwing }, s, (ms) =>
+              vi.advanceTimersByTime(ms),
+            );
+            await h.start({ kind: 'resume' });
+            await fc.asyncModelRun(() => ({ model: {}, real: h }), cmds);
+            const violations = await h.finish();
+            stats.executions++;
+            stats.lives += h.lives;
+            stats.batches += h.oracle.batches;
+            for (const [k, v] of Object.entries(h.coverage)) stats[k as keyof typeof h.coverage] += v;
+            if (violations.length > 0) throw new Error(violations.join('\n'));
+          },
+        ),
+        { timeLimitMs: 25_000 },
+      );
+    } finally {
+      vi.useRealTimers();
+      console.log(
+        `[consumer racing model] over all executions (shrinking included): ${JSON.stringify(stats)}`,
+      );
+    }
   });
 });

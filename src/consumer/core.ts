@@ -149,6 +149,8 @@ interface ScopeState {
   committing: SequenceTracker | undefined;
   working: SequenceTracker | undefined;
   lastSeenMs: number;
+  /** The number of the last write that wrote this scope's state (0: none in this life). */
+  writtenBy: number;
 }
 
 type Op = { type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string };
@@ -199,6 +201,11 @@ export class VerifyingConsumerCore {
   /** Handler keys with the consumer's prefix: `prefix + key` per put is a new string to hash. */
   readonly #effectKeys = new Map<string, string>();
   #committedOffset: bigint | undefined;
+  /**
+   * The last offset handed to a write: the committed offset, or the last offset of the commit in
+   * flight (which becomes durable, or the consumer stops). Redeliveries up to it are not processed.
+   */
+  #handedOffset: bigint | undefined;
   /** The uncommitted batch. */
   #ops = new Map<string, PendingOp>();
   #touched = new Set<string>();
@@ -207,11 +214,24 @@ export class VerifyingConsumerCore {
   #lastOffset: bigint | undefined;
   #linger: NodeJS.Timeout | undefined;
   #ttlTimer: NodeJS.Timeout | undefined;
-  /** The batch being written, if any (at most one at a time). */
+  /** The write in flight, if any (at most one at a time): a commit, or an eviction's deletions. */
   #committing: Promise<void> | undefined;
+  /** Writes begun and writes finished (durable or failed), in order: writes never overlap. */
+  #writesBegun = 0;
+  #writesDone = 0;
+  /**
+   * Who waits for the handler in progress to return (`flush()`, `close()`, eviction): nothing
+   * that writes the pending batch may start while a handler is between two of its writes.
+   */
+  #boundaryWaiters: Array<() => void> | undefined;
+  /** `discardPending()` ran while a handler was in progress: its message is dropped when it returns. */
+  #dropCurrent = false;
   #inflightOps: Map<string, PendingOp> | undefined;
   #failed: Error | undefined;
   #closed = false;
+  /** `close()` was called: no new message is accepted. */
+  #closing = false;
+  /** A message is in progress: from `process()` until its handler returned (or threw). */
   #processing = false;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
   readonly #stopListeners = new Set<(error: Error) => void>();
@@ -236,6 +256,7 @@ export class VerifyingConsumerCore {
     this.#offsetKey = consumerPrefix('c', options.consumerName) + '/offset';
     this.#effectPrefix = consumerPrefix('u', options.consumerName);
     this.#committedOffset = committedOffset;
+    this.#handedOffset = committedOffset;
   }
 
   static async open(options: VerifyingConsumerOptions): Promise<VerifyingConsumerCore> {
@@ -335,10 +356,11 @@ export class VerifyingConsumerCore {
    */
   process(message: IncomingMessage): Promise<void> | undefined {
     if (this.#failed !== undefined) throw this.#failed;
-    if (this.#closed) throw new DedupError('DEDUP_PUBLISHER_CLOSED', 'the verifying consumer is closed');
-    if (this.#committedOffset !== undefined && message.offset <= this.#committedOffset) {
-      // Redelivered below the committed offset (for example a re-subscription): already settled.
-      message.settle?.();
+    if (this.#closing) throw new DedupError('DEDUP_PUBLISHER_CLOSED', 'the verifying consumer is closed');
+    if (this.#handedOffset !== undefined && message.offset <= this.#handedOffset) {
+      // Redelivered (for example a re-subscription after a lost connection): committed, or in the
+      // commit being written; settled once that is durable.
+      if (message.settle !== undefined) this.#settleRedelivered(message.offset, message.settle);
       return undefined;
     }
     // Synchronous unless a scope must be loaded, the handler is async, or a commit must wait:
@@ -352,19 +374,68 @@ export class VerifyingConsumerCore {
       throw this.#fail(err);
     }
     if (applying === undefined) {
+      // Synchronous: nothing else ran meanwhile, so nobody waits for this boundary.
       this.#processing = false;
       return this.#applied(message);
     }
     return applying.then(
       () => {
         this.#processing = false;
-        return this.#applied(message);
+        try {
+          if (!this.#dropCurrent) return this.#applied(message);
+          // The batch was discarded while the handler ran (a lost connection, a failed write):
+          // what it wrote since is dropped too, and the message is delivered again.
+          this.#dropCurrent = false;
+          this.discardPending();
+          if (this.#failed !== undefined) throw this.#failed;
+          return undefined;
+        } finally {
+          this.#reachBoundary();
+        }
       },
       (err: unknown) => {
         this.#processing = false;
-        throw this.#fail(err);
+        this.#dropCurrent = false;
+        try {
+          throw this.#fail(err);
+        } finally {
+          this.#reachBoundary();
+        }
       },
     );
+  }
+
+  #settleRedelivered(offset: bigint, settle: () => void): void {
+    if (this.#committedOffset !== undefined && offset <= this.#committedOffset) settle();
+    else
+      this.#committing?.then(
+        () => this.#failed === undefined && settle(),
+        () => undefined,
+      );
+  }
+
+  /** Resolves when the handler in progress has returned or thrown (and its message is counted or dropped). */
+  #boundary(): Promise<void> {
+    return new Promise((resolve) => (this.#boundaryWaiters ??= []).push(resolve));
+  }
+
+  #reachBoundary(): void {
+    const waiters = this.#boundaryWaiters;
+    if (waiters === undefined) return;
+    this.#boundaryWaiters = undefined;
+    for (const resolve of waiters) resolve();
+  }
+
+  /**
+   * Runs `action` at the first moment when no write is in flight and no handler is between two
+   * of its writes, in the same turn as the check: whatever it writes holds whole messages only.
+   */
+  async #whenQuiet<T>(action: () => T): Promise<T> {
+    for (;;) {
+      if (this.#committing !== undefined) await this.#committing.catch(() => undefined);
+      else if (this.#processing) await this.#boundary();
+      else return action();
+    }
   }
 
   #applied(message: IncomingMessage): Promise<void> | undefined {
@@ -527,7 +598,13 @@ export class VerifyingConsumerCore {
     if (existing !== undefined) return existing;
     const state =
       raw === undefined
-        ? { committed: createTracker(this.#policy), committing: undefined, working: undefined, lastSeenMs: 0 }
+        ? {
+            committed: createTracker(this.#policy),
+            committing: undefined,
+            working: undefined,
+            lastSeenMs: 0,
+            writtenBy: 0,
+          }
         : decodeScope(raw, scope);
     this.#scopes.set(scope, state);
     return state;
@@ -536,7 +613,8 @@ export class VerifyingConsumerCore {
   /**
    * Commits the pending batch: effects, touched verifier states and the offset in one LevelDB
    * batch; then settles (acks) the messages. Resolves once it is durable. Idempotent when nothing
-   * is pending.
+   * is pending. A handler in progress is waited for, and its message committed too (never part of
+   * it): so a handler must not await `flush()` or `close()` itself.
    */
   async flush(): Promise<void> {
     await this.#startCommit();
@@ -547,19 +625,21 @@ export class VerifyingConsumerCore {
 
   /**
    * Starts writing the pending batch once the previous one is durable (one write in flight at a
-   * time), without waiting for it. A failed write stops the consumer.
+   * time) and no handler is in the middle of a message, without waiting for the write. A failed
+   * write stops the consumer.
    */
-  async #startCommit(): Promise<void> {
-    // A loop: a completing write may have started the next batch itself.
-    while (this.#committing !== undefined) await this.#committing.catch(() => undefined);
-    if (this.#pendingMessages === 0 || this.#failed !== undefined) return;
-    this.#beginCommit();
+  #startCommit(): Promise<void> {
+    return this.#whenQuiet(this.#beginIfPending);
   }
+
+  readonly #beginIfPending = (): void => {
+    if (this.#pendingMessages > 0 && this.#failed === undefined) this.#beginCommit();
+  };
 
   /**
    * Starts writing the pending batch now. Only while no write is in flight, something is pending,
    * nothing failed, and no handler is in the middle of a message (its writes must all land in
-   * one batch).
+   * one batch, and a handler that has not returned may still throw).
    */
   #beginCommit(): void {
     clearTimeout(this.#linger);
@@ -570,10 +650,12 @@ export class VerifyingConsumerCore {
     const touched: Array<[ScopeState, SequenceTracker]> = [];
     // One clock read per commit: retention counts in hours, not per message.
     const now = Date.now();
+    const write = ++this.#writesBegun;
     for (const scope of this.#touched) {
       const state = this.#scopes.get(scope)!;
       const snapshot = state.working!;
       state.lastSeenMs = now;
+      state.writtenBy = write;
       // Later messages of the scope record into a fresh working copy of this snapshot.
       state.committing = snapshot;
       state.working = undefined;
@@ -581,6 +663,7 @@ export class VerifyingConsumerCore {
       ops.push({ type: 'put', key: 'v:' + scope, value: encodeScope(snapshot, state.lastSeenMs) });
     }
     const lastOffset = this.#lastOffset!;
+    this.#handedOffset = lastOffset;
     ops.push({ type: 'put', key: this.#offsetKey, value: encodeOffset(lastOffset) });
     const info = { messages: this.#pendingMessages, lastOffset };
     const settles = this.#pendingSettles;
@@ -608,9 +691,15 @@ export class VerifyingConsumerCore {
       for (const listener of this.#commitListeners) listener(lastOffset);
       for (const settle of settles) settle();
     })();
-    this.#committing = commit;
+    this.#inFlight(commit);
+  }
+
+  /** Makes `write` the write in flight; when it ends, a full batch that waited for it goes. */
+  #inFlight(write: Promise<unknown>): void {
+    this.#committing = write as Promise<void>;
     const done = (): void => {
-      if (this.#committing === commit) this.#committing = undefined;
+      this.#writesDone++;
+      if (this.#committing === write) this.#committing = undefined;
       // A full batch that waited for this write goes now, unless a handler is mid-message.
       if (
         this.#committing === undefined &&
@@ -622,7 +711,7 @@ export class VerifyingConsumerCore {
         this.#beginCommit();
       }
     };
-    commit.then(done, done);
+    write.then(done, done);
   }
 
   /**
@@ -632,6 +721,8 @@ export class VerifyingConsumerCore {
   discardPending(): void {
     clearTimeout(this.#linger);
     this.#linger = undefined;
+    // A handler in progress keeps writing into the next batch: its message goes too when it returns.
+    if (this.#processing) this.#dropCurrent = true;
     for (const scope of this.#touched) {
       const state = this.#scopes.get(scope);
       if (state !== undefined) state.working = undefined;
@@ -640,26 +731,55 @@ export class VerifyingConsumerCore {
     this.#touched = new Set();
     this.#pendingMessages = 0;
     this.#pendingSettles = [];
-    this.#lastOffset = this.#committedOffset;
+    // Delivery goes on after what was handed to a write (the write in flight goes on).
+    this.#lastOffset = this.#handedOffset;
   }
 
-  /** Forgets scopes of this consumer idle longer than `scopeTtlMs`; returns how many. */
+  /**
+   * Forgets scopes of this consumer idle longer than `scopeTtlMs`; returns how many. The scan
+   * only proposes: commits go on meanwhile, so each scope is decided again when the deletions are
+   * written, as the pipeline's next write (no commit in flight, no handler mid-message), and kept
+   * if anything wrote or touched it since the scan began.
+   */
   async evictIdle(nowMs: number): Promise<number> {
     const ttl = this.#opts.scopeTtlMs ?? 0;
     if (ttl <= 0) return 0;
     const prefix = 'v:' + scopeKeyPrefix(this.consumerName);
-    const dels: Op[] = [];
+    // Writes after this one may be missing from the scan (a write in flight included).
+    const since = this.#writesDone;
+    const idle: string[] = [];
     // After the consumer's part of a scope key comes the tenant's length: a digit, below ':'.
     for await (const [key, value] of this.#db.iterator({ gte: prefix, lt: prefix + ':' })) {
       const scope = key.slice(2);
-      if (this.#touched.has(scope) || this.#scopes.get(scope)?.committing !== undefined) continue;
-      if (nowMs - decodeScope(value, scope).lastSeenMs > ttl) {
-        dels.push({ type: 'del', key });
-        this.#scopes.delete(scope);
-      }
+      if (nowMs - decodeScope(value, scope).lastSeenMs > ttl) idle.push(scope);
     }
-    if (dels.length > 0) await this.#db.batch(dels, { sync: this.#sync });
-    return dels.length;
+    if (idle.length === 0) return 0;
+    const deleting = await this.#whenQuiet(() => {
+      if (this.#closed || this.#failed !== undefined) return undefined;
+      const dels: Op[] = [];
+      for (const scope of idle) {
+        if (this.#touched.has(scope)) continue;
+        const state = this.#scopes.get(scope);
+        if (state !== undefined) {
+          const fresh =
+            state.writtenBy > since ||
+            state.working !== undefined ||
+            state.committing !== undefined ||
+            nowMs - state.lastSeenMs <= ttl;
+          if (fresh) continue;
+          this.#scopes.delete(scope);
+        }
+        dels.push({ type: 'del', key: 'v:' + scope });
+      }
+      if (dels.length === 0) return undefined;
+      ++this.#writesBegun;
+      const write = this.#db.batch(dels, { sync: this.#sync });
+      this.#inFlight(write);
+      return { write, count: dels.length };
+    });
+    if (deleting === undefined) return 0;
+    await deleting.write;
+    return deleting.count;
   }
 
   #emit(event: VerifyEvent): void {
@@ -684,9 +804,15 @@ export class VerifyingConsumerCore {
     return this.#failed;
   }
 
-  /** Commits what is pending (unless failed), then releases the store. Idempotent. */
+  /**
+   * Commits what is pending (unless failed), then releases the store. A handler in progress is
+   * waited for and its message committed with the rest; `process()` refuses new messages from
+   * the call on. Idempotent.
+   */
   async close(): Promise<void> {
     if (this.#closed) return;
+    // A handler in progress finishes, and its message is committed with the rest; nothing new starts.
+    this.#closing = true;
     await this.flush().catch(() => undefined);
     await this.#committing?.catch(() => undefined);
     this.#closed = true;
@@ -799,5 +925,11 @@ function decodeScope(raw: Uint8Array, scope: string): ScopeState {
       throw new DedupError(err.code, `verifier state of scope ${scope}: ${err.message}`, { cause: err });
     throw err;
   }
-  return { committed, committing: undefined, working: undefined, lastSeenMs: Number(b.readBigUInt64BE(0)) };
+  return {
+    committed,
+    committing: undefined,
+    working: undefined,
+    lastSeenMs: Number(b.readBigUInt64BE(0)),
+    writtenBy: 0,
+  };
 }
