@@ -112,13 +112,10 @@ interface ProducerAcc {
  * Audits a stream's messages, in stream order: per producer name (from the `x-dedup-producer`
  * and `x-dedup-id` stamps, read as `readIdentity(applicationProperties, messageAnnotations)`)
  * the duplicates, the gaps between the lowest and the highest ID, and the messages out of order.
- * Pure and synchronous.
+ * Pure and synchronous. The engine of `stream-dedup audit`, whose command line is the public
+ * interface.
  *
- * @example
- * ```ts
- * const report = auditRecords(await readStreamToEnd(connection, 'orders'));
- * if (!report.ok) console.error(formatAuditReport('orders', report));
- * ```
+ * @internal
  */
 export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptions = {}): AuditReport {
   const maxSamples = options.maxSamples ?? 10;

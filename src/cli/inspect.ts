@@ -61,12 +61,10 @@ export interface StoreInspection {
  * Reads the producers, verifying consumers and verifier scopes of an opened store, each list
  * sorted by name. Writes nothing.
  *
+ * The engine of `stream-dedup inspect`, whose command line is the public interface.
+ *
+ * @internal
  * @throws DedupError `DEDUP_STORE_CORRUPT` when a record cannot be decoded.
- * @example
- * ```ts
- * await using store = await DedupStore.open('./.dedup');
- * console.log(formatInspection('./.dedup', await inspectStore(store)));
- * ```
  */
 export async function inspectStore(store: DedupStore): Promise<StoreInspection> {
   const db = store.db;

@@ -25,8 +25,15 @@ export interface VerifiedMessage {
  * Keys live in the consumer's own namespace.
  */
 export interface EffectTransaction {
-  get(key: string): Promise<Uint8Array | undefined>;
+  /**
+   * The value of an effect key as this handler sees it: written earlier in the same batch, or
+   * committed. Always a Buffer (a copy: changing it changes nothing stored), UTF-8 for what was put
+   * as a string — `Number((await tx.get('balance'))?.toString() ?? 0)`.
+   */
+  get(key: string): Promise<Buffer | undefined>;
+  /** Writes an effect key in the batch of this message's dedup state; a Uint8Array is copied at the call. */
   put(key: string, value: string | Uint8Array): void;
+  /** Deletes an effect key in the batch of this message's dedup state. */
   del(key: string): void;
 }
 
@@ -345,8 +352,8 @@ export class VerifyingConsumerCore {
   }
 
   /** Reads a value the handler committed (outside any batch). */
-  readEffect(key: string): Promise<Uint8Array | undefined> {
-    return this.#db.get(this.#effectKey(key));
+  readEffect(key: string): Promise<Buffer | undefined> {
+    return this.#db.get(this.#effectKey(key)).then(asBuffer);
   }
 
   /**
@@ -571,12 +578,20 @@ export class VerifyingConsumerCore {
       const full = this.#effectKey(key);
       // This batch, then the batch being written (the database does not show it yet), then the database.
       const op = this.#ops.get(full) ?? this.#inflightOps?.get(full);
-      if (op === undefined) return this.#db.get(full);
+      if (op === undefined) return asBuffer(await this.#db.get(full));
       if (op.type === 'del') return undefined;
-      return typeof op.value === 'string' ? Buffer.from(op.value, 'utf8') : op.value;
+      // A copy: the batch keeps its own value whatever the handler does with this one.
+      return typeof op.value === 'string' ? Buffer.from(op.value, 'utf8') : Buffer.from(op.value);
     },
     put: (key, value) => {
       if (typeof key !== 'string') throw new TypeError('effect keys are strings');
+      if (typeof value !== 'string' && !(value instanceof Uint8Array)) {
+        throw new TypeError(
+          `effect values are strings or bytes, got ${value === null ? 'null' : typeof value}`,
+        );
+      }
+      // Bytes are copied: a handler may reuse its buffer for the next message before the commit.
+      if (typeof value !== 'string') value = Buffer.from(value);
       const full = this.#effectKey(key);
       // A key written again in this batch (a counter, a projection) reuses its entry. The entries
       // of the batch being written are in #inflightOps, never here, so this changes nothing written.
@@ -932,4 +947,10 @@ function decodeScope(raw: Uint8Array, scope: string): ScopeState {
     lastSeenMs: Number(b.readBigUInt64BE(0)),
     writtenBy: 0,
   };
+}
+
+/** A value from the database as a Buffer, without a copy (LevelDB's 'view' encoding gives Uint8Arrays). */
+function asBuffer(value: Uint8Array | undefined): Buffer | undefined {
+  if (value === undefined || Buffer.isBuffer(value)) return value;
+  return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
 }

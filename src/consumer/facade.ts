@@ -33,7 +33,7 @@ export abstract class VerifyingConsumer {
   }
 
   /** Reads a value the handler committed. */
-  readEffect(key: string): Promise<Uint8Array | undefined> {
+  readEffect(key: string): Promise<Buffer | undefined> {
     return this.core.readEffect(key);
   }
 

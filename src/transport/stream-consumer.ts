@@ -56,7 +56,7 @@ export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions
  *   consumerName: 'balance-projection',
  *   store: './.dedup',
  *   handler: async (message, tx) => {
- *     const balance = Number((await tx.get('balance')) ?? 0);
+ *     const balance = Number((await tx.get('balance'))?.toString() ?? 0);
  *     tx.put('balance', String(balance + Number(message.body)));
  *   },
  * });
