@@ -19,6 +19,8 @@ export default defineConfig({
           name: 'unit',
           include: ['test/**/*.test.ts'],
           exclude: ['test/integration/**'],
+          // CPU-bound property tests take 2-8 s on a loaded 2-core machine: 5 s would be flaky.
+          testTimeout: 30_000,
         },
       },
       {

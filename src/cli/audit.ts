@@ -53,18 +53,43 @@ export interface ProducerAudit {
   /** Extra copies: messages whose ID this producer already had earlier in the stream. */
   readonly duplicates: number;
   readonly duplicateSamples: readonly DuplicateSample[];
-  /** IDs between {@link ProducerAudit.firstId} and {@link ProducerAudit.lastId} that never appear. */
+  /**
+   * IDs between {@link ProducerAudit.firstId} and {@link ProducerAudit.lastId} that never appear
+   * and that no skip declares: possibly lost.
+   */
   readonly missingIds: bigint;
   /** How many runs of missing IDs there are. */
   readonly gaps: number;
   /** The first runs of missing IDs, ascending. */
   readonly gapRanges: readonly IdRange[];
   /**
+   * IDs that never appear but that the producer declared skipped (`x-dedup-skip-from` on its
+   * first message after a restart in `reserve` durability): never used for an acknowledged message.
+   */
+  readonly skippedIds: bigint;
+  /** The first runs of declared-skipped IDs that are missing, ascending. */
+  readonly skippedRanges: readonly IdRange[];
+  /**
+   * Messages whose ID lies in a range that an earlier message of the stream declared skipped:
+   * the declaration was wrong (or the message a late copy from before it).
+   */
+  readonly contradictions: number;
+  readonly contradictionSamples: readonly ContradictionSample[];
+  /**
    * Messages with a new ID lower than the producer's highest ID before them. A repeat of an
    * earlier ID counts as a duplicate only, never also here.
    */
   readonly outOfOrder: number;
   readonly outOfOrderSamples: readonly OutOfOrderSample[];
+}
+
+/** A message inside a range that an earlier message declared skipped. */
+export interface ContradictionSample {
+  readonly publishingId: bigint;
+  readonly offset: bigint;
+  /** The declared range, and the offset of the message that declared it. */
+  readonly declared: IdRange;
+  readonly declaredAt: bigint;
 }
 
 /** Messages that carry no stream-dedup identity, or a malformed one. */
@@ -89,8 +114,13 @@ export interface AuditReport {
   readonly duplicates: number;
   readonly missingIds: bigint;
   readonly gaps: number;
+  readonly skippedIds: bigint;
   readonly outOfOrder: number;
-  /** No duplicates, no gaps and nothing out of order. Messages without identity do not count. */
+  readonly contradictions: number;
+  /**
+   * No duplicates, no gaps, nothing out of order, no contradicted skip. Declared skips and
+   * messages without identity do not count.
+   */
   readonly ok: boolean;
 }
 
@@ -106,6 +136,12 @@ interface ProducerAcc {
   readonly duplicateSamples: DuplicateSample[];
   outOfOrder: number;
   readonly outOfOrderSamples: OutOfOrderSample[];
+  /** Declared skips in stream order, with the offset of the declaring message. */
+  readonly declared: Array<{ readonly range: IdRange; readonly at: bigint }>;
+  /** The highest `to` of the declared ranges: IDs above it need no check. */
+  declaredTop: bigint;
+  contradictions: number;
+  readonly contradictionSamples: ContradictionSample[];
 }
 
 /**
@@ -155,11 +191,36 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
         duplicateSamples: [],
         outOfOrder: 0,
         outOfOrderSamples: [],
+        declared: [],
+        declaredTop: 0n,
+        contradictions: 0,
+        contradictionSamples: [],
       };
       producers.set(producerName, p);
     }
     p.messages++;
     p.lastOffset = record.offset;
+    if (id <= p.declaredTop) {
+      for (const d of p.declared) {
+        if (id >= d.range.from && id <= d.range.to) {
+          p.contradictions++;
+          if (p.contradictionSamples.length < maxSamples) {
+            p.contradictionSamples.push({
+              publishingId: id,
+              offset: record.offset,
+              declared: d.range,
+              declaredAt: d.at,
+            });
+          }
+          break;
+        }
+      }
+    }
+    const skippedFrom = reading.identity.skippedFrom;
+    if (skippedFrom !== undefined) {
+      p.declared.push({ range: { from: skippedFrom, to: id - 1n }, at: record.offset });
+      if (id - 1n > p.declaredTop) p.declaredTop = id - 1n;
+    }
     const firstOffset = p.firstOffsets.get(id);
     if (firstOffset !== undefined) {
       p.duplicates++;
@@ -187,13 +248,24 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     let missingIds = 0n;
     let gaps = 0;
     const gapRanges: IdRange[] = [];
+    let skippedIds = 0n;
+    const skippedRanges: IdRange[] = [];
+    const declared = mergeRanges(p.declared.map((d) => d.range));
     for (let i = 1; i < ids.length; i++) {
       const previous = ids[i - 1]!;
       const id = ids[i]!;
-      if (id > previous + 1n) {
-        missingIds += id - previous - 1n;
-        gaps++;
-        if (gapRanges.length < maxSamples) gapRanges.push({ from: previous + 1n, to: id - 1n });
+      if (id <= previous + 1n) continue;
+      // A hole: the parts that a skip declares are skipped, the rest is a gap.
+      for (const part of splitByRanges({ from: previous + 1n, to: id - 1n }, declared)) {
+        const size = part.range.to - part.range.from + 1n;
+        if (part.declared) {
+          skippedIds += size;
+          if (skippedRanges.length < maxSamples) skippedRanges.push(part.range);
+        } else {
+          missingIds += size;
+          gaps++;
+          if (gapRanges.length < maxSamples) gapRanges.push(part.range);
+        }
       }
     }
     audits.push({
@@ -209,6 +281,10 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
       missingIds,
       gaps,
       gapRanges,
+      skippedIds,
+      skippedRanges,
+      contradictions: p.contradictions,
+      contradictionSamples: p.contradictionSamples,
       outOfOrder: p.outOfOrder,
       outOfOrderSamples: p.outOfOrderSamples,
     });
@@ -218,6 +294,8 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
   const gaps = sum(audits.map((a) => a.gaps));
   const outOfOrder = sum(audits.map((a) => a.outOfOrder));
   const missingIds = audits.reduce((s, a) => s + a.missingIds, 0n);
+  const skippedIds = audits.reduce((s, a) => s + a.skippedIds, 0n);
+  const contradictions = sum(audits.map((a) => a.contradictions));
   return {
     messages,
     producers: audits,
@@ -225,12 +303,52 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     duplicates,
     missingIds,
     gaps,
+    skippedIds,
     outOfOrder,
-    ok: duplicates === 0 && gaps === 0 && outOfOrder === 0,
+    contradictions,
+    ok: duplicates === 0 && gaps === 0 && outOfOrder === 0 && contradictions === 0,
   };
 }
 
-/** The CLI's exit code for a report: 0 when clean, 1 for duplicates, gaps or messages out of order. */
+/** Sorted, overlapping or touching ranges joined. */
+function mergeRanges(ranges: readonly IdRange[]): IdRange[] {
+  const sorted = [...ranges].sort((a, b) => compareBigInt(a.from, b.from));
+  const out: IdRange[] = [];
+  for (const r of sorted) {
+    const last = out[out.length - 1];
+    if (last !== undefined && r.from <= last.to + 1n) {
+      if (r.to > last.to) out[out.length - 1] = { from: last.from, to: r.to };
+    } else {
+      out.push(r);
+    }
+  }
+  return out;
+}
+
+/** `hole` cut into the parts inside and outside the (merged, sorted) declared ranges, in order. */
+function splitByRanges(
+  hole: IdRange,
+  declared: readonly IdRange[],
+): Array<{ readonly range: IdRange; readonly declared: boolean }> {
+  const parts: Array<{ range: IdRange; declared: boolean }> = [];
+  let from = hole.from;
+  for (const d of declared) {
+    if (d.to < from) continue;
+    if (d.from > hole.to) break;
+    if (d.from > from) parts.push({ range: { from, to: d.from - 1n }, declared: false });
+    const to = d.to < hole.to ? d.to : hole.to;
+    parts.push({ range: { from: d.from > from ? d.from : from, to }, declared: true });
+    from = to + 1n;
+    if (from > hole.to) return parts;
+  }
+  if (from <= hole.to) parts.push({ range: { from, to: hole.to }, declared: false });
+  return parts;
+}
+
+/**
+ * The CLI's exit code for a report: 0 when clean (declared skips included), 1 for duplicates,
+ * gaps, messages out of order or a contradicted skip.
+ */
 export function auditExitCode(report: AuditReport): 0 | 1 {
   return report.ok ? 0 : 1;
 }
@@ -251,7 +369,17 @@ export function formatAuditReport(stream: string, report: AuditReport): string {
     lines.push('');
     lines.push(
       formatTable(
-        ['producer', 'messages', 'first id', 'last id', 'duplicates', 'missing ids', 'gaps', 'out of order'],
+        [
+          'producer',
+          'messages',
+          'first id',
+          'last id',
+          'duplicates',
+          'missing ids',
+          'gaps',
+          'skipped ids',
+          'out of order',
+        ],
         report.producers.map((p) => [
           printable(p.producerName),
           String(p.messages),
@@ -260,9 +388,10 @@ export function formatAuditReport(stream: string, report: AuditReport): string {
           String(p.duplicates),
           String(p.missingIds),
           String(p.gaps),
+          String(p.skippedIds),
           String(p.outOfOrder),
         ]),
-        ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+        ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
       ),
     );
   }
@@ -279,6 +408,22 @@ export function formatAuditReport(stream: string, report: AuditReport): string {
       const shown = p.gapRanges.map((r) => (r.from === r.to ? `${r.from}` : `${r.from}..${r.to}`));
       details.push(
         `${name}: ${plural(p.missingIds, 'missing id')} in ${plural(p.gaps, 'gap')}: ${more(shown, p.gaps)}`,
+      );
+    }
+    if (p.skippedIds > 0n) {
+      const shown = p.skippedRanges.map((r) => (r.from === r.to ? `${r.from}` : `${r.from}..${r.to}`));
+      details.push(
+        `${name}: ${plural(p.skippedIds, 'skipped id')}, declared by the producer (not lost): ${shown.join(', ')}` +
+          (p.skippedRanges.length < 10 ? '' : ', …'),
+      );
+    }
+    if (p.contradictions > 0) {
+      const shown = p.contradictionSamples.map(
+        (c) =>
+          `id ${c.publishingId} at offset ${c.offset} (declared skipped at offset ${c.declaredAt}: ${c.declared.from}..${c.declared.to})`,
+      );
+      details.push(
+        `${name}: ${plural(p.contradictions, 'message')} inside a declared skip: ${more(shown, p.contradictions)}`,
       );
     }
     if (p.outOfOrder > 0) {
@@ -300,10 +445,13 @@ export function formatAuditReport(stream: string, report: AuditReport): string {
   lines.push('');
   lines.push(
     report.ok
-      ? 'audit: OK — no duplicates, no gaps, nothing out of order'
+      ? `audit: OK — no duplicates, no gaps, nothing out of order${
+          report.skippedIds > 0n ? ` (${plural(report.skippedIds, 'declared skipped id')})` : ''
+        }`
       : `audit: FAILED — ${plural(report.duplicates, 'duplicate')}, ` +
           `${plural(report.missingIds, 'missing id')} in ${plural(report.gaps, 'gap')}, ` +
-          `${report.outOfOrder} out of order`,
+          `${report.outOfOrder} out of order` +
+          (report.contradictions > 0 ? `, ${plural(report.contradictions, 'contradicted skip')}` : ''),
   );
   return lines.join('\n');
 }

@@ -5,11 +5,23 @@ import { parsePublishingId } from './publishing-id.js';
 export const PRODUCER_HEADER = 'x-dedup-producer';
 /** Header (application property) that carries the publishing ID as a decimal string. */
 export const ID_HEADER = 'x-dedup-id';
+/**
+ * Header on the first message after a deliberate skip of IDs: the first skipped ID, as a decimal
+ * string. The producer declares that it used none of the IDs from there up to this message's ID
+ * minus one for a message whose `send()` resolved.
+ */
+export const SKIP_HEADER = 'x-dedup-skip-from';
 
 /** The identity a publisher stamps into every message. */
 export interface MessageIdentity {
   readonly producerName: string;
   readonly publishingId: bigint;
+  /**
+   * Set on the first message after a deliberate skip (see {@link SKIP_HEADER}): the IDs from here
+   * to `publishingId - 1` were never used for an acknowledged message. Missing IDs there are a
+   * declared skip, not a loss.
+   */
+  readonly skippedFrom?: bigint;
 }
 
 /** What {@link readIdentity} found in a message's headers. */
@@ -93,7 +105,16 @@ export function parseIdentity(headers: Readonly<Record<string, unknown>>): Messa
   if (publishingId === undefined) {
     return `${ID_HEADER} must be a decimal from 1 to 2^64 - 1, got ${JSON.stringify(text.slice(0, 40))}`;
   }
-  return { producerName: name, publishingId };
+  if (!Object.hasOwn(headers, SKIP_HEADER)) return { producerName: name, publishingId };
+  const skip = headers[SKIP_HEADER];
+  const skipText = Buffer.isBuffer(skip) ? skip.toString('utf8') : skip;
+  const skippedFrom = typeof skipText === 'string' ? parsePublishingId(skipText) : undefined;
+  if (skippedFrom === undefined || skippedFrom >= publishingId) {
+    return `${SKIP_HEADER} must be a decimal from 1 to the message's ID - 1, got ${
+      typeof skipText === 'string' ? JSON.stringify(skipText.slice(0, 40)) : describe(skip)
+    }`;
+  }
+  return { producerName: name, publishingId, skippedFrom };
 }
 
 function describe(value: unknown): string {

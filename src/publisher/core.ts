@@ -1,5 +1,5 @@
 import { DedupError } from '../errors.js';
-import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
+import { ID_HEADER, PRODUCER_HEADER, SKIP_HEADER } from '../identity/headers.js';
 import { assertProducerName } from '../identity/producer-name.js';
 import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
 import { measureUtf8 } from '../identity/utf8.js';
@@ -38,9 +38,10 @@ class Entry implements OutgoingMessage {
   extra: EntryExtra | undefined = undefined;
 
   constructor(
-    readonly publishingId: bigint,
+    /** Mutable only while the entry waits for room, unwritten and unsent (renumbered after an abort). */
+    public publishingId: bigint,
     readonly body: Uint8Array,
-    readonly headers: Headers | undefined,
+    public headers: Headers | undefined,
     /** Keyed sends: the domain key. */
     readonly key: string | undefined,
   ) {}
@@ -61,6 +62,8 @@ interface EntryExtra {
  * key at commit); `inFlight` is its first send while that is unconfirmed.
  */
 interface LiveKey extends KeyEntry {
+  /** Mutable only while its first send waits for room (renumbered after an abort). */
+  publishingId: bigint;
   inFlight: Entry | undefined;
 }
 
@@ -192,6 +195,14 @@ export class DedupPublisherCore {
   #timer: NodeJS.Timeout | undefined;
   #watchTimer: NodeJS.Timeout | undefined;
   #reconnectWake: (() => void) | undefined;
+  /** A skip to declare on the next new ID (`x-dedup-skip-from`): the first ID skipped. */
+  #skipToDeclare: bigint | undefined;
+  /** The skip written in the store's meta until the message declaring it is confirmed. */
+  #persistedSkipFrom: bigint | undefined;
+  /** The ID of the message that declares the pending skip. */
+  #skipDeclaringId: bigint | undefined;
+  /** The meta changed (a declared skip was confirmed): the next pump writes it. */
+  #metaDirty = false;
   /** The reconnect loop while one runs: close() waits for it before closing the transport. */
   #reconnectLoop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
@@ -212,7 +223,8 @@ export class DedupPublisherCore {
     this.durability = options.durability ?? DEFAULTS.durability;
     this.idMode = options.idMode ?? 'auto';
     this.#transport = transport;
-    this.#stampBytes = Buffer.byteLength(options.producerName) + 64;
+    // Name and ID stamps, AMQP overhead, and a skip declaration on the rare message that has one.
+    this.#stampBytes = Buffer.byteLength(options.producerName) + 104;
     this.#log = options.logger ?? silentLogger;
     this.#keyRetention = {
       maxKeys: positiveInt(options.keyRetention?.maxKeys, 100_000, 'keyRetention.maxKeys'),
@@ -376,6 +388,9 @@ export class DedupPublisherCore {
             : localLast;
         publisher = core(brokerLast, outbox.length, 0, resumeAt);
         handlersTarget.core = publisher;
+        if (idMode !== 'explicit' && meta !== undefined) {
+          publisher.#declareSkip(meta, brokerLast, outboxLast, localLast);
+        }
         publisher.#loadKeys(keySegments);
         for (const s of loaded.segments) {
           const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
@@ -401,6 +416,39 @@ export class DedupPublisherCore {
       await ownedStore?.close();
       throw err;
     }
+  }
+
+  /**
+   * Automatic and keyed IDs resume above the reserved ceiling: after a crash in `reserve`
+   * durability the rest of the block is never used. Those IDs are declared skipped on the next new
+   * message, from the first one that no message in the stream or the outbox carries: above the
+   * broker's last ID (or, where the broker cannot tell it, the store's last written ID) and the
+   * outbox's. A skip an earlier life declared on a message that never reached the broker is
+   * declared again (the store keeps it until that message is confirmed). When the store's last ID
+   * is above its reserved ceiling, every ID up to it is in the stream or the outbox: no skip.
+   */
+  #declareSkip(
+    meta: ProducerMeta,
+    brokerLast: bigint | undefined,
+    outboxLast: bigint,
+    ceiling: bigint,
+  ): void {
+    let from: bigint | undefined;
+    if (meta.reservedUpTo >= meta.lastId) {
+      const known = brokerLast ?? meta.lastId;
+      const used = known > outboxLast ? known : outboxLast;
+      if (used < ceiling) from = used + 1n;
+    }
+    if (
+      meta.skipFrom !== undefined &&
+      meta.skipFrom <= ceiling &&
+      (from === undefined || meta.skipFrom < from)
+    ) {
+      from = meta.skipFrom;
+    }
+    this.#skipToDeclare = from;
+    // Written with the first commit, which comes before the first new ID leaves.
+    this.#persistedSkipFrom = from;
   }
 
   /** Fills the in-memory key index from the store's key segments (later ones win). */
@@ -643,6 +691,11 @@ export class DedupPublisherCore {
       return new RangeError(`publishing IDs of producer "${this.producerName}" are exhausted (2^64 - 1)`);
     }
     this.#lastAssigned = publishingId;
+    if (this.#skipToDeclare !== undefined && explicitId === undefined) {
+      headers = withSkip(headers, this.#skipToDeclare);
+      this.#skipToDeclare = undefined;
+      this.#skipDeclaringId = publishingId;
+    }
     const entry = new Entry(publishingId, body, headers, key);
     if (key !== undefined) {
       const record: LiveKey = { key, publishingId, createdAtMs: Date.now(), inFlight: entry };
@@ -672,12 +725,44 @@ export class DedupPublisherCore {
     if (i >= 0 && (extra.keyWaiters?.length ?? 0) === 0) {
       this.#waiting.splice(i, 1);
       this.#forgetKey(entry, error);
-      if (entry.publishingId === this.#lastAssigned && extra.prevAssigned !== undefined) {
-        this.#lastAssigned = extra.prevAssigned;
+      if (this.idMode === 'explicit') {
+        // The caller's IDs: only the last can be handed back (an earlier one is below later IDs).
+        if (entry.publishingId === this.#lastAssigned && extra.prevAssigned !== undefined) {
+          this.#lastAssigned = extra.prevAssigned;
+        }
+      } else {
+        // Automatic and keyed IDs of sends still waiting are unwritten, unsent and unseen by any
+        // caller: the later ones move down, so an abort leaves no hole in the stream.
+        this.#renumberFrom(i, entry);
       }
     }
     // Otherwise the message may be published anyway; only the caller stops waiting.
     this.#settle(entry, error);
+  }
+
+  /** Closes the hole an aborted waiting entry leaves at `#waiting[i]` (it was taken out). */
+  #renumberFrom(i: number, aborted: Entry): void {
+    let id = aborted.publishingId;
+    let headers = aborted.headers;
+    const declares = this.#skipDeclaringId === id;
+    for (let j = i; j < this.#waiting.length; j++) {
+      const e = this.#waiting[j]!;
+      const next = e.publishingId;
+      e.publishingId = id;
+      if (e.keyRecord !== undefined && e.keyRecord.inFlight === e) e.keyRecord.publishingId = id;
+      id = next;
+    }
+    this.#lastAssigned = id - 1n;
+    if (!declares) return;
+    // The skip moves to the entry that now has the aborted one's ID, or waits for the next send.
+    const heir = this.#waiting[i];
+    if (heir === undefined) {
+      this.#skipToDeclare = BigInt(String(headers?.[SKIP_HEADER]));
+      this.#skipDeclaringId = undefined;
+    } else {
+      headers = heir.headers;
+      heir.headers = withSkip(headers, BigInt(String(aborted.headers?.[SKIP_HEADER])));
+    }
   }
 
   #settle(entry: Entry, outcome: Error | SendResult): void {
@@ -726,7 +811,8 @@ export class DedupPublisherCore {
         if (
           this.#batch.length === 0 &&
           this.#segmentsToDelete.length === 0 &&
-          this.#keySegmentsToDelete.length === 0
+          this.#keySegmentsToDelete.length === 0 &&
+          !this.#metaDirty
         ) {
           break;
         }
@@ -803,14 +889,21 @@ export class DedupPublisherCore {
         segment = { firstId: batch[0]!.publishingId, remaining: batch.length };
         for (const e of batch) e.segment = segment;
       }
-      const meta: ProducerMeta = { idMode: this.idMode, lastId: last, reservedUpTo: this.#reservedUpTo };
+      const meta: ProducerMeta = {
+        idMode: this.idMode,
+        lastId: last,
+        reservedUpTo: this.#reservedUpTo,
+        skipFrom: this.#persistedSkipFrom,
+      };
+      this.#metaDirty = false;
       await this.#state.commit({ meta, segment: batch, deleteSegments, keys, deleteKeySegments });
       this.#lastDurable = last;
     } else if (
       last > this.#reservedUpTo ||
       deleteSegments.length > 0 ||
       deleteKeySegments.length > 0 ||
-      (keys !== undefined && keys.length > 0)
+      (keys !== undefined && keys.length > 0) ||
+      this.#metaDirty
     ) {
       // Reserve a block past the batch before any of it leaves, so a restart skips it all. With
       // explicit IDs nothing is skipped (the caller chooses the IDs, and resumes after the broker's
@@ -821,8 +914,9 @@ export class DedupPublisherCore {
       const reservedUpTo =
         last > this.#reservedUpTo ? last + BigInt(this.#opts.reserveBlock) : this.#reservedUpTo;
       const capped = reservedUpTo > MAX_PUBLISHING_ID ? MAX_PUBLISHING_ID : reservedUpTo;
+      this.#metaDirty = false;
       await this.#state.commit({
-        meta: { idMode: this.idMode, lastId: last, reservedUpTo: capped },
+        meta: { idMode: this.idMode, lastId: last, reservedUpTo: capped, skipFrom: this.#persistedSkipFrom },
         deleteSegments,
         keys,
         deleteKeySegments,
@@ -878,11 +972,17 @@ export class DedupPublisherCore {
       if (e.segment !== undefined && --e.segment.remaining === 0)
         this.#segmentsToDelete.push(e.segment.firstId);
       if (e.key !== undefined) this.#keySettled(e, id);
+      if (id === this.#skipDeclaringId) {
+        // The skip is in the stream: the store no longer needs to remember it.
+        this.#skipDeclaringId = undefined;
+        this.#persistedSkipFrom = undefined;
+        this.#metaDirty = true;
+      }
       this.counters.confirmed++;
       this.#settle(e, { publishingId: id, outcome: 'published' });
     }
     this.#refill();
-    if (this.#segmentsToDelete.length > 0) this.#schedulePump();
+    if (this.#segmentsToDelete.length > 0 || this.#metaDirty) this.#schedulePump();
     if (this.inFlight === 0) for (const wake of this.#idle.splice(0)) wake();
   }
 
@@ -1191,6 +1291,14 @@ function validateOptions(options: DedupPublisherOptions): void {
   ) {
     throw new RangeError(`onBrokerAhead must be 'error' or 'adopt', got ${String(options.onBrokerAhead)}`);
   }
+}
+
+/** The caller's headers (a copy, or none) with the skip declaration added. */
+function withSkip(headers: Headers | undefined, from: bigint): Headers {
+  const copy = Object.create(null) as Record<string, string | number>;
+  if (headers !== undefined) for (const k of Object.keys(headers)) copy[k] = headers[k]!;
+  copy[SKIP_HEADER] = from.toString();
+  return copy;
 }
 
 /** The longest domain key, in UTF-8 bytes. */

@@ -22,12 +22,21 @@ export interface ProducerMeta {
   readonly lastId: bigint;
   /** In `reserve` durability, IDs up to this one are reserved; after a crash the next ID is above it. */
   readonly reservedUpTo: bigint;
+  /**
+   * A skip not yet declared in the stream: IDs from this one up to the first ID the producer uses
+   * next were deliberately left unused (the rest of a reserved block after a crash). The next
+   * message carries it (`x-dedup-skip-from`); it stays here until that message is confirmed, so
+   * that a crash in between cannot leave an undeclared hole.
+   */
+  readonly skipFrom?: bigint | undefined;
 }
 
 /** How a producer's publishing IDs are chosen. */
 export type IdMode = 'auto' | 'explicit' | 'keyed';
 
 const META_VERSION = 1;
+/** Version 2 adds `skipFrom` (written only while a skip is pending: otherwise version 1). */
+const META_VERSION_SKIP = 2;
 const SEGMENT_VERSION = 1;
 const ID_MODES: readonly IdMode[] = ['auto', 'explicit', 'keyed'];
 
@@ -35,26 +44,37 @@ function corrupt(what: string, detail: string): DedupError {
   return new DedupError('DEDUP_STORE_CORRUPT', `store record ${what} cannot be decoded: ${detail}`);
 }
 
-/** Encodes producer metadata: version, mode, lastId, reservedUpTo (18 bytes). */
+/**
+ * Encodes producer metadata: version, mode, lastId, reservedUpTo (18 bytes); version 2 adds a
+ * pending skip's first ID (26 bytes).
+ */
 export function encodeMeta(meta: ProducerMeta): Buffer {
-  const buf = Buffer.allocUnsafe(18);
-  buf.writeUInt8(META_VERSION, 0);
+  const skip = meta.skipFrom !== undefined && meta.skipFrom > 0n;
+  const buf = Buffer.allocUnsafe(skip ? 26 : 18);
+  buf.writeUInt8(skip ? META_VERSION_SKIP : META_VERSION, 0);
   buf.writeUInt8(ID_MODES.indexOf(meta.idMode), 1);
   buf.writeBigUInt64BE(meta.lastId, 2);
   buf.writeBigUInt64BE(meta.reservedUpTo, 10);
+  if (skip) buf.writeBigUInt64BE(meta.skipFrom, 18);
   return buf;
 }
 
 /** @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a well-formed record. */
 export function decodeMeta(buf: Uint8Array, what = 'meta'): ProducerMeta {
-  if (buf.length !== 18) throw corrupt(what, `expected 18 bytes, got ${buf.length}`);
   const b = Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength);
-  if (b.readUInt8(0) !== META_VERSION) throw corrupt(what, `unknown version ${b.readUInt8(0)}`);
+  const version = b.length > 0 ? b.readUInt8(0) : -1;
+  const expected = version === META_VERSION_SKIP ? 26 : 18;
+  if (buf.length !== expected) throw corrupt(what, `expected ${expected} bytes, got ${buf.length}`);
+  if (version !== META_VERSION && version !== META_VERSION_SKIP)
+    throw corrupt(what, `unknown version ${version}`);
   const idMode = ID_MODES[b.readUInt8(1)];
   if (idMode === undefined) throw corrupt(what, `unknown id mode ${b.readUInt8(1)}`);
   const lastId = b.readBigUInt64BE(2);
   const reservedUpTo = b.readBigUInt64BE(10);
-  return { idMode, lastId, reservedUpTo };
+  if (version === META_VERSION) return { idMode, lastId, reservedUpTo };
+  const skipFrom = b.readBigUInt64BE(18);
+  if (skipFrom === 0n) throw corrupt(what, 'a pending skip from ID 0');
+  return { idMode, lastId, reservedUpTo, skipFrom };
 }
 
 /**

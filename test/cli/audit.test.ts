@@ -40,6 +40,10 @@ describe('cli audit - analysis', () => {
         missingIds: 0n,
         gaps: 0,
         gapRanges: [],
+        skippedIds: 0n,
+        skippedRanges: [],
+        contradictions: 0,
+        contradictionSamples: [],
         outOfOrder: 0,
         outOfOrderSamples: [],
       },
@@ -183,6 +187,62 @@ describe('cli audit - analysis', () => {
     );
   });
 
+  it('a hole that the producer declared skipped (x-dedup-skip-from) is reported apart and does not fail the audit', () => {
+    // IDs 1-3, a restart in reserve durability skipped 4..11: message 12 declares it.
+    const report = auditRecords([
+      ...records(...ids('p', 1, 2, 3)),
+      { offset: 3n, applicationProperties: { ...identityHeaders('p', 12n), 'x-dedup-skip-from': '4' } },
+      { offset: 4n, applicationProperties: identityHeaders('p', 13n) },
+    ]);
+    expect(report.ok).toBe(true);
+    expect(auditExitCode(report)).toBe(0);
+    expect(report.producers[0]).toMatchObject({
+      gaps: 0,
+      missingIds: 0n,
+      skippedIds: 8n,
+      skippedRanges: [{ from: 4n, to: 11n }],
+    });
+    expect(formatAuditReport('s', report)).toContain(
+      'p: 8 skipped ids, declared by the producer (not lost): 4..11',
+    );
+    expect(formatAuditReport('s', report)).toContain(
+      'audit: OK — no duplicates, no gaps, nothing out of order (8 declared skipped ids)',
+    );
+  });
+
+  it('a hole no skip declares is still a gap, beside a declared one; a message inside a declared skip contradicts it', () => {
+    const report = auditRecords([
+      ...records(...ids('p', 1, 3)), // 2 is missing: nothing declares it
+      { offset: 2n, applicationProperties: { ...identityHeaders('p', 10n), 'x-dedup-skip-from': '4' } },
+      { offset: 3n, applicationProperties: identityHeaders('p', 6n) }, // inside 4..9, after the declaration
+    ]);
+    expect(report.ok).toBe(false);
+    expect(report.producers[0]!.gaps).toBe(1);
+    expect(report.producers[0]!.gapRanges).toEqual([{ from: 2n, to: 2n }]);
+    expect(report.producers[0]!.skippedRanges).toEqual([
+      { from: 4n, to: 5n },
+      { from: 7n, to: 9n },
+    ]);
+    expect(report.producers[0]).toMatchObject({
+      contradictions: 1,
+      contradictionSamples: [
+        { publishingId: 6n, offset: 3n, declared: { from: 4n, to: 9n }, declaredAt: 2n },
+      ],
+    });
+    expect(auditExitCode(report)).toBe(1);
+  });
+
+  it('a malformed skip declaration makes the message unidentified, never a crash', () => {
+    const report = auditRecords(
+      ['5', '0', 'x', '', 5 as unknown as string].map((skip, i) => ({
+        offset: BigInt(i),
+        applicationProperties: { ...identityHeaders('p', 5n), 'x-dedup-skip-from': skip },
+      })),
+    );
+    expect(report.unidentified).toMatchObject({ count: 5, malformed: 5 });
+    expect(report.producers).toEqual([]);
+  });
+
   it('refuses a maxSamples that is not a non-negative integer', () => {
     expect(() => auditRecords([], { maxSamples: -1 })).toThrow(RangeError);
     expect(() => auditRecords([], { maxSamples: 1.5 })).toThrow(RangeError);
@@ -199,9 +259,9 @@ describe('cli audit - output', () => {
       [
         'stream "orders": 9 messages, 2 producers, 1 without identity',
         '',
-        'producer    messages  first id  last id  duplicates  missing ids  gaps  out of order',
-        'billing            3         1        3           0            0     0             0',
-        'orders-svc         5         1        5           1            1     1             0',
+        'producer    messages  first id  last id  duplicates  missing ids  gaps  skipped ids  out of order',
+        'billing            3         1        3           0            0     0            0             0',
+        'orders-svc         5         1        5           1            1     1            0             0',
         '',
         'orders-svc: 1 duplicate: id 2 at offset 2 (first at 1)',
         'orders-svc: 1 missing id in 1 gap: 3',
@@ -214,7 +274,7 @@ describe('cli audit - output', () => {
 
   it('the human report names out-of-order messages and quotes names with control characters', () => {
     const text = formatAuditReport('s', auditRecords(records(['a\nb', 2], ['a\nb', 1])));
-    expect(text).toMatch(/^"a\\nb" +2 +1 +2 +0 +0 +0 +1$/m);
+    expect(text).toMatch(/^"a\\nb" +2 +1 +2 +0 +0 +0 +0 +1$/m);
     expect(text).toContain('"a\\nb": 1 out of order: id 1 at offset 1 after 2');
   });
 
@@ -249,6 +309,10 @@ describe('cli audit - output', () => {
       missingIds: '1',
       gaps: 1,
       gapRanges: [{ from: '3', to: '3' }],
+      skippedIds: '0',
+      skippedRanges: [],
+      contradictions: 0,
+      contradictionSamples: [],
       outOfOrder: 0,
       outOfOrderSamples: [],
     });
