@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { checkHistory, type HistoryReport } from '../history/checker.js';
 import { readIdentity } from '../identity/headers.js';
+import { auditRecords, type AuditReport } from './audit.js';
 import type { Durability } from '../publisher/types.js';
 import { readStreamToEnd } from '../transport/stream.js';
 import { connectionFromEnv } from './env.js';
@@ -50,6 +51,8 @@ export interface CrashScenarioResult {
   readonly resent: number;
   /** The labels acknowledged by the producer (for a consumer-side check). */
   readonly acknowledgedLabels: readonly string[];
+  /** What `stream-dedup audit` says of the stream: declared skips apart from gaps. */
+  readonly audit: AuditReport;
 }
 
 /**
@@ -117,6 +120,7 @@ export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashSc
     });
     const report = checkHistory({ attempted, acknowledged, observed });
     return {
+      audit: auditRecords(records),
       report,
       runs,
       kills,

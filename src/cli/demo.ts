@@ -46,12 +46,18 @@ export async function demo(args: readonly string[], cli: readonly string[]): Pro
         `${result.streamMessages} messages in the stream (${seconds} s)`,
     );
     console.log(`audit: ${formatReport(result.report)}`);
+    const audit = result.audit;
     console.log(
-      result.report.ok
+      `audit: stream-dedup audit: ${audit.gaps} gaps, ${audit.duplicates} duplicates, ${audit.outOfOrder} out of order` +
+        (audit.skippedIds > 0n ? `, ${audit.skippedIds} ids skipped by the producer (declared)` : ''),
+    );
+    const ok = result.report.ok && audit.ok;
+    console.log(
+      ok
         ? `audit: OK — ${result.report.lost.length} lost, ${result.report.duplicated.length} duplicated: every acknowledged message is in the stream exactly once`
         : 'audit: FAILED',
     );
-    return result.report.ok ? 0 : 1;
+    return ok ? 0 : 1;
   } finally {
     if (values.keep) {
       console.log(`demo: kept stream "${stream}" (delete it with rabbitmqctl delete_queue ${stream})`);
