@@ -30,8 +30,8 @@ export type DedupErrorCode =
   /** A wait was cancelled through an `AbortSignal`. */
   | 'DEDUP_ABORTED'
   /**
-   * `open()` refused a combination of options that cannot keep the exactly-once promise on this
-   * target: explicit or keyed IDs without an outbox (`durability: 'reserve'`) where the broker cannot
+   * `open()` refused a combination of options that cannot keep the exactly-once promise: keyed IDs
+   * without an outbox (`durability: 'reserve'`), or explicit IDs without one where the broker cannot
    * report its last publishing ID (AMQP 0-9-1). Nothing was sent. @remarks Since 0.2.0
    */
   | 'DEDUP_UNSAFE_OPTIONS';

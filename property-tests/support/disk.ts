@@ -150,3 +150,26 @@ export class ProcessDisk implements KeyValueDb {
     this.applied++;
   }
 }
+
+/** A copy of a whole memory-level "disk": a backup, or (empty) a disk that was lost. */
+export type DiskSnapshot = ReadonlyArray<readonly [string, Uint8Array]>;
+
+/** Copies every record of `disk` (a consistent point in time: batches are atomic). */
+export async function snapshotDisk(disk: MemoryLevel<string, Uint8Array>): Promise<DiskSnapshot> {
+  const out: Array<readonly [string, Uint8Array]> = [];
+  for await (const [key, value] of disk.iterator()) out.push([key, Uint8Array.from(value)]);
+  return out;
+}
+
+/** Replaces every record of `disk` with the snapshot's (the store restored from a backup, or lost). */
+export async function restoreDisk(
+  disk: MemoryLevel<string, Uint8Array>,
+  snapshot: DiskSnapshot,
+): Promise<void> {
+  await disk.clear();
+  if (snapshot.length > 0) {
+    await disk.batch(
+      snapshot.map(([key, value]) => ({ type: 'put' as const, key, value: Uint8Array.from(value) })),
+    );
+  }
+}

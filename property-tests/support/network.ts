@@ -1,6 +1,10 @@
+import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../../src/publisher/types.js';
 import { ModelBroker } from '../../test/support/model-broker.js';
 import { never } from './disk.js';
+
+/** One header of a frame, in the order the frame carries it. */
+export type WireHeader = readonly [name: string, value: string | number];
 
 /** A message on its way to the broker. */
 export interface WireMessage {
@@ -8,6 +12,12 @@ export interface WireMessage {
   readonly producerName: string;
   readonly publishingId: bigint;
   readonly body: string;
+  /**
+   * The frame's headers as the stream transport encodes them when `publish()` is called: the two
+   * identity stamps, then the caller's headers as they are at that moment (a map on the wire:
+   * a caller's `x-dedup-id` would be a second identity key).
+   */
+  readonly headers: readonly WireHeader[];
 }
 
 /** What a connection is: live (both ways), a zombie (frames still in the broker's buffers) or gone. */
@@ -45,12 +55,21 @@ export class Connection {
   readonly #network: SimNetwork;
   #handlers: TransportHandlers | undefined;
   readonly #hooks: ConnectionHooks;
+  /** The process life (transport) that opened this connection. */
+  readonly owner: SimTransport | undefined;
 
-  constructor(network: SimNetwork, id: number, handlers: TransportHandlers, hooks: ConnectionHooks) {
+  constructor(
+    network: SimNetwork,
+    id: number,
+    handlers: TransportHandlers,
+    hooks: ConnectionHooks,
+    owner?: SimTransport,
+  ) {
     this.#network = network;
     this.id = id;
     this.#handlers = handlers;
     this.#hooks = hooks;
+    this.owner = owner;
   }
 
   /** Puts messages on the wire. */
@@ -150,6 +169,7 @@ export class Connection {
     if (ids.length === 0) return;
     this.confirmed.push(...ids);
     this.#network.activity++;
+    if (this.#handlers !== undefined) this.owner?.noteConfirmed(ids);
     this.#handlers?.confirmed(ids);
   }
 }
@@ -174,15 +194,20 @@ export class SimNetwork {
   }
 
   /** A transport for one process life of one producer. */
-  transport(stream: string, producerName: string, hooks: ConnectionHooks = {}): SimTransport {
-    const t = new SimTransport(this, stream, producerName, hooks);
+  transport(
+    stream: string,
+    producerName: string,
+    hooks: ConnectionHooks = {},
+    options: SimTransportOptions = {},
+  ): SimTransport {
+    const t = new SimTransport(this, stream, producerName, hooks, options);
     this.#transports.add(t);
     return t;
   }
 
   /** @internal */
-  connection(handlers: TransportHandlers, hooks: ConnectionHooks): Connection {
-    return new Connection(this, this.#nextId++, handlers, hooks);
+  connection(handlers: TransportHandlers, hooks: ConnectionHooks, owner?: SimTransport): Connection {
+    return new Connection(this, this.#nextId++, handlers, hooks, owner);
   }
 
   /** @internal */
@@ -218,12 +243,29 @@ export class SimNetwork {
 /** How a {@link SimTransport} answers `connect()` after its first. */
 export type ConnectPolicy = 'immediate' | 'manual';
 
+/** Options of one process life's {@link SimTransport}. */
+export interface SimTransportOptions {
+  /**
+   * Whether `connect()` and `queryLastId()` report the broker's last publishing ID (the stream
+   * protocol does; AMQP 0-9-1 cannot, and resolves `undefined`). @defaultValue true
+   */
+  readonly reportsLastId?: boolean;
+  /**
+   * The producer's `maxInFlight`: at no time may more distinct IDs be written on this life's
+   * connections without their confirm having reached the client. Exceeding it is recorded in
+   * {@link SimTransport.violations}.
+   */
+  readonly maxUnconfirmed?: number;
+}
+
 /**
  * The transport of one process life over a {@link SimNetwork}. The first `connect()` (inside
  * `open()`) answers at once: with the broker's last ID, or a refusal while the broker is down.
  * Later ones (reconnects) wait for {@link SimTransport.acceptConnect} under the `manual` policy, so
- * the test decides when the network comes back. `kill()` is the process dying: nothing reaches
- * the dead core any more, and anything it calls never settles.
+ * the test decides when the network comes back — even after `close()`: a connect the core started
+ * before closing may complete afterwards, and the core must close that connection too (`close()`
+ * may be called again and then ends it). `kill()` is the process dying: nothing reaches the dead
+ * core any more, and anything it calls never settles.
  */
 export class SimTransport implements PublishTransport {
   readonly target: string;
@@ -235,16 +277,40 @@ export class SimTransport implements PublishTransport {
   connects = 0;
   isDead = false;
   isClosed = false;
+  /** `close()` calls. */
+  closeCalls = 0;
+  readonly reportsLastId: boolean;
+  readonly maxUnconfirmed: number;
+  /** IDs written on this life's connections whose confirm has not reached the client. */
+  readonly unconfirmed = new Set<bigint>();
+  /** Most IDs ever unconfirmed at once. */
+  peakUnconfirmed = 0;
+  /** Broken wire rules (more than `maxUnconfirmed` unconfirmed IDs). */
+  readonly violations: string[] = [];
   readonly #network: SimNetwork;
   readonly #hooks: ConnectionHooks;
-  #pending: { handlers: TransportHandlers; resolve: (id: bigint) => void } | undefined;
+  #pending:
+    | {
+        handlers: TransportHandlers;
+        resolve: (id: bigint | undefined) => void;
+        reject: (error: Error) => void;
+      }
+    | undefined;
   #attemptWaiters: Array<() => void> = [];
 
-  constructor(network: SimNetwork, stream: string, producerName: string, hooks: ConnectionHooks) {
+  constructor(
+    network: SimNetwork,
+    stream: string,
+    producerName: string,
+    hooks: ConnectionHooks,
+    options: SimTransportOptions = {},
+  ) {
     this.#network = network;
     this.target = stream;
     this.producerName = producerName;
     this.#hooks = hooks;
+    this.reportsLastId = options.reportsLastId ?? true;
+    this.maxUnconfirmed = options.maxUnconfirmed ?? Number.POSITIVE_INFINITY;
   }
 
   /** True while the core waits for a reconnect to be accepted. */
@@ -252,15 +318,15 @@ export class SimTransport implements PublishTransport {
     return this.#pending !== undefined;
   }
 
-  connect(handlers: TransportHandlers): Promise<bigint> {
+  connect(handlers: TransportHandlers): Promise<bigint | undefined> {
     if (this.isDead || this.isClosed) return never();
     this.#network.activity++;
     if (this.connects === 0 || this.connectPolicy === 'immediate') {
       if (!this.#network.brokerUp) return Promise.reject(new Error('simulated broker is down'));
       return Promise.resolve(this.#establish(handlers));
     }
-    return new Promise<bigint>((resolve) => {
-      this.#pending = { handlers, resolve };
+    return new Promise<bigint | undefined>((resolve, reject) => {
+      this.#pending = { handlers, resolve, reject };
       for (const wake of this.#attemptWaiters.splice(0)) wake();
     });
   }
@@ -271,12 +337,24 @@ export class SimTransport implements PublishTransport {
     return new Promise<void>((resolve) => this.#attemptWaiters.push(resolve));
   }
 
-  /** Lets the waiting reconnect through (the broker must be up). */
+  /**
+   * Lets the waiting reconnect through (the broker must be up). After `close()` this is a connect
+   * that completes late: the connection is established all the same.
+   */
   acceptConnect(): void {
     const pending = this.#pending;
-    if (pending === undefined || !this.#network.brokerUp || this.isDead || this.isClosed) return;
+    if (pending === undefined || !this.#network.brokerUp || this.isDead) return;
     this.#pending = undefined;
     pending.resolve(this.#establish(pending.handlers));
+  }
+
+  /** The waiting reconnect fails (refused, or timed out); the core may try again. */
+  refuseConnect(): void {
+    const pending = this.#pending;
+    if (pending === undefined || this.isDead) return;
+    this.#pending = undefined;
+    this.#network.activity++;
+    pending.reject(new Error('simulated: connection refused'));
   }
 
   publish(messages: readonly OutgoingMessage[]): Promise<void> {
@@ -289,15 +367,34 @@ export class SimTransport implements PublishTransport {
         producerName: this.producerName,
         publishingId: m.publishingId,
         body: Buffer.from(m.body).toString(),
+        // Encoded now, as the stream transport does: whatever the headers object holds at this call.
+        headers: [
+          [PRODUCER_HEADER, this.producerName],
+          [ID_HEADER, m.publishingId.toString()],
+          ...(m.headers === undefined ? [] : Object.entries(m.headers)),
+        ],
       })),
     );
+    for (const m of messages) this.unconfirmed.add(m.publishingId);
+    if (this.unconfirmed.size > this.peakUnconfirmed) this.peakUnconfirmed = this.unconfirmed.size;
+    if (this.unconfirmed.size > this.maxUnconfirmed) {
+      this.violations.push(
+        `${this.unconfirmed.size} IDs unconfirmed on the wire (maxInFlight ${this.maxUnconfirmed}): ` +
+          [...this.unconfirmed].join(','),
+      );
+    }
     return Promise.resolve();
   }
 
-  queryLastId(): Promise<bigint> {
+  /** @internal The client read these confirms on one of this life's connections. */
+  noteConfirmed(ids: readonly bigint[]): void {
+    for (const id of ids) this.unconfirmed.delete(id);
+  }
+
+  queryLastId(): Promise<bigint | undefined> {
     if (this.isDead) return never();
     if (!this.#network.brokerUp) return Promise.reject(new Error('simulated broker is down'));
-    return Promise.resolve(this.#network.broker.lastId(this.target, this.producerName));
+    return Promise.resolve(this.#lastId());
   }
 
   /** Cuts the live connection and tells the core. */
@@ -313,23 +410,33 @@ export class SimTransport implements PublishTransport {
     this.#network.forget(this);
   }
 
-  /** A graceful close: what was written may still arrive; nothing more is read. */
+  /**
+   * A graceful close: what was written may still arrive; nothing more is read. A connect still
+   * pending stays pending (the network may complete it late, see {@link acceptConnect}); a later
+   * call closes whatever connection is live then.
+   */
   close(): Promise<void> {
-    if (!this.isClosed) {
-      this.isClosed = true;
-      this.#pending = undefined;
-      this.connection?.cut(true, false);
-      this.#network.forget(this);
-    }
+    this.closeCalls++;
+    this.isClosed = true;
+    this.connection?.cut(true, false);
     return Promise.resolve();
   }
 
-  #establish(handlers: TransportHandlers): bigint {
+  /** A connection of this life still live after `close()` was called: a leak. */
+  get leakedConnection(): Connection | undefined {
+    return this.isClosed && this.connection?.state === 'live' ? this.connection : undefined;
+  }
+
+  #lastId(): bigint | undefined {
+    return this.reportsLastId ? this.#network.broker.lastId(this.target, this.producerName) : undefined;
+  }
+
+  #establish(handlers: TransportHandlers): bigint | undefined {
     this.connects++;
     this.connection?.cut(false, false);
-    const c = this.#network.connection(handlers, this.#hooks);
+    const c = this.#network.connection(handlers, this.#hooks, this);
     this.connection = c;
     this.connections.push(c);
-    return this.#network.broker.lastId(this.target, this.producerName);
+    return this.#lastId();
   }
 }

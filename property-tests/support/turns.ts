@@ -1,3 +1,13 @@
+// Captured at load: a model may install fake timers (for the cores' confirm-timeout and reconnect
+// clocks); the liveness limits below must keep measuring wall time.
+const realSetTimeout = globalThis.setTimeout;
+const realClearTimeout = globalThis.clearTimeout;
+
+/** Waits `ms` of wall time, even while fake timers are installed. */
+export function realDelay(ms: number): Promise<void> {
+  return new Promise((resolve) => realSetTimeout(resolve, ms));
+}
+
 /** One turn of the event loop (the publisher core pumps on `setImmediate`). */
 export function turn(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
@@ -31,11 +41,11 @@ export async function settle(progress: () => number, maxTurns = 200): Promise<vo
 export async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: nothing after ${ms} ms`)), ms);
+    timer = realSetTimeout(() => reject(new Error(`${what}: nothing after ${ms} ms`)), ms);
   });
   try {
     return await Promise.race([promise, timeout]);
   } finally {
-    clearTimeout(timer);
+    realClearTimeout(timer);
   }
 }

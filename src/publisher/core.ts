@@ -317,13 +317,24 @@ export class DedupPublisherCore {
         );
       }
       const durability = options.durability ?? DEFAULTS.durability;
-      if (idMode !== 'auto' && durability === 'reserve' && brokerLast === undefined) {
-        // Without an outbox, explicit IDs resume after the broker's last ID and keyed sends forget
-        // keys above it (below): a broker that cannot tell it would leave accepted messages that were
-        // never stored looking published (explicit: skipped by the source; keyed: 'duplicate').
+      if (idMode === 'keyed' && durability === 'reserve') {
+        // A key's record is written before its message leaves. After a crash the record may name a
+        // message that never reached the broker ('duplicate' to every re-send: a silent loss), or
+        // one whose frames are still on their way from the dead process (forgetting the key and
+        // re-sending it under a new ID lands it twice; the publisher model found that race). Only
+        // the outbox ties the record to the message.
         throw new DedupError(
           'DEDUP_UNSAFE_OPTIONS',
-          `idMode '${idMode}' with durability 'reserve' needs the broker's last publishing ID to recover after a ` +
+          `idMode 'keyed' needs durability 'outbox': without it a crash can leave a key recorded whose message ` +
+            `never reached the broker (lost) or is still on its way (published twice if the key is re-sent)`,
+        );
+      }
+      if (idMode === 'explicit' && durability === 'reserve' && brokerLast === undefined) {
+        // Without an outbox, explicit IDs resume after the broker's last ID (below): a broker that
+        // cannot tell it would leave accepted messages that were never stored skipped by the source.
+        throw new DedupError(
+          'DEDUP_UNSAFE_OPTIONS',
+          `idMode 'explicit' with durability 'reserve' needs the broker's last publishing ID to recover after a ` +
             `crash, and "${transport.target}" cannot report it (AMQP 0-9-1): use durability 'outbox'`,
         );
       }
@@ -798,7 +809,9 @@ export class DedupPublisherCore {
     let batch: Entry[] = [];
     try {
       for (;;) {
-        if (this.#fatal !== undefined) break;
+        // Once close() stopped waiting, nothing is written or sent: close() writes what is left,
+        // and after it nothing may touch the store (a shared store may hold a newer life's state).
+        if (this.#fatal !== undefined || this.#status === 'closing' || this.#status === 'closed') break;
         if (this.#resendAll && this.#status !== 'reconnecting') {
           this.#resendAll = false;
           const all = [...this.#pending.values()];
@@ -806,8 +819,6 @@ export class DedupPublisherCore {
           await this.#publish(all);
           continue;
         }
-        // Once close() stopped waiting, nothing new is written or sent.
-        if (this.#status === 'closing') break;
         if (
           this.#batch.length === 0 &&
           this.#segmentsToDelete.length === 0 &&
@@ -1219,8 +1230,9 @@ export class DedupPublisherCore {
       this.#keySettled(e, error);
       this.#settle(e, error);
     }
-    // Delete segments confirmed since the last commit, so the next open re-sends less.
-    if (this.#segmentsToDelete.length > 0 && this.durability === 'outbox') {
+    // Delete segments confirmed since the last commit (a reserve life that recovered an outbox has
+    // them too), so the next open re-sends less; and forget a skip whose declaration was confirmed.
+    if (this.#segmentsToDelete.length > 0 || this.#metaDirty) {
       await this.#commit([]).catch(() => undefined);
     }
     // A reconnect attempt in progress may still open a connection: let it finish, then close it.
