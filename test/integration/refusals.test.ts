@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer as createHttpServer } from 'node:http';
 import net from 'node:net';
@@ -8,7 +7,7 @@ import { isDedupError } from '../../src/errors.js';
 import { AmqpDedupPublisher, AmqpVerifyingConsumer } from '../../src/transport/amqp.js';
 import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
-import { CLI_FROM_SOURCE } from '../support/cli.js';
+import { runCli } from '../support/cli.js';
 import { useTempDir } from '../support/tmp.js';
 
 // The operator's first hour: a wrong password, a missing virtual host, the wrong port. Each must
@@ -185,24 +184,8 @@ describe('AMQP 0-9-1 - refusals at open()', () => {
 });
 
 describe('CLI - refusals exit 3 with one line', () => {
-  async function cli(args: readonly string[], env: Record<string, string>) {
-    const [cmd, ...pre] = CLI_FROM_SOURCE;
-    const child = spawn(cmd!, [...pre, ...args], {
-      env: {
-        ...process.env,
-        RABBITMQ_HOST: BROKER.host,
-        RABBITMQ_STREAM_PORT: String(BROKER.streamPort),
-        ...env,
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
-    child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
-    const [code] = (await once(child, 'close')) as [number | null];
-    return { code, stdout, stderr };
-  }
+  const cli = (args: readonly string[], env: Record<string, string>) =>
+    runCli(args, { RABBITMQ_HOST: BROKER.host, RABBITMQ_STREAM_PORT: String(BROKER.streamPort), ...env });
 
   for (const [what, env, pattern] of [
     ['a wrong password', { RABBITMQ_PASSWORD: SECRET }, /DEDUP_BROKER_REFUSED: .*refused the login/],

@@ -1,5 +1,3 @@
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -12,7 +10,7 @@ import {
   type StreamConnectionOptions,
 } from '../../src/transport/stream.js';
 import { BROKER, uniqueName } from '../support/broker.js';
-import { CLI_FROM_SOURCE } from '../support/cli.js';
+import { runCli } from '../support/cli.js';
 import { useTempDir } from '../support/tmp.js';
 
 // TLS on both protocols, as production brokers run it: a custom CA, a client certificate whose
@@ -184,19 +182,8 @@ describe('TLS - AMQP 0-9-1', () => {
 });
 
 describe('TLS - CLI', () => {
-  async function cli(args: readonly string[], env: Record<string, string>) {
-    const [cmd, ...pre] = CLI_FROM_SOURCE;
-    const child = spawn(cmd!, [...pre, ...args], {
-      env: { ...process.env, RABBITMQ_HOST: BROKER.host, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
-    child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
-    const [code] = (await once(child, 'close')) as [number | null];
-    return { code, stdout, stderr };
-  }
+  const cli = (args: readonly string[], env: Record<string, string>) =>
+    runCli(args, { RABBITMQ_HOST: BROKER.host, ...env });
 
   it('audit reads the TLS settings from the environment', async () => {
     const stream = uniqueName('tls-cli');

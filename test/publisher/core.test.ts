@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { DedupPublisherCore } from '../../src/publisher/core.js';
-import type { OutgoingMessage, PublishTransport } from '../../src/publisher/types.js';
+import type { PublishTransport } from '../../src/publisher/types.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
-import { ModelBroker, ModelTransport } from '../support/model-broker.js';
+import { LossyTransport, ModelBroker, ModelTransport } from '../support/model-broker.js';
 
 async function setup(options: Partial<Parameters<typeof DedupPublisherCore.open>[1]> = {}) {
   const broker = new ModelBroker();
@@ -112,17 +112,6 @@ describe('publisher core', () => {
     await core.close();
   });
 });
-
-/** A model transport that, while `losing`, takes messages and neither stores nor confirms them (lost in flight). */
-class LossyTransport extends ModelTransport {
-  losing = false;
-  lost = 0;
-  override publish(messages: readonly OutgoingMessage[]): Promise<void> {
-    if (!this.losing) return super.publish(messages);
-    this.lost += messages.length;
-    return Promise.resolve();
-  }
-}
 
 describe('explicit ids in reserve durability', () => {
   /** Producer 'src' with explicit IDs in reserve durability on the model broker, over `disk` (a fresh one if absent). */

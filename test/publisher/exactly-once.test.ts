@@ -2,13 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { DedupPublisherCore } from '../../src/publisher/core.js';
 import type {
   DedupPublisherOptions,
-  OutgoingMessage,
   PublishTransport,
   TransportHandlers,
 } from '../../src/publisher/types.js';
 import { DedupStore, type KeyValueDb } from '../../src/store/store.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
-import { ModelBroker, ModelTransport } from '../support/model-broker.js';
+import { blind, LossyTransport, ModelBroker, ModelTransport } from '../support/model-broker.js';
 
 // One test per exactly-once hole of issue 15 in the publisher: each failed on the code before its
 // fix (the closing note of that change lists how).
@@ -16,32 +15,6 @@ import { ModelBroker, ModelTransport } from '../support/model-broker.js';
 const body = (s: string): Buffer => Buffer.from(s);
 const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
 type Disk = ReturnType<typeof memoryDisk>;
-
-/** A model transport that, while `losing`, takes messages and neither stores nor confirms them. */
-class LossyTransport extends ModelTransport {
-  losing = false;
-  lost = 0;
-  override publish(messages: readonly OutgoingMessage[]): Promise<void> {
-    if (!this.losing) return super.publish(messages);
-    this.lost += messages.length;
-    return Promise.resolve();
-  }
-}
-
-/** The same transport as an AMQP 0-9-1 one: it cannot report the broker's last publishing ID. */
-function blind(model: ModelTransport): PublishTransport {
-  return {
-    target: model.target,
-    maxMessageBytes: model.maxMessageBytes,
-    connect: async (handlers) => {
-      await model.connect(handlers);
-      return undefined;
-    },
-    publish: (messages) => model.publish(messages),
-    queryLastId: () => Promise.resolve(undefined),
-    close: () => model.close(),
-  };
-}
 
 /**
  * A store over `disk` whose writes can be held (each waits for `release()`) or cut off after

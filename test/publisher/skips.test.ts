@@ -5,7 +5,7 @@ import { DedupPublisherCore } from '../../src/publisher/core.js';
 import type { DedupPublisherOptions, OutgoingMessage, PublishTransport } from '../../src/publisher/types.js';
 import type { DedupStore } from '../../src/store/store.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
-import { ModelBroker, ModelTransport } from '../support/model-broker.js';
+import { blind, ModelBroker, ModelTransport } from '../support/model-broker.js';
 
 // Issue 16: the publisher's deliberate skips are declared in the stream (x-dedup-skip-from on the
 // first message after them), so that audit tells them from loss; aborts leave no skip at all.
@@ -27,21 +27,6 @@ class WireTransport extends ModelTransport {
     }
     return this.losing ? Promise.resolve() : super.publish(messages);
   }
-}
-
-/** The same transport as an AMQP 0-9-1 one: it cannot report the broker's last publishing ID. */
-function blind(model: ModelTransport): PublishTransport {
-  return {
-    target: model.target,
-    maxMessageBytes: model.maxMessageBytes,
-    connect: async (handlers) => {
-      await model.connect(handlers);
-      return undefined;
-    },
-    publish: (messages) => model.publish(messages),
-    queryLastId: () => Promise.resolve(undefined),
-    close: () => model.close(),
-  };
 }
 
 const options = (more: Partial<DedupPublisherOptions> = {}): DedupPublisherOptions => ({

@@ -154,3 +154,29 @@ export class ModelTransport implements PublishTransport {
     return Promise.resolve();
   }
 }
+
+/** A model transport that, while `losing`, takes messages and neither stores nor confirms them (lost in flight). */
+export class LossyTransport extends ModelTransport {
+  losing = false;
+  lost = 0;
+  override publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    if (!this.losing) return super.publish(messages);
+    this.lost += messages.length;
+    return Promise.resolve();
+  }
+}
+
+/** `model` as an AMQP 0-9-1 transport would be: it cannot report the broker's last publishing ID. */
+export function blind(model: ModelTransport): PublishTransport {
+  return {
+    target: model.target,
+    maxMessageBytes: model.maxMessageBytes,
+    connect: async (handlers) => {
+      await model.connect(handlers);
+      return undefined;
+    },
+    publish: (messages) => model.publish(messages),
+    queryLastId: () => Promise.resolve(undefined),
+    close: () => model.close(),
+  };
+}
