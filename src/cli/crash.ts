@@ -177,7 +177,12 @@ async function runOnce(
     if (!killed) killed = child.kill('SIGKILL');
   };
   for await (const line of createInterface({ input: child.stdout })) {
-    const msg = JSON.parse(line) as { ready?: boolean; resent?: number; acked?: number };
+    let msg: { ready?: boolean; resent?: number; acked?: number };
+    try {
+      msg = JSON.parse(line) as typeof msg;
+    } catch {
+      continue; // not one of the producer's progress lines (a warning of Node's, say)
+    }
     if (msg.ready === true) {
       resent = msg.resent ?? 0;
       if (r.kill !== undefined && 'afterMs' in r.kill) setTimeout(killNow, r.kill.afterMs);

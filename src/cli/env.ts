@@ -4,7 +4,7 @@ import type { StreamConnectionOptions } from '../transport/stream.js';
 
 /**
  * TLS settings from the environment, or `undefined` without TLS: RABBITMQ_TLS=1, or any of the
- * file variables, turns it on. Files are read here; a missing one is a usage error.
+ * file variables, turns it on. Files are read here; a missing one is a TypeError naming it.
  */
 export function tlsFromEnv(env: NodeJS.ProcessEnv = process.env):
   | {

@@ -24,9 +24,11 @@ Usage:
   stream-dedup inspect <store-folder> [--json]  list a LevelDB store: producers (ids, outbox), verifying
                                                 consumers (committed offsets) and verifier scopes; needs
                                                 the store's lock, so stop the processes using it first
-  stream-dedup demo [--kills N] [--per-run N]   publish, get SIGKILLed mid-way, restart, recover,
-                                                then audit the stream: 0 lost, 0 duplicated; the
-                                                stream is deleted at the end unless --keep
+  stream-dedup demo [--kills N] [--per-run N] [--keep]
+                                                publish (--per-run ≥ 100 messages a run), get SIGKILLed
+                                                mid-way --kills times, restart, recover, then audit the
+                                                stream: 0 lost, 0 duplicated; the stream is deleted at
+                                                the end unless --keep
   stream-dedup help | --help                    this text
   stream-dedup --version                        the version of stream-dedup
 

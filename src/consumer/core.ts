@@ -416,7 +416,14 @@ export class VerifyingConsumerCore {
     if (this.#committedOffset !== undefined && offset <= this.#committedOffset) settle();
     else
       this.#committing?.then(
-        () => this.#failed === undefined && settle(),
+        () => {
+          // An ack on a connection that is going away may throw: the redelivery then comes again.
+          try {
+            if (this.#failed === undefined) settle();
+          } catch {
+            // Nothing to do: the message is redelivered and recognised again.
+          }
+        },
         () => undefined,
       );
   }

@@ -203,6 +203,8 @@ export class DedupPublisherCore {
   #skipDeclaringId: bigint | undefined;
   /** The meta changed (a declared skip was confirmed): the next pump writes it. */
   #metaDirty = false;
+  /** The highest ID written in an outbox commit, ever (meta.outboxHigh). */
+  #outboxHigh = 0n;
   /** The reconnect loop while one runs: close() waits for it before closing the transport. */
   #reconnectLoop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
@@ -271,6 +273,8 @@ export class DedupPublisherCore {
         : undefined;
     const store = ownedStore ?? (options.store as DedupStore);
     let state: ProducerState | undefined;
+    // The core must exist before connecting: confirms for re-sent messages go to it.
+    const handlersTarget: { core?: DedupPublisherCore } = {};
     try {
       state = store.claimProducer(transport.target, options.producerName);
       const idMode = options.idMode ?? 'auto';
@@ -285,21 +289,34 @@ export class DedupPublisherCore {
       const meta = loaded.meta;
       const localLast =
         meta === undefined ? 0n : meta.lastId > meta.reservedUpTo ? meta.lastId : meta.reservedUpTo;
+      // Every ID up to it reached the broker or is in the outbox. A store of 0.1 did not record it:
+      // one that never reserved IDs wrote every commit with an outbox.
+      const outboxHigh =
+        meta?.outboxHigh ?? (meta !== undefined && meta.reservedUpTo === 0n ? meta.lastId : 0n);
       let brokerLast: bigint | undefined;
       const core = (
         brokerLastId: bigint | undefined,
         resent: number,
         reassigned: number,
         start: bigint,
-      ): DedupPublisherCore =>
-        new DedupPublisherCore(transport, state!, ownedStore, options, start, meta?.reservedUpTo ?? 0n, {
-          localLastId: localLast,
-          brokerLastId,
-          resent,
-          reassigned,
-        });
-      // The core must exist before connecting: confirms for re-sent messages go to it.
-      const handlersTarget: { core?: DedupPublisherCore } = {};
+      ): DedupPublisherCore => {
+        const created = new DedupPublisherCore(
+          transport,
+          state!,
+          ownedStore,
+          options,
+          start,
+          meta?.reservedUpTo ?? 0n,
+          {
+            localLastId: localLast,
+            brokerLastId,
+            resent,
+            reassigned,
+          },
+        );
+        created.#outboxHigh = outboxHigh;
+        return created;
+      };
       try {
         brokerLast = await transport.connect({
           confirmed: (ids) => {
@@ -341,8 +358,19 @@ export class DedupPublisherCore {
       const outbox = loaded.segments.flatMap((s) => s.entries);
       const outboxLast = outbox.length > 0 ? outbox[outbox.length - 1]!.publishingId : 0n;
       let keySegments = idMode === 'keyed' ? await state.loadKeySegments() : [];
-      if (idMode === 'keyed' && brokerLast !== undefined) {
-        keySegments = await forgetUnstoredKeys(state, keySegments, brokerLast, outbox);
+      if (
+        idMode === 'keyed' &&
+        brokerLast !== undefined &&
+        brokerLast > 0n &&
+        meta !== undefined &&
+        meta.reservedUpTo > 0n &&
+        meta.reservedUpTo >= meta.lastId
+      ) {
+        // Only a store whose last writer reserved keyed IDs (0.1 allowed keyed + reserve): its records
+        // may name messages that never reached the broker. Records written with an outbox segment
+        // never do, whatever the broker says (it under-reports a name it forgot).
+        const floor = brokerLast > outboxHigh ? brokerLast : outboxHigh;
+        keySegments = await storeWrite(forgetUnstoredKeys(state, keySegments, floor, outbox));
       }
       let publisher: DedupPublisherCore;
       if (brokerLast !== undefined && brokerLast > localLast) {
@@ -380,7 +408,7 @@ export class DedupPublisherCore {
         }
         if (reassigned.length > 0) {
           publisher.#segmentsToDelete.push(...loaded.segments.map((s) => s.firstId));
-          await publisher.#commit(reassigned, true);
+          await storeWrite(publisher.#commit(reassigned, true));
           for (const e of reassigned) publisher.#pending.push(e);
           publisher.#resendAll = true;
         }
@@ -392,9 +420,7 @@ export class DedupPublisherCore {
         const resumeAt =
           idMode === 'explicit'
             ? brokerLast !== undefined
-              ? brokerLast > outboxLast
-                ? brokerLast
-                : outboxLast
+              ? maxId(brokerLast, outboxLast, outboxHigh)
               : (meta?.lastId ?? 0n)
             : localLast;
         publisher = core(brokerLast, outbox.length, 0, resumeAt);
@@ -422,6 +448,14 @@ export class DedupPublisherCore {
       publisher.#schedulePump();
       return publisher;
     } catch (err) {
+      // A core may exist already (adopting, a disconnect heard during open): stop its reconnect
+      // loop before closing the transport, or a late reconnect would hold the name.
+      const created = handlersTarget.core;
+      if (created !== undefined) {
+        created.#status = 'closing';
+        created.#reconnectWake?.();
+        await created.#reconnectLoop;
+      }
       state?.release();
       await transport.close();
       await ownedStore?.close();
@@ -900,11 +934,13 @@ export class DedupPublisherCore {
         segment = { firstId: batch[0]!.publishingId, remaining: batch.length };
         for (const e of batch) e.segment = segment;
       }
+      if (last > this.#outboxHigh) this.#outboxHigh = last;
       const meta: ProducerMeta = {
         idMode: this.idMode,
         lastId: last,
         reservedUpTo: this.#reservedUpTo,
         skipFrom: this.#persistedSkipFrom,
+        outboxHigh: this.#outboxHigh,
       };
       this.#metaDirty = false;
       await this.#state.commit({ meta, segment: batch, deleteSegments, keys, deleteKeySegments });
@@ -927,7 +963,13 @@ export class DedupPublisherCore {
       const capped = reservedUpTo > MAX_PUBLISHING_ID ? MAX_PUBLISHING_ID : reservedUpTo;
       this.#metaDirty = false;
       await this.#state.commit({
-        meta: { idMode: this.idMode, lastId: last, reservedUpTo: capped, skipFrom: this.#persistedSkipFrom },
+        meta: {
+          idMode: this.idMode,
+          lastId: last,
+          reservedUpTo: capped,
+          skipFrom: this.#persistedSkipFrom,
+          outboxHigh: this.#outboxHigh,
+        },
         deleteSegments,
         keys,
         deleteKeySegments,
@@ -1278,6 +1320,19 @@ async function forgetUnstoredKeys(
   }
   if (deletes.length > 0) await state.rewriteKeySegments(deletes, puts);
   return kept;
+}
+
+/** A store write during open(): its failure as the typed error the publisher reports for one. */
+async function storeWrite<T>(write: Promise<T>): Promise<T> {
+  try {
+    return await write;
+  } catch (err) {
+    throw asDedupError(err, 'DEDUP_STORE_CORRUPT', 'writing the store failed');
+  }
+}
+
+function maxId(...ids: bigint[]): bigint {
+  return ids.reduce((a, b) => (b > a ? b : a), 0n);
 }
 
 function validateOptions(options: DedupPublisherOptions): void {

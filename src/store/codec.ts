@@ -29,13 +29,19 @@ export interface ProducerMeta {
    * that a crash in between cannot leave an undeclared hole.
    */
   readonly skipFrom?: bigint | undefined;
+  /**
+   * The highest ID ever written in an outbox commit: every ID up to it reached the broker or is
+   * still in the outbox. Explicit IDs resume at least there, whatever the broker reports (a broker
+   * that forgot the name reports less).
+   */
+  readonly outboxHigh?: bigint | undefined;
 }
 
 /** How a producer's publishing IDs are chosen. */
 export type IdMode = 'auto' | 'explicit' | 'keyed';
 
 const META_VERSION = 1;
-/** Version 2 adds `skipFrom` (written only while a skip is pending: otherwise version 1). */
+/** Version 2 adds `skipFrom` and `outboxHigh` (written only when one is set: otherwise version 1). */
 const META_VERSION_SKIP = 2;
 const SEGMENT_VERSION = 1;
 const ID_MODES: readonly IdMode[] = ['auto', 'explicit', 'keyed'];
@@ -46,16 +52,21 @@ function corrupt(what: string, detail: string): DedupError {
 
 /**
  * Encodes producer metadata: version, mode, lastId, reservedUpTo (18 bytes); version 2 adds a
- * pending skip's first ID (26 bytes).
+ * pending skip's first ID and the outbox's high-water mark (0 for none; 34 bytes).
  */
 export function encodeMeta(meta: ProducerMeta): Buffer {
-  const skip = meta.skipFrom !== undefined && meta.skipFrom > 0n;
-  const buf = Buffer.allocUnsafe(skip ? 26 : 18);
-  buf.writeUInt8(skip ? META_VERSION_SKIP : META_VERSION, 0);
+  const skipFrom = meta.skipFrom ?? 0n;
+  const outboxHigh = meta.outboxHigh ?? 0n;
+  const v2 = skipFrom > 0n || outboxHigh > 0n;
+  const buf = Buffer.allocUnsafe(v2 ? 34 : 18);
+  buf.writeUInt8(v2 ? META_VERSION_SKIP : META_VERSION, 0);
   buf.writeUInt8(ID_MODES.indexOf(meta.idMode), 1);
   buf.writeBigUInt64BE(meta.lastId, 2);
   buf.writeBigUInt64BE(meta.reservedUpTo, 10);
-  if (skip) buf.writeBigUInt64BE(meta.skipFrom, 18);
+  if (v2) {
+    buf.writeBigUInt64BE(skipFrom, 18);
+    buf.writeBigUInt64BE(outboxHigh, 26);
+  }
   return buf;
 }
 
@@ -63,7 +74,7 @@ export function encodeMeta(meta: ProducerMeta): Buffer {
 export function decodeMeta(buf: Uint8Array, what = 'meta'): ProducerMeta {
   const b = Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength);
   const version = b.length > 0 ? b.readUInt8(0) : -1;
-  const expected = version === META_VERSION_SKIP ? 26 : 18;
+  const expected = version === META_VERSION_SKIP ? 34 : 18;
   if (buf.length !== expected) throw corrupt(what, `expected ${expected} bytes, got ${buf.length}`);
   if (version !== META_VERSION && version !== META_VERSION_SKIP)
     throw corrupt(what, `unknown version ${version}`);
@@ -73,8 +84,16 @@ export function decodeMeta(buf: Uint8Array, what = 'meta'): ProducerMeta {
   const reservedUpTo = b.readBigUInt64BE(10);
   if (version === META_VERSION) return { idMode, lastId, reservedUpTo };
   const skipFrom = b.readBigUInt64BE(18);
-  if (skipFrom === 0n) throw corrupt(what, 'a pending skip from ID 0');
-  return { idMode, lastId, reservedUpTo, skipFrom };
+  const outboxHigh = b.readBigUInt64BE(26);
+  if (skipFrom === 0n && outboxHigh === 0n)
+    throw corrupt(what, 'a version 2 record with nothing of version 2');
+  return {
+    idMode,
+    lastId,
+    reservedUpTo,
+    ...(skipFrom === 0n ? {} : { skipFrom }),
+    ...(outboxHigh === 0n ? {} : { outboxHigh }),
+  };
 }
 
 /**

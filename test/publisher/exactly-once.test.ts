@@ -48,6 +48,7 @@ class ControlledDb implements KeyValueDb {
     if (this.batches >= this.crashAfter) throw new Error('the process died here');
     this.batches++;
     if (this.hold) await new Promise<void>((resolve) => this.#held.push(resolve));
+    if (this.#failing) throw new Error('no space left on device');
     await this.disk.batch(ops);
   }
   get waiting(): number {
@@ -56,6 +57,12 @@ class ControlledDb implements KeyValueDb {
   release(): void {
     this.#held.shift()?.();
   }
+  /** The oldest held write fails (a full disk). */
+  failHeld(): void {
+    this.#failing = true;
+    this.#held.shift()?.();
+  }
+  #failing = false;
 }
 
 async function open(
@@ -397,5 +404,72 @@ describe('the confirm-stall check (issue 15, also)', () => {
     expect(second.connects).toBeGreaterThanOrEqual(2);
     expect(bodies(broker)).toEqual(['m1']);
     await b.close();
+  });
+});
+
+describe('hostile review of the fixes', () => {
+  it('keyed, outbox: a broker that forgot the producer name (255-name limit) does not make open() forget keys', async () => {
+    const broker = new ModelBroker({ maxProducerNames: 1 });
+    const disk = memoryDisk();
+    const a = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), {
+      idMode: 'keyed',
+    });
+    await a.send(body('credit-17'), { key: 'credit-17' });
+    await a.close();
+    broker.publish('orders', 'other', 1n, 'x');
+    broker.rollSegment('orders'); // the broker forgets "p": its last ID reads 0
+    const b = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), {
+      idMode: 'keyed',
+    });
+    expect(await b.send(body('credit-17'), { key: 'credit-17' })).toEqual({
+      publishingId: 1n,
+      outcome: 'duplicate',
+    });
+    await b.close();
+    expect(bodies(broker).filter((m) => m === 'credit-17')).toHaveLength(1);
+  });
+
+  it('explicit, outbox: a broker that forgot the producer name does not send the source back to the start', async () => {
+    const broker = new ModelBroker({ maxProducerNames: 1 });
+    const disk = memoryDisk();
+    const a = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), {
+      idMode: 'explicit',
+    });
+    for (const id of [1n, 2n, 3n]) await a.send(body(`rec-${id}`), { publishingId: id });
+    await a.close();
+    broker.publish('orders', 'other', 1n, 'x');
+    broker.rollSegment('orders');
+    const b = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), {
+      idMode: 'explicit',
+    });
+    expect(b.lastPublishingId).toBe(3n);
+    await b.close();
+  });
+
+  it('an open() that fails writing its adopted outbox stops the reconnect a cut started, and says DEDUP_STORE_CORRUPT', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const first = new LossyTransport(broker, 'orders', 'p');
+    const a = await open(first, await memoryStore(disk), { closeTimeoutMs: 0 });
+    first.losing = true;
+    const lost = a.send(body('m1'));
+    while (first.lost < 1) await tick();
+    await a.close();
+    await expect(lost).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    broker.publish('orders', 'p', 5n, 'other writer'); // the broker is ahead: adopt
+    const db = new ControlledDb(disk);
+    db.hold = true;
+    const t = new ModelTransport(broker, 'orders', 'p');
+    const opening = open(t, await DedupStore.wrap(db), {
+      onBrokerAhead: 'adopt',
+      reconnect: { initialDelayMs: 20, maxDelayMs: 20 },
+    });
+    while (db.waiting < 1) await tick();
+    t.cut(); // the connection drops while the adopt commit is written: a reconnect waits to start
+    db.failHeld();
+    await expect(opening).rejects.toMatchObject({ code: 'DEDUP_STORE_CORRUPT' });
+    expect(t.closed).toBe(true);
+    await new Promise((r) => setTimeout(r, 60)); // past the reconnect delay
+    expect(t.connects).toBe(1); // no connection opened after open() gave up
   });
 });
