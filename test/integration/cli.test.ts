@@ -105,7 +105,7 @@ describe('cli - audit', () => {
       expect(clean.stderr).toBe(''); // stderr is not a terminal: no progress lines
       expect(clean.code).toBe(0);
       expect(clean.stdout).toContain(`stream "${stream}": 25 messages, 1 producer, 0 without identity`);
-      expect(clean.stdout).toMatch(/^cli-clean +25 +1 +25 +0 +0 +0 +0$/m);
+      expect(clean.stdout).toMatch(/^cli-clean +25 +1 +25 +0 +0 +0 +0 +0$/m);
       expect(clean.stdout).toContain('audit: OK');
 
       // Offsets 25…30: ids 1, 2, 2 (a duplicate), 4 (3 skipped), 5, then a message without identity.
@@ -146,6 +146,10 @@ describe('cli - audit', () => {
           missingIds: '0',
           gaps: 0,
           gapRanges: [],
+          skippedIds: '0',
+          skippedRanges: [],
+          contradictions: 0,
+          contradictionSamples: [],
           outOfOrder: 0,
           outOfOrderSamples: [],
         },
@@ -162,6 +166,10 @@ describe('cli - audit', () => {
           missingIds: '1',
           gaps: 1,
           gapRanges: [{ from: '3', to: '3' }],
+          skippedIds: '0',
+          skippedRanges: [],
+          contradictions: 0,
+          contradictionSamples: [],
           outOfOrder: 0,
           outOfOrderSamples: [],
         },
