@@ -1072,7 +1072,7 @@ export class DedupPublisherCore {
         });
         // Closing meanwhile: close() closes this connection once this loop has returned.
         if (this.#status !== 'reconnecting') return;
-        if (brokerLast !== undefined && brokerLast > this.#lastAssigned) {
+        if (brokerLast !== undefined && brokerLast > this.#ownCeiling()) {
           this.#fail(this.#nameConflict(brokerLast));
           return;
         }
@@ -1112,11 +1112,20 @@ export class DedupPublisherCore {
     }
   }
 
+  /**
+   * The highest ID this producer may have used: what it handed out, or the block an earlier life
+   * reserved. Explicit IDs in reserve durability resume at the broker's last ID, and frames a dead
+   * process left on the way can land after that (up to its reserved ceiling): not another writer.
+   */
+  #ownCeiling(): bigint {
+    return this.#lastAssigned > this.#reservedUpTo ? this.#lastAssigned : this.#reservedUpTo;
+  }
+
   #nameConflict(brokerLast: bigint): DedupError {
     return new DedupError(
       'DEDUP_NAME_CONFLICT',
       `the broker's last publishing ID for producer "${this.producerName}" on "${this.#transport.target}" is ${brokerLast}, ` +
-        `above the ${this.#lastAssigned} this publisher handed out: another writer publishes under this name, and the ` +
+        `above the ${this.#ownCeiling()} this publisher handed out or reserved: another writer publishes under this name, and the ` +
         `broker drops whichever of the two is behind. Stopped; unconfirmed messages stay in the outbox.`,
     );
   }
@@ -1180,7 +1189,7 @@ export class DedupPublisherCore {
     if (this.#status !== 'open') return;
     try {
       const brokerLast = await this.#transport.queryLastId();
-      if (brokerLast !== undefined && brokerLast > this.#lastAssigned && this.#status === 'open') {
+      if (brokerLast !== undefined && brokerLast > this.#ownCeiling() && this.#status === 'open') {
         this.#fail(this.#nameConflict(brokerLast));
       }
     } catch {

@@ -472,4 +472,34 @@ describe('hostile review of the fixes', () => {
     await new Promise((r) => setTimeout(r, 60)); // past the reconnect delay
     expect(t.connects).toBe(1); // no connection opened after open() gave up
   });
+
+  it("explicit + reserve: a dead life's frame landing after the next open is not taken for another writer (found by the model)", async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const first = new LossyTransport(broker, 'orders', 'p');
+    const options = { idMode: 'explicit', durability: 'reserve', closeTimeoutMs: 0 } as const;
+    const a = await open(first, await memoryStore(disk), options);
+    await a.send(body('m1'), { publishingId: 1n });
+    first.losing = true;
+    const late = a.send(body('m2'), { publishingId: 2n }); // on its way when the process dies
+    while (first.lost < 1) await tick();
+    await a.close();
+    await expect(late).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    const t = new ModelTransport(broker, 'orders', 'p');
+    const b = await open(t, await memoryStore(disk), options);
+    expect(b.lastPublishingId).toBe(1n);
+    broker.publish('orders', 'p', 2n, 'm2'); // the dead process's frame lands now
+    t.cut(); // and a reconnect reads the broker's last ID: 2, above the 1 this life handed out
+    while (t.connects < 2) await new Promise((r) => setTimeout(r, 1));
+    for (let i = 0; i < 5; i++) await tick();
+    expect(b.isClosed).toBe(false);
+    // The source resumes after lastPublishingId: 2 again, which the broker drops and confirms.
+    expect(await b.send(body('m2'), { publishingId: 2n })).toEqual({
+      publishingId: 2n,
+      outcome: 'published',
+    });
+    await b.close();
+    expect(await b.closed()).toBeUndefined();
+    expect(bodies(broker)).toEqual(['m1', 'm2']);
+  });
 });
