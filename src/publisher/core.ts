@@ -369,8 +369,9 @@ export class DedupPublisherCore {
         // Only a store whose last writer reserved keyed IDs (0.1 allowed keyed + reserve): its records
         // may name messages that never reached the broker. Records written with an outbox segment
         // never do, whatever the broker says (it under-reports a name it forgot).
-        const floor = brokerLast > outboxHigh ? brokerLast : outboxHigh;
-        keySegments = await storeWrite(forgetUnstoredKeys(state, keySegments, floor, outbox));
+        keySegments = await storeWrite(
+          forgetUnstoredKeys(state, keySegments, maxId(brokerLast, outboxHigh), outbox),
+        );
       }
       let publisher: DedupPublisherCore;
       if (brokerLast !== undefined && brokerLast > localLast) {
@@ -480,8 +481,7 @@ export class DedupPublisherCore {
   ): void {
     let from: bigint | undefined;
     if (meta.reservedUpTo >= meta.lastId) {
-      const known = brokerLast ?? meta.lastId;
-      const used = known > outboxLast ? known : outboxLast;
+      const used = maxId(brokerLast ?? meta.lastId, outboxLast);
       if (used < ceiling) from = used + 1n;
     }
     if (
@@ -788,7 +788,6 @@ export class DedupPublisherCore {
   /** Closes the hole an aborted waiting entry leaves at `#waiting[i]` (it was taken out). */
   #renumberFrom(i: number, aborted: Entry): void {
     let id = aborted.publishingId;
-    let headers = aborted.headers;
     const declares = this.#skipDeclaringId === id;
     for (let j = i; j < this.#waiting.length; j++) {
       const e = this.#waiting[j]!;
@@ -799,14 +798,15 @@ export class DedupPublisherCore {
     }
     this.#lastAssigned = id - 1n;
     if (!declares) return;
-    // The skip moves to the entry that now has the aborted one's ID, or waits for the next send.
+    // The skip (pending in the store until its declaration is confirmed) moves to the entry that
+    // now has the aborted one's ID, or waits for the next send.
+    const from = this.#persistedSkipFrom!;
     const heir = this.#waiting[i];
     if (heir === undefined) {
-      this.#skipToDeclare = BigInt(String(headers?.[SKIP_HEADER]));
+      this.#skipToDeclare = from;
       this.#skipDeclaringId = undefined;
     } else {
-      headers = heir.headers;
-      heir.headers = withSkip(headers, BigInt(String(aborted.headers?.[SKIP_HEADER])));
+      heir.headers = withSkip(heir.headers, from);
     }
   }
 
