@@ -1,4 +1,4 @@
-import { fork, spawn } from 'node:child_process';
+import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { once } from 'node:events';
@@ -10,7 +10,7 @@ import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
 import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
-import { CLI_FROM_SOURCE } from '../support/cli.js';
+import { runCli, type CliRun } from '../support/cli.js';
 import { useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
 
@@ -18,33 +18,16 @@ const holder = fileURLToPath(new URL('../fixtures/hold-store.ts', import.meta.ur
 const client = useClient();
 const tempDir = useTempDir();
 
-interface CliRun {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
 /** Runs the CLI from source with the test broker in its environment; resolves once it exited. */
-async function cli(args: readonly string[], env: Record<string, string> = {}): Promise<CliRun> {
-  const [cmd, ...pre] = CLI_FROM_SOURCE;
-  const child = spawn(cmd!, [...pre, ...args], {
-    env: {
-      ...process.env,
-      RABBITMQ_HOST: BROKER.host,
-      RABBITMQ_STREAM_PORT: String(BROKER.streamPort),
-      RABBITMQ_USER: BROKER.username,
-      RABBITMQ_PASSWORD: BROKER.password,
-      RABBITMQ_VHOST: BROKER.vhost,
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
+function cli(args: readonly string[], env: Record<string, string> = {}): Promise<CliRun> {
+  return runCli(args, {
+    RABBITMQ_HOST: BROKER.host,
+    RABBITMQ_STREAM_PORT: String(BROKER.streamPort),
+    RABBITMQ_USER: BROKER.username,
+    RABBITMQ_PASSWORD: BROKER.password,
+    RABBITMQ_VHOST: BROKER.vhost,
+    ...env,
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
-  child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
-  const [code] = (await once(child, 'close')) as [number | null];
-  return { code, stdout, stderr };
 }
 
 /** A one-line error, as the CLI prints for the failures users meet: no stack trace. */
