@@ -230,6 +230,18 @@ export class ProducerHarness {
     readonly localLast: bigint;
     readonly outbox: number;
   }> = [];
+  /**
+   * Backups below this index are superseded: taken before the store was last replaced, with a
+   * process started on the replacement since. That store may have assigned the same IDs to other
+   * messages (a lost store's successor adopts the broker's last ID); restoring such a backup makes
+   * two histories for one name, which the broker's single last ID cannot always tell apart (README,
+   * "Where highest sequence wins is unsafe"; demonstrated in test/publisher/unsafe-restore.test.ts).
+   */
+  #backupFloor = 0;
+  /** Index in `backups` where the current store began (its last replacement). */
+  #storeBegan = 0;
+  /** A process was started on the current store since it replaced the previous one. */
+  #startedOnStore = false;
   /** Settled sends (progress detection). */
   settled = 0;
   /** The life being opened, until its `open()` settles. */
@@ -325,6 +337,7 @@ export class ProducerHarness {
     if (this.life !== undefined || this.opening !== undefined) throw new Error('already running');
     const opening: Opening = { disk: undefined, transport: undefined, crashed: false };
     this.opening = opening;
+    this.#startedOnStore = true;
     const done = this.#open(overrides, opening).then(
       (result) => {
         if (this.opening === opening) this.opening = undefined;
@@ -440,6 +453,7 @@ export class ProducerHarness {
           count(`${code} (explicit outbox)`);
           // The operator starts the store over; the source replays what it has not seen confirmed.
           await this.#replaceStore([]);
+          this.#startedOnStore = true; // this process goes on to open the new store
           continue;
         }
         this.violations.push(
@@ -917,8 +931,9 @@ export class ProducerHarness {
    */
   pickBackup(pick: number): DiskSnapshot | undefined {
     const brokerLast = this.#network.broker.lastId(this.spec.stream, this.spec.producerName);
-    const behind = this.backups.filter((b) => b.outbox > 0 && b.localLast < brokerLast);
-    const from = behind.length > 0 ? behind : this.backups;
+    const current = this.backups.slice(this.#backupFloor);
+    const behind = current.filter((b) => b.outbox > 0 && b.localLast < brokerLast);
+    const from = behind.length > 0 ? behind : current;
     return from.length === 0 ? undefined : from[pick % from.length]!.snapshot;
   }
 
@@ -934,6 +949,9 @@ export class ProducerHarness {
 
   async #replaceStore(snapshot: DiskSnapshot): Promise<void> {
     await restoreDisk(this.disk, snapshot);
+    if (this.#startedOnStore) this.#backupFloor = this.#storeBegan;
+    this.#storeBegan = this.backups.length;
+    this.#startedOnStore = false;
     // Replays refused because the (now replaced) store held them promise nothing any more: the
     // application replays them in the next life, against the store it has now.
     this.mustBePresent.clear();
