@@ -36,8 +36,19 @@ class ModelTracker {
     return { outcome: this.recorded.has(id) ? 'duplicate' : 'new' };
   }
 
-  /** Records `id` (which must be new) and returns the IDs that left the window unrecorded. */
-  record(id: bigint): IdRange[] {
+  /** Every range declared skipped so far (never forgotten: IDs left of the window are never reported again). */
+  readonly declared: IdRange[] = [];
+
+  /**
+   * Records `id` (which must be new) and returns the IDs that left the window unrecorded, except
+   * those declared skipped (by this message's `skippedFrom` or an earlier one's).
+   */
+  record(id: bigint, skippedFrom?: bigint): IdRange[] {
+    if (skippedFrom !== undefined) this.declared.push({ from: skippedFrom, to: id - 1n });
+    return withoutDeclared(this.#record(id), this.declared);
+  }
+
+  #record(id: bigint): IdRange[] {
     const gaps: IdRange[] = [];
     if (this.highest === 0n) {
       this.floor = id - 1n;
@@ -56,6 +67,40 @@ class ModelTracker {
     this.recorded.add(id);
     return gaps;
   }
+}
+
+/** `gaps` without any ID of `declared` (plain interval arithmetic, one declared range at a time). */
+function withoutDeclared(gaps: readonly IdRange[], declared: readonly IdRange[]): IdRange[] {
+  let rest: IdRange[] = [...gaps];
+  for (const d of declared) {
+    rest = rest.flatMap((g) => {
+      if (d.to < g.from || d.from > g.to) return [g];
+      const parts: IdRange[] = [];
+      if (g.from < d.from) parts.push({ from: g.from, to: d.from - 1n });
+      if (d.to < g.to) parts.push({ from: d.to + 1n, to: g.to });
+      return parts;
+    });
+  }
+  const merged: IdRange[] = [];
+  for (const g of rest) addRange(merged, g.from, g.to);
+  return merged;
+}
+
+/**
+ * Skip declarations to pair with a sequence: per ID, none (mostly) or how far back the declared
+ * range starts (`skippedFrom = id - back`, kept at 1 or above; none for ID 1).
+ */
+const declarations = fc.array(
+  fc.option(fc.oneof(fc.integer({ min: 1, max: 80 }), fc.constantFrom(1, 2, 31, 32, 33, 1_000_000)), {
+    freq: 4,
+  }),
+  { maxLength: 300 },
+);
+
+function declaredFrom(id: bigint, back: number | null | undefined): bigint | undefined {
+  if (back === null || back === undefined || id < 2n) return undefined;
+  const from = id - BigInt(back);
+  return from < 1n ? 1n : from;
 }
 
 /** Appends a range, merging it with the last one when adjacent. */
@@ -171,17 +216,23 @@ const policySpec: fc.Arbitrary<PolicySpec> = fc.oneof(
   windowSize.map((size) => ({ kind: 'window' as const, size })),
 );
 
-/** Runs `ids` against `tracker`, recording every `new` ID. */
-function feed(tracker: SequenceTracker, ids: readonly bigint[]): void {
-  for (const id of ids) if (tracker.check(id).outcome === 'new') tracker.record(id);
+/** Runs `ids` against `tracker`, recording every `new` ID (with its declared skip, if any). */
+function feed(
+  tracker: SequenceTracker,
+  ids: readonly bigint[],
+  skips: ReadonlyArray<number | null> = [],
+): void {
+  for (const [i, id] of ids.entries()) {
+    if (tracker.check(id).outcome === 'new') tracker.record(id, declaredFrom(id, skips[i]));
+  }
 }
 
 describe('verifier properties', () => {
   it('window - equals the exact set model for every sequence reordered by less than the window', () => {
     fc.assert(
-      fc.property(reorderedSequence, fc.nat({ max: 80 }), (ids, extra) => {
+      fc.property(reorderedSequence, fc.nat({ max: 80 }), declarations, (ids, extra, skips) => {
         const size = Math.min(1_048_576, Number(reorderDistance(ids)) + 1 + extra);
-        const tracker = createTracker({ kind: 'window', size });
+        let tracker = createTracker({ kind: 'window', size });
         const model = new ModelTracker(BigInt(size));
         let accepted = 0;
         for (const [step, id] of ids.entries()) {
@@ -190,11 +241,15 @@ describe('verifier properties', () => {
           if (result.outcome === 'stale') throw new Error(`id ${id} stale within the reorder bound`);
           if (result.outcome === 'new') {
             accepted++;
+            const from = declaredFrom(id, skips[step]);
             same(
-              showGaps(tracker.record(id).confirmedGaps),
-              showGaps(model.record(id)),
-              `step ${step} record ${id}`,
+              showGaps(tracker.record(id, from).confirmedGaps),
+              showGaps(model.record(id, from)),
+              `step ${step} record ${id}${from === undefined ? '' : ` skipped from ${from}`}`,
             );
+            // The declared skips travel with the state: a copy or a decoded tracker goes on alike.
+            if (step % 5 === 0) tracker = tracker.clone();
+            else if (step % 7 === 0) tracker = decodeTracker(tracker.encode());
           } else if (!throwsRangeError(() => tracker.record(id))) {
             throw new Error(`record(${id}) of a duplicate did not throw RangeError`);
           }
@@ -212,17 +267,18 @@ describe('verifier properties', () => {
       { maxLength: 200, size: 'max' },
     );
     fc.assert(
-      fc.property(fc.oneof(ids, wanderingSequence), (sequence) => {
+      fc.property(fc.oneof(ids, wanderingSequence), declarations, (sequence, skips) => {
         const highest = createTracker({ kind: 'highest' });
         const window = createTracker({ kind: 'window', size: 1 });
         for (const [step, id] of sequence.entries()) {
           const result = highest.check(id);
           same(showCheck(result), showCheck(window.check(id)), `step ${step} check ${id}`);
           if (result.outcome === 'new') {
+            const from = declaredFrom(id, skips[step]);
             same(
-              showGaps(highest.record(id).confirmedGaps),
-              showGaps(window.record(id).confirmedGaps),
-              `record ${id}`,
+              showGaps(highest.record(id, from).confirmedGaps),
+              showGaps(window.record(id, from).confirmedGaps),
+              `record ${id}${from === undefined ? '' : ` skipped from ${from}`}`,
             );
           } else if (
             !throwsRangeError(() => highest.record(id)) ||
@@ -239,38 +295,45 @@ describe('verifier properties', () => {
 
   it('codec - a decoded tracker behaves exactly like the original on any continuation', () => {
     fc.assert(
-      fc.property(policySpec, wanderingSequence, wanderingSequence, (spec, prefix, continuation) => {
-        const original = createTracker(spec);
-        feed(original, prefix);
-        const bytes = original.encode();
-        const decoded = decodeTracker(bytes);
-        expect(decoded.spec).toEqual(original.spec);
-        expect(Buffer.from(decoded.encode()).equals(bytes)).toBe(true);
-        // Every ID of the window (and one on either side) is classified alike.
-        const size = spec.kind === 'window' ? BigInt(spec.size) : 1n;
-        if (size <= 2_048n) {
-          for (let id = original.highest - size; id <= original.highest + 1n; id++) {
-            if (id >= 1n && id <= MAX)
-              same(showCheck(decoded.check(id)), showCheck(original.check(id)), `probe ${id}`);
+      fc.property(
+        policySpec,
+        wanderingSequence,
+        wanderingSequence,
+        declarations,
+        (spec, prefix, continuation, skips) => {
+          const original = createTracker(spec);
+          feed(original, prefix, skips);
+          const bytes = original.encode();
+          const decoded = decodeTracker(bytes);
+          expect(decoded.spec).toEqual(original.spec);
+          expect(Buffer.from(decoded.encode()).equals(bytes)).toBe(true);
+          // Every ID of the window (and one on either side) is classified alike.
+          const size = spec.kind === 'window' ? BigInt(spec.size) : 1n;
+          if (size <= 2_048n) {
+            for (let id = original.highest - size; id <= original.highest + 1n; id++) {
+              if (id >= 1n && id <= MAX)
+                same(showCheck(decoded.check(id)), showCheck(original.check(id)), `probe ${id}`);
+            }
           }
-        }
-        // Continue from where the prefix stopped, so the continuation meets the window.
-        const base = original.highest;
-        for (const [step, raw] of continuation.entries()) {
-          const shifted = base + raw - 500n;
-          const id = shifted < 1n ? 1n : shifted > MAX ? MAX : shifted;
-          const result = original.check(id);
-          same(showCheck(decoded.check(id)), showCheck(result), `step ${step} check ${id}`);
-          if (result.outcome === 'new') {
-            same(
-              showGaps(decoded.record(id).confirmedGaps),
-              showGaps(original.record(id).confirmedGaps),
-              `record ${id}`,
-            );
+          // Continue from where the prefix stopped, so the continuation meets the window.
+          const base = original.highest;
+          for (const [step, raw] of continuation.entries()) {
+            const shifted = base + raw - 500n;
+            const id = shifted < 1n ? 1n : shifted > MAX ? MAX : shifted;
+            const result = original.check(id);
+            same(showCheck(decoded.check(id)), showCheck(result), `step ${step} check ${id}`);
+            if (result.outcome === 'new') {
+              const from = declaredFrom(id, skips[skips.length - 1 - step]);
+              same(
+                showGaps(decoded.record(id, from).confirmedGaps),
+                showGaps(original.record(id, from).confirmedGaps),
+                `record ${id}`,
+              );
+            }
           }
-        }
-        expect(Buffer.from(decoded.encode()).equals(original.encode())).toBe(true);
-      }),
+          expect(Buffer.from(decoded.encode()).equals(original.encode())).toBe(true);
+        },
+      ),
       { numRuns: 1_000 },
     );
   });
@@ -307,8 +370,28 @@ describe('verifier properties', () => {
     const enveloped = fc
       .tuple(fc.constantFrom(0, 1, 1, 2), fc.constantFrom(0, 1, 2, 3), fc.uint8Array({ maxLength: 30 }))
       .map(([version, kind, rest]) => Uint8Array.from([version, kind, ...rest]));
+    // Real window states with declared skips (format version 2), a few bytes of their tail changed:
+    // the skip list's own checks (count, order, bounds, length).
+    const withSkips = fc
+      .record({
+        size: fc.integer({ min: 1, max: 40 }),
+        ids: fc.array(fc.bigInt(1n, 60n), { minLength: 1, maxLength: 30 }),
+        skips: declarations,
+        edits: fc.array(fc.tuple(fc.nat({ max: 40 }), fc.nat({ max: 255 })), { maxLength: 3 }),
+        cut: fc.constantFrom(0, 0, 0, 1, 8, 16),
+      })
+      .map(({ size, ids, skips, edits, cut }) => {
+        const tracker = createTracker({ kind: 'window', size });
+        feed(tracker, ids, skips);
+        const bytes = tracker.encode();
+        for (const [back, value] of edits) {
+          const at = bytes.length - 1 - (back % Math.min(bytes.length, 40));
+          bytes[at] = value;
+        }
+        return bytes.slice(0, bytes.length - Math.min(cut, bytes.length));
+      });
     fc.assert(
-      fc.property(fc.oneof(fc.uint8Array({ maxLength: 40 }), enveloped, windowish), (bytes) => {
+      fc.property(fc.oneof(fc.uint8Array({ maxLength: 40 }), enveloped, windowish, withSkips), (bytes) => {
         let tracker: SequenceTracker;
         try {
           tracker = decodeTracker(bytes);

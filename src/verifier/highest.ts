@@ -5,6 +5,7 @@
  */
 import { encodeHighestState } from './codec.js';
 import {
+  assertSkippedFrom,
   assertTrackerId,
   DUPLICATE,
   HIGHEST_SPEC,
@@ -27,7 +28,7 @@ import {
  * - `id < highest`: `stale` (an old repeat, or a reordered new message that this policy loses).
  *
  * Recording `id > highest + 1` confirms the gap `highest + 1 .. id - 1` at once: with a window of
- * one, no jumped-over ID can be accepted later.
+ * one, no jumped-over ID can be accepted later. IDs the message declares skipped are not a gap.
  *
  * @remarks Since 0.1.0
  */
@@ -66,19 +67,22 @@ export class HighestTracker implements SequenceTracker {
   }
 
   /** {@inheritDoc SequenceTracker.record} */
-  record(id: bigint): RecordResult {
-    if (typeof id === 'bigint' && id - this.#highest === 1n && this.#hasNext) {
+  record(id: bigint, skippedFrom?: bigint): RecordResult {
+    if (typeof id === 'bigint' && id - this.#highest === 1n && this.#hasNext && skippedFrom === undefined) {
       this.#highest = id;
       this.#hasNext = id !== MAX_ID;
       return NO_GAPS;
     }
     assertTrackerId(id);
     const highest = this.#highest;
+    if (skippedFrom !== undefined) assertSkippedFrom(skippedFrom, id);
     if (id <= highest) throw notNewError(id, id === highest ? 'duplicate' : 'stale');
     this.#highest = id;
     this.#hasNext = id !== MAX_ID;
-    if (highest === 0n) return NO_GAPS;
-    return { confirmedGaps: [{ from: highest + 1n, to: id - 1n }] };
+    // The jumped-over IDs are confirmed missing at once, except those the producer declared skipped.
+    const last = skippedFrom === undefined ? id - 1n : skippedFrom - 1n;
+    if (highest === 0n || last <= highest) return NO_GAPS;
+    return { confirmedGaps: [{ from: highest + 1n, to: last }] };
   }
 
   /** {@inheritDoc SequenceTracker.clone} */

@@ -70,7 +70,8 @@ export interface RecordResult {
   /**
    * IDs that left the window without ever being recorded: a *confirmed* gap, in ascending order,
    * adjacent ranges merged. IDs at or below the tracker's floor (the first recorded ID minus one)
-   * are never reported. Empty (and shared, frozen) in the common case.
+   * and IDs their producer declared skipped (`record`'s `skippedFrom`) are never reported. Empty
+   * (and shared, frozen) in the common case.
    */
   readonly confirmedGaps: readonly IdRange[];
 }
@@ -112,10 +113,17 @@ export interface SequenceTracker {
    * Records an ID as processed. Call it only after the effect of the message is committed, and
    * only for an ID that {@link SequenceTracker.check} reports as `new`.
    *
-   * @throws TypeError when `id` is not a bigint.
-   * @throws RangeError when `id` is out of range, or `check(id).outcome` is not `new`.
+   * `skippedFrom` is the message's declared skip (`MessageIdentity.skippedFrom`, from its
+   * `x-dedup-skip-from` header): its producer never used IDs `skippedFrom .. id - 1`. Those IDs
+   * are then never reported in {@link RecordResult.confirmedGaps}, now or when they leave the
+   * window; one of them that does arrive is still judged by the window like any other ID.
+   *
+   * @throws TypeError when `id` or `skippedFrom` is not a bigint.
+   * @throws RangeError when `id` is out of range, `check(id).outcome` is not `new`, or
+   * `skippedFrom` is not between 1 and `id - 1`.
+   * @remarks `skippedFrom` since 0.2.0.
    */
-  record(id: bigint): RecordResult;
+  record(id: bigint, skippedFrom?: bigint): RecordResult;
   /** An independent copy: changes to one are never seen by the other. */
   clone(): SequenceTracker;
   /** The versioned binary form, readable by `decodeTracker`. */
@@ -136,6 +144,16 @@ export const MAX_WINDOW_SIZE = 1_048_576;
 export function assertTrackerId(id: unknown): asserts id is bigint {
   if (typeof id !== 'bigint') throw new TypeError(`id must be a bigint, got ${typeof id}`);
   if (id < 1n || id > MAX_ID) throw new RangeError(`id must be between 1 and 2^64 - 1, got ${id}`);
+}
+
+/** Throws unless `skippedFrom` can declare a skip before `id` (1 <= skippedFrom < id). @internal */
+export function assertSkippedFrom(skippedFrom: unknown, id: bigint): asserts skippedFrom is bigint {
+  if (typeof skippedFrom !== 'bigint') {
+    throw new TypeError(`skippedFrom must be a bigint, got ${typeof skippedFrom}`);
+  }
+  if (skippedFrom < 1n || skippedFrom >= id) {
+    throw new RangeError(`skippedFrom must be between 1 and id - 1 (${id - 1n}), got ${skippedFrom}`);
+  }
 }
 
 /** The frozen `highest` spec every highest tracker shares. @internal */

@@ -5,6 +5,7 @@
 import { decodeTrackerState, encodeWindowState, type TrackerState } from './codec.js';
 import { HighestTracker } from './highest.js';
 import {
+  assertSkippedFrom,
   assertTrackerId,
   checkPolicySpec,
   DUPLICATE,
@@ -52,6 +53,10 @@ export class WindowTracker implements SequenceTracker {
   #pos: number;
   // How many of the oldest window slots are at or below the floor (never reported as gaps).
   #floorSlots = 0;
+  // Ranges the producer declared skipped (x-dedup-skip-from) that still reach into the window,
+  // ascending, disjoint, not adjacent, clipped to the window: their IDs leave it as skips, not gaps.
+  // Undefined when there are none (the common case: the hot paths test one field).
+  #declared: IdRange[] | undefined;
 
   /**
    * An empty tracker.
@@ -78,6 +83,7 @@ export class WindowTracker implements SequenceTracker {
     tracker.#hasNext = highest !== MAX_ID;
     const belowWindow = highest - BigInt(size);
     tracker.#floorSlots = floor > belowWindow ? Number(floor - belowWindow) : 0;
+    if (state.declared.length > 0) tracker.#declared = [...state.declared];
     return tracker;
   }
 
@@ -105,7 +111,25 @@ export class WindowTracker implements SequenceTracker {
   }
 
   /** {@inheritDoc SequenceTracker.record} */
-  record(id: bigint): RecordResult {
+  record(id: bigint, skippedFrom?: bigint): RecordResult {
+    if (skippedFrom === undefined && this.#declared === undefined) {
+      if (typeof id === 'bigint' && id - this.#highest === 1n && this.#hasNext) return this.#advanceOne(id);
+      return this.#record(id);
+    }
+    assertTrackerId(id);
+    if (skippedFrom !== undefined) assertSkippedFrom(skippedFrom, id);
+    const result = this.#record(id);
+    if (skippedFrom !== undefined) this.#declared = addRange(this.#declared, skippedFrom, id - 1n);
+    const declared = this.#declared!;
+    const gaps =
+      result.confirmedGaps.length === 0
+        ? result
+        : { confirmedGaps: subtract(result.confirmedGaps, declared) };
+    this.#declared = clipToWindow(declared, this.#highest - BigInt(this.#size) + 1n);
+    return gaps.confirmedGaps.length === 0 ? NO_GAPS : gaps;
+  }
+
+  #record(id: bigint): RecordResult {
     if (typeof id === 'bigint' && id - this.#highest === 1n && this.#hasNext) return this.#advanceOne(id);
     assertTrackerId(id);
     const highest = this.#highest;
@@ -133,6 +157,7 @@ export class WindowTracker implements SequenceTracker {
     copy.#hasNext = this.#hasNext;
     copy.#pos = this.#pos;
     copy.#floorSlots = this.#floorSlots;
+    if (this.#declared !== undefined) copy.#declared = [...this.#declared];
     return copy;
   }
 
@@ -158,7 +183,7 @@ export class WindowTracker implements SequenceTracker {
     }
     const rest = size & 31;
     if (rest !== 0) words[words.length - 1]! &= (1 << rest) - 1; // bits beyond `highest`
-    return encodeWindowState(size, highest, floor, words);
+    return encodeWindowState(size, highest, floor, words, this.#declared);
   }
 
   /** The first record: it sets the floor, and nothing can be a gap yet. */
@@ -241,6 +266,53 @@ export class WindowTracker implements SequenceTracker {
   #setBit(pos: number): void {
     this.#blocks[pos >>> 5]! |= 1 << (pos & 31);
   }
+}
+
+/** Adds `from..to` to ascending, disjoint, non-adjacent `ranges` (a new array), merging where they touch. */
+function addRange(ranges: readonly IdRange[] | undefined, from: bigint, to: bigint): IdRange[] {
+  const out: IdRange[] = [];
+  let lo = from;
+  let hi = to;
+  let placed = false;
+  for (const r of ranges ?? []) {
+    if (r.to + 1n < lo) out.push(r);
+    else if (hi + 1n < r.from) {
+      if (!placed) out.push({ from: lo, to: hi });
+      placed = true;
+      out.push(r);
+    } else {
+      if (r.from < lo) lo = r.from;
+      if (r.to > hi) hi = r.to;
+    }
+  }
+  if (!placed) out.push({ from: lo, to: hi });
+  return out;
+}
+
+/** `gaps` without the IDs of `declared` (both ascending and disjoint). */
+function subtract(gaps: readonly IdRange[], declared: readonly IdRange[]): IdRange[] {
+  const out: IdRange[] = [];
+  for (const gap of gaps) {
+    let from = gap.from;
+    for (const d of declared) {
+      if (d.to < from || d.from > gap.to) continue;
+      if (d.from > from) out.push({ from, to: d.from - 1n });
+      from = d.to + 1n;
+      if (from > gap.to) break;
+    }
+    if (from <= gap.to) out.push({ from, to: gap.to });
+  }
+  return out;
+}
+
+/** The parts of `ranges` at or above `lowest` (the window's oldest ID); undefined when none is left. */
+function clipToWindow(ranges: readonly IdRange[], lowest: bigint): IdRange[] | undefined {
+  let out: IdRange[] | undefined;
+  for (const r of ranges) {
+    if (r.to < lowest) continue;
+    (out ??= []).push(r.from >= lowest ? r : { from: lowest, to: r.to });
+  }
+  return out;
 }
 
 /**

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { createTracker, MAX_WINDOW_SIZE, type SequenceTracker } from '../../src/verifier/index.js';
+import {
+  createTracker,
+  decodeTracker,
+  MAX_WINDOW_SIZE,
+  type SequenceTracker,
+} from '../../src/verifier/index.js';
 
 const MAX = 2n ** 64n - 1n;
 
@@ -281,5 +286,44 @@ describe('window policy - specs and clones', () => {
     expect(outcome(clone, 12n)).toBe('duplicate');
     expect(outcome(original, 12n)).toBe('stale');
     expect(clone.record(13n).confirmedGaps).toEqual([]);
+  });
+});
+
+describe('declared skips (x-dedup-skip-from)', () => {
+  it('highest - the declared part of a jump is not a gap; the rest still is', () => {
+    const tracker = createTracker({ kind: 'highest' });
+    tracker.record(10n);
+    expect(tracker.record(20n, 15n).confirmedGaps).toEqual([{ from: 11n, to: 14n }]);
+    expect(tracker.record(30n, 21n).confirmedGaps).toEqual([]);
+  });
+
+  it('window - declared IDs leave the window as skips, undeclared ones as gaps, later or at once', () => {
+    const tracker = windowOf(4, 10n);
+    // 11..19 jumped over; 11..15 are declared skipped. 11..15 never entered the window (one range,
+    // minus the declared part: nothing); 16..19 are inside it and may still arrive.
+    expect(tracker.record(20n, 11n).confirmedGaps).toEqual([]);
+    expect(tracker.check(18n)).toEqual({ outcome: 'new' }); // a contradicting late ID is still judged
+    tracker.record(18n);
+    expect(tracker.record(30n).confirmedGaps).toEqual([{ from: 21n, to: 26n }]);
+  });
+
+  it('window - a declared range survives encode/decode until it has left the window', () => {
+    const tracker = windowOf(8, 1n);
+    tracker.record(6n, 2n);
+    const decoded = decodeTracker(tracker.encode());
+    expect(tracker.encode()[0]).toBe(2); // the format version that carries declared skips
+    expect(decoded.record(20n).confirmedGaps).toEqual([{ from: 7n, to: 12n }]);
+    expect(decoded.encode()[0]).toBe(1); // left the window: nothing to carry any more
+  });
+
+  it('refuses a skippedFrom that is not a bigint between 1 and id - 1, and changes nothing', () => {
+    for (const tracker of [createTracker({ kind: 'highest' }), windowOf(8)]) {
+      tracker.record(5n);
+      expect(() => tracker.record(9n, 9n)).toThrow(RangeError);
+      expect(() => tracker.record(9n, 0n)).toThrow(RangeError);
+      expect(() => tracker.record(9n, 7 as unknown as bigint)).toThrow(TypeError);
+      expect(tracker.highest).toBe(5n);
+      expect(tracker.record(9n, 6n).confirmedGaps).toEqual([]);
+    }
   });
 });
