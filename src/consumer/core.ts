@@ -56,11 +56,26 @@ export type VerifyEvent =
       readonly offset: bigint;
     }
   | {
-      /** IDs missing: `confirmed` false when first skipped over, true when they left the window unseen. */
+      /**
+       * IDs missing, possibly lost: `confirmed` false when first jumped over, true when they left the
+       * window unseen. Never IDs their producer declared skipped (those are `skip`).
+       */
       readonly kind: 'gap';
       readonly scope: string;
       readonly range: IdRange;
       readonly confirmed: boolean;
+    }
+  | {
+      /**
+       * The message `publishingId` declares that its producer never used the IDs of `range` (a
+       * crash in `reserve` durability, an adopting open): not a loss. Reported once per delivery
+       * of the declaring message; its IDs are never reported as a `gap`. Since 0.2.0.
+       */
+      readonly kind: 'skip';
+      readonly scope: string;
+      readonly range: IdRange;
+      readonly publishingId: bigint;
+      readonly offset: bigint;
     }
   | {
       readonly kind: 'unidentified';
@@ -127,6 +142,8 @@ export interface VerifyStats {
   stale: number;
   gapsReported: number;
   gapsConfirmed: number;
+  /** Skip declarations seen (`skip` events). Since 0.2.0. */
+  skips: number;
   unidentified: number;
   commits: number;
 }
@@ -188,6 +205,7 @@ export class VerifyingConsumerCore {
     stale: 0,
     gapsReported: 0,
     gapsConfirmed: 0,
+    skips: 0,
     unidentified: 0,
     commits: 0,
   };
@@ -529,20 +547,42 @@ export class VerifyingConsumerCore {
       this.#emit({ kind: 'stale', scope, publishingId: identity.publishingId, offset });
       return undefined;
     }
+    const { publishingId, skippedFrom } = identity;
+    if (skippedFrom !== undefined) {
+      this.stats.skips++;
+      this.#emit({
+        kind: 'skip',
+        scope,
+        range: { from: skippedFrom, to: publishingId - 1n },
+        publishingId,
+        offset,
+      });
+    }
     if (verdict.skipped !== undefined && tracker.highest > 0n) {
-      this.stats.gapsReported++;
-      this.#emit({ kind: 'gap', scope, range: verdict.skipped, confirmed: false });
+      // Only the part below a declared skip is possibly lost.
+      const { from } = verdict.skipped;
+      const to =
+        skippedFrom === undefined || skippedFrom > verdict.skipped.to ? verdict.skipped.to : skippedFrom - 1n;
+      if (from <= to) {
+        this.stats.gapsReported++;
+        this.#emit({
+          kind: 'gap',
+          scope,
+          range: to === verdict.skipped.to ? verdict.skipped : { from, to },
+          confirmed: false,
+        });
+      }
     }
     const effect = asPromise(this.#opts.handler(verified, this.#tx));
-    if (effect !== undefined) return effect.then(() => this.#record(state, scope, identity.publishingId));
-    this.#record(state, scope, identity.publishingId);
+    if (effect !== undefined) return effect.then(() => this.#record(state, scope, publishingId, skippedFrom));
+    this.#record(state, scope, publishingId, skippedFrom);
     return undefined;
   }
 
   /** After the handler: the window advances in the working copy; the committed copy moves only after the commit. */
-  #record(state: ScopeState, scope: string, publishingId: bigint): void {
+  #record(state: ScopeState, scope: string, publishingId: bigint, skippedFrom: bigint | undefined): void {
     const working = (state.working ??= (state.committing ?? state.committed).clone());
-    const { confirmedGaps } = working.record(publishingId);
+    const { confirmedGaps } = working.record(publishingId, skippedFrom);
     for (const range of confirmedGaps) {
       this.stats.gapsConfirmed++;
       this.#emit({ kind: 'gap', scope, range, confirmed: true });

@@ -22,7 +22,7 @@ export abstract class VerifyingConsumer {
     return this.core.waitForOffset(offset);
   }
 
-  /** Counters since open: new, duplicate, stale, gapsReported, gapsConfirmed, unidentified, commits. */
+  /** Counters since open: new, duplicate, stale, gapsReported, gapsConfirmed, skips, unidentified, commits. */
   get stats(): Readonly<VerifyStats> {
     return this.core.stats;
   }

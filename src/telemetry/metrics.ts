@@ -11,7 +11,8 @@
  * | `stream_dedup.publisher.key_duplicates` | `{message}` | `producer`, `target` | keyed sends answered as duplicates (nothing published) |
  * | `stream_dedup.publisher.reconnects` | `{reconnect}` | `producer`, `target` | successful reconnects |
  * | `stream_dedup.verifier.outcomes` | `{message}` | `consumer`, `outcome` (`new`, `duplicate`, `stale`, `unidentified`) | verdicts |
- * | `stream_dedup.verifier.gaps` | `{gap}` | `consumer`, `confirmed` (`true`, `false`) | gaps reported (`false`) and confirmed (`true`) |
+ * | `stream_dedup.verifier.gaps` | `{gap}` | `consumer`, `confirmed` (`true`, `false`) | gaps reported (`false`) and confirmed (`true`): possibly lost |
+ * | `stream_dedup.verifier.skips` | `{skip}` | `consumer` | skip declarations seen: IDs a producer never used, not a loss (since 0.2.0) |
  * | `stream_dedup.verifier.commits` | `{commit}` | `consumer` | LevelDB batches committed |
  */
 import {
@@ -57,6 +58,11 @@ function makeInstruments(meter: Meter) {
         '{gap}',
         'Gaps reported (confirmed=false) and confirmed (confirmed=true)',
       ),
+      skips: counter(
+        'stream_dedup.verifier.skips',
+        '{skip}',
+        'Skip declarations seen: IDs a producer declared it never used, not a loss',
+      ),
       commits: counter('stream_dedup.verifier.commits', '{commit}', 'LevelDB batches committed'),
     },
   };
@@ -89,6 +95,7 @@ export interface VerifierCounters {
   readonly unidentified: number;
   readonly gapsReported: number;
   readonly gapsConfirmed: number;
+  readonly skips: number;
   readonly commits: number;
 }
 
@@ -128,6 +135,7 @@ export function observeVerifier(counters: Readonly<VerifierCounters>, consumer: 
     }
     result.observe(i.gaps, counters.gapsReported, { consumer, confirmed: 'false' });
     result.observe(i.gaps, counters.gapsConfirmed, { consumer, confirmed: 'true' });
+    result.observe(i.skips, counters.skips, { consumer });
     result.observe(i.commits, counters.commits, { consumer });
   });
 }

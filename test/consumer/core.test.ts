@@ -4,7 +4,7 @@ import {
   type VerifyEvent,
   type VerifyingConsumerOptions,
 } from '../../src/consumer/core.js';
-import { identityHeaders } from '../../src/identity/headers.js';
+import { identityHeaders, SKIP_HEADER } from '../../src/identity/headers.js';
 import { DedupStore, type KeyValueDb } from '../../src/store/store.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
 
@@ -12,6 +12,12 @@ const credit = (offset: number, producer: string, id: number, amount = 1) => ({
   offset: BigInt(offset),
   content: Buffer.from(String(amount)),
   applicationProperties: identityHeaders(producer, BigInt(id)),
+});
+
+/** A credit whose producer declares it skipped IDs `from .. id - 1` before it. */
+const afterSkip = (offset: number, producer: string, id: number, from: number, amount = 1) => ({
+  ...credit(offset, producer, id, amount),
+  applicationProperties: { ...identityHeaders(producer, BigInt(id)), [SKIP_HEADER]: String(from) },
 });
 
 async function open(options: Partial<VerifyingConsumerOptions> = {}, disk = memoryDisk()) {
@@ -170,4 +176,59 @@ describe('verifying consumer core', () => {
     await expect(VerifyingConsumerCore.open(options)).rejects.toMatchObject({ code: 'DEDUP_STORE_LOCKED' });
     await a.close();
   });
+
+  for (const policy of [{ kind: 'highest' as const }, { kind: 'window' as const, size: 4 }]) {
+    it(`${policy.kind}: a declared skip is reported as 'skip', never as a gap; an undeclared hole still is`, async () => {
+      const { core, events, balance } = await open({ policy, commit: 'message' });
+      await core.process(credit(0, 'a', 1, 1));
+      await core.process(afterSkip(1, 'a', 101, 2, 10)); // 2..100 skipped by the producer
+      await core.process(credit(2, 'a', 102, 100));
+      await core.process(afterSkip(3, 'a', 300, 200, 1000)); // 103..199 missing, 200..299 skipped
+      await core.process(credit(4, 'a', 400, 5)); // 301..399 missing (window: confirmed once it moves)
+      await core.process(credit(5, 'a', 410, 5));
+      expect(await balance()).toBe(1121);
+      expect(core.stats).toMatchObject({ new: 6, skips: 2 });
+      const skips = events.filter((e) => e.kind === 'skip');
+      expect(skips).toEqual([
+        {
+          kind: 'skip',
+          scope: expect.any(String) as string,
+          range: { from: 2n, to: 100n },
+          publishingId: 101n,
+          offset: 1n,
+        },
+        {
+          kind: 'skip',
+          scope: expect.any(String) as string,
+          range: { from: 200n, to: 299n },
+          publishingId: 300n,
+          offset: 3n,
+        },
+      ]);
+      const gaps = events.flatMap((e) =>
+        e.kind === 'gap' ? [`${e.confirmed ? 'confirmed' : 'reported'} ${e.range.from}..${e.range.to}`] : [],
+      );
+      expect(gaps).toEqual(
+        policy.kind === 'highest'
+          ? [
+              'reported 103..199',
+              'confirmed 103..199',
+              'reported 301..399',
+              'confirmed 301..399',
+              'reported 401..409',
+              'confirmed 401..409',
+            ]
+          : [
+              'reported 103..199',
+              'confirmed 103..199',
+              'reported 301..399',
+              'confirmed 301..396', // the rest is still in the window [397..400]
+              'reported 401..409',
+              'confirmed 397..399',
+              'confirmed 401..406',
+            ],
+      );
+      await core.close();
+    });
+  }
 });
