@@ -961,11 +961,16 @@ export class DedupPublisherCore {
       const reservedUpTo =
         last > this.#reservedUpTo ? last + BigInt(this.#opts.reserveBlock) : this.#reservedUpTo;
       const capped = reservedUpTo > MAX_PUBLISHING_ID ? MAX_PUBLISHING_ID : reservedUpTo;
+      // Automatic IDs record the last ID below every unconfirmed or unsent one: where the broker
+      // cannot tell its last ID (AMQP 0-9-1) the next life declares its skip from just above it,
+      // so that a message lost on the wire at a crash falls inside the declared range.
+      const lowest = this.#pending.first?.publishingId ?? batch[0]?.publishingId;
+      const lastId = this.idMode === 'explicit' || lowest === undefined || lowest > last ? last : lowest - 1n;
       this.#metaDirty = false;
       await this.#state.commit({
         meta: {
           idMode: this.idMode,
-          lastId: last,
+          lastId,
           reservedUpTo: capped,
           skipFrom: this.#persistedSkipFrom,
           outboxHigh: this.#outboxHigh,

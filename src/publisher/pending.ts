@@ -94,6 +94,11 @@ export class PendingQueue<E extends PendingEntry> {
     return -1;
   }
 
+  /** The unconfirmed entry with the lowest ID. */
+  get first(): E | undefined {
+    return this.#length > 0 ? this.#at(0) : undefined;
+  }
+
   /** Unconfirmed entries in ID order. */
   *values(): IterableIterator<E> {
     for (let i = 0; i < this.#length; i++) {

@@ -18,7 +18,12 @@ export interface OutboxEntry {
 export interface ProducerMeta {
   /** Which kind of IDs the producer uses; a store refuses to be reopened in another mode. */
   readonly idMode: IdMode;
-  /** The highest publishing ID ever handed out (written before any message carrying it leaves). */
+  /**
+   * Written with an outbox commit: the highest publishing ID handed out (before any message
+   * carrying it leaves). Written by a `reserve` block with automatic or keyed IDs: the highest ID
+   * below every unconfirmed or unsent one then (every ID up to it was confirmed); the IDs above it
+   * are within `reservedUpTo`.
+   */
   readonly lastId: bigint;
   /** In `reserve` durability, IDs up to this one are reserved; after a crash the next ID is above it. */
   readonly reservedUpTo: bigint;
