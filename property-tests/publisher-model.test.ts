@@ -1,12 +1,16 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { auditRecords, type AuditReport } from '../src/cli/audit.js';
 import { DedupError } from '../src/errors.js';
 import { checkHistory, formatReport } from '../src/history/checker.js';
 import { DedupPublisherCore } from '../src/publisher/core.js';
 import type { Durability } from '../src/publisher/types.js';
+import { identityHeaders, SKIP_HEADER } from '../src/identity/headers.js';
+import { decodeScopeKey } from '../src/identity/scope-key.js';
 import { DedupStore } from '../src/store/store.js';
-import type { PolicySpec } from '../src/verifier/index.js';
+import type { IdRange, PolicySpec } from '../src/verifier/index.js';
 import { memoryDisk } from '../test/support/memory-store.js';
+import type { StoredMessage } from '../test/support/model-broker.js';
 import {
   ConsumerHarness,
   consumerPolicy,
@@ -720,7 +724,7 @@ async function checkProducers(w: World): Promise<void> {
 }
 
 /** DESIGN §7 for the consumer side: each stream read by a crashing verifying consumer. */
-async function checkConsumers(w: World, policy: ConsumerPlan): Promise<void> {
+async function checkConsumers(w: World, policy: ConsumerPlan, totals: Totals): Promise<void> {
   for (const stream of new Set(w.producers.map((p) => p.spec.stream))) {
     // Each stored message is one distinct message, even the copies an adopting open made on purpose.
     const messages = w.network.broker
@@ -735,7 +739,120 @@ async function checkConsumers(w: World, policy: ConsumerPlan): Promise<void> {
     for (const step of policy.steps) await runStep(h, step);
     const report = h.check(await h.finish());
     if (!report.ok) throw new Error(`consumer of ${stream}: ${formatReport(report)}`);
+    await checkHoles(w, stream, messages, h, policy, totals);
   }
+}
+
+/** `stream-dedup audit`'s analysis of stored messages (every sample kept). */
+function auditStored(messages: readonly StoredMessage[]): AuditReport {
+  return auditRecords(
+    messages.map((m, i) => ({
+      offset: BigInt(i),
+      applicationProperties: m.headers ?? identityHeaders(m.producerName, m.publishingId),
+    })),
+    { maxSamples: Number.MAX_SAFE_INTEGER },
+  );
+}
+
+/** The producer of each gap event (reported or confirmed), with the range as text. */
+function gapEvents(h: ConsumerHarness): Array<{ producer: string; range: IdRange; confirmed: boolean }> {
+  return h.events.flatMap((e) =>
+    e.kind === 'gap'
+      ? [{ producer: decodeScopeKey(e.scope).producer, range: e.range, confirmed: e.confirmed }]
+      : [],
+  );
+}
+
+const showRange = (r: IdRange): string => `${r.from}..${r.to}`;
+
+/**
+ * Skips vs loss (issue 16), for automatic and keyed IDs (explicit IDs' holes are the source's).
+ * Nothing is lost from the stream in this world, so neither the audit nor the verifying consumer
+ * that read the stream may report a gap: every hole is a declared skip. Then one stored message is
+ * removed (not a producer's first or last: nobody can see those go, and not one inside a range a
+ * later message declares skipped): the audit and a verifying consumer must both report a gap
+ * holding its ID.
+ */
+async function checkHoles(
+  w: World,
+  stream: string,
+  messages: readonly StoredMessage[],
+  h: ConsumerHarness,
+  plan: ConsumerPlan,
+  totals: Totals,
+): Promise<void> {
+  if (w.config.idMode === 'explicit') return;
+  const audit = auditStored(messages);
+  const exact = new Set<string>();
+  for (const pa of audit.producers) {
+    totals.skippedIds += Number(pa.skippedIds);
+    totals.skipRanges += pa.skippedRanges.length;
+    totals.contradictions += pa.contradictions;
+    if (pa.gaps > 0) {
+      throw new Error(
+        `audit of ${stream}: producer ${pa.producerName} has undeclared holes ${pa.gapRanges.map(showRange).join(', ')} ` +
+          `(declared skips ${pa.skippedRanges.map(showRange).join(', ') || 'none'}) where nothing was lost`,
+      );
+    }
+    // A message from a dead life that landed inside a range declared later (a contradiction) was
+    // jumped over before the declaration arrived: the verifier may have called that a gap then.
+    if (pa.contradictions === 0) exact.add(pa.producerName);
+  }
+  const spurious = gapEvents(h).filter((g) => exact.has(g.producer));
+  if (spurious.length > 0) {
+    throw new Error(
+      `consumer of ${stream}: gap ${showRange(spurious[0]!.range)} (${spurious[0]!.confirmed ? 'confirmed' : 'reported'}) ` +
+        `for producer ${spurious[0]!.producer}, whose holes are all declared skips`,
+    );
+  }
+
+  // A planted hole: one message removed.
+  const contradicted = new Set(
+    audit.producers.flatMap((pa) =>
+      pa.contradictionSamples.map((c) => `${pa.producerName}/${c.publishingId}`),
+    ),
+  );
+  const bounds = new Map(audit.producers.map((pa) => [pa.producerName, pa]));
+  const counts = new Map<string, number>();
+  for (const m of messages)
+    counts.set(
+      `${m.producerName}/${m.publishingId}`,
+      (counts.get(`${m.producerName}/${m.publishingId}`) ?? 0) + 1,
+    );
+  const declaredLater = (m: StoredMessage, at: number): boolean =>
+    messages.slice(at + 1).some((later) => {
+      if (later.producerName !== m.producerName) return false;
+      const from = later.headers?.[SKIP_HEADER];
+      return from !== undefined && BigInt(from) <= m.publishingId && m.publishingId < later.publishingId;
+    });
+  const eligible = messages.flatMap((m, at) => {
+    const pa = bounds.get(m.producerName);
+    const key = `${m.producerName}/${m.publishingId}`;
+    if (pa === undefined || m.publishingId === pa.firstId || m.publishingId === pa.lastId) return [];
+    if (counts.get(key) !== 1 || contradicted.has(key) || declaredLater(m, at)) return [];
+    return [at];
+  });
+  if (eligible.length === 0) return;
+  const at = eligible[plan.victim % eligible.length]!;
+  const victim = messages[at]!;
+  const damaged = messages.filter((_, i) => i !== at);
+  const holds = (r: IdRange) => r.from <= victim.publishingId && victim.publishingId <= r.to;
+  const pa = auditStored(damaged).producers.find((p) => p.producerName === victim.producerName)!;
+  if (!pa.gapRanges.some(holds)) {
+    throw new Error(
+      `audit of ${stream} without ${victim.producerName}/${victim.publishingId}: no gap holds it ` +
+        `(gaps ${pa.gapRanges.map(showRange).join(', ') || 'none'}, skips ${pa.skippedRanges.map(showRange).join(', ') || 'none'})`,
+    );
+  }
+  const again = new ConsumerHarness(streamEntries(damaged), { policy: plan.policy, commit: 'message' });
+  await again.finish();
+  if (!gapEvents(again).some((g) => g.producer === victim.producerName && holds(g.range))) {
+    throw new Error(
+      `consumer of ${stream} without ${victim.producerName}/${victim.publishingId}: no gap event holds it ` +
+        `(${JSON.stringify(gapEvents(again).map((g) => `${g.producer} ${showRange(g.range)}`))})`,
+    );
+  }
+  totals.plantedHoles++;
 }
 
 interface ConsumerPlan {
@@ -743,6 +860,8 @@ interface ConsumerPlan {
   readonly commit: 'message' | 'batch';
   readonly commitEvery: number;
   readonly steps: readonly ConsumerStep[];
+  /** Which eligible stored message the planted-hole check removes. */
+  readonly victim: number;
 }
 
 const durability = fc.constantFrom<Durability>('outbox', 'reserve');
@@ -778,6 +897,7 @@ const consumerPlan: fc.Arbitrary<ConsumerPlan> = fc.record({
   commit: fc.constantFrom<'message' | 'batch'>('message', 'batch'),
   commitEvery: fc.integer({ min: 1, max: 5 }),
   steps: fc.array(consumerStep, { maxLength: 12 }),
+  victim: fc.nat(),
 });
 
 /** What each model property prints after its runs. */
@@ -791,6 +911,12 @@ interface Totals {
   largeAdoptions: number;
   refusals: number;
   rejections: Map<string, number>;
+  /** Declared-skipped IDs missing from the streams, their ranges, and contradicted declarations. */
+  skippedIds: number;
+  skipRanges: number;
+  contradictions: number;
+  /** Runs where a removed message was found by both the audit and a verifying consumer. */
+  plantedHoles: number;
 }
 
 const FAKE = ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'performance'] as const;
@@ -829,7 +955,7 @@ async function runModel(
     // Timers of abandoned (crashed) cores go with the fake clock.
     if (mine === generation) vi.useRealTimers();
   }
-  await checkConsumers(world, plan);
+  await checkConsumers(world, plan, totals);
   await settle(() => 0);
   if (unhandled.length > 0) throw new Error(`unhandled rejection: ${show(unhandled[0])}`);
   totals.runs++;
@@ -885,6 +1011,10 @@ describe('publisher model (DESIGN §3 broker, §7 invariants)', () => {
         largeAdoptions: 0,
         refusals: 0,
         rejections: new Map(),
+        skippedIds: 0,
+        skipRanges: 0,
+        contradictions: 0,
+        plantedHoles: 0,
       };
       const details = await checkWithin(
         `publisher model, ${idMode}`,
@@ -907,7 +1037,9 @@ describe('publisher model (DESIGN §3 broker, §7 invariants)', () => {
           `${per(totals.acknowledged)} resolved, ${per(totals.lives)} process lives; ${totals.adoptions} adopting opens ` +
           `(${totals.largeAdoptions} with an outbox larger than maxBatch), ` +
           `${totals.refusals} expected refusals at open; rejections ${JSON.stringify(Object.fromEntries(totals.rejections))}; ` +
-          `${totals.hungByClose} sends left unsettled by a close() in all`,
+          `${totals.hungByClose} sends left unsettled by a close() in all; ` +
+          `${totals.skipRanges} declared skips missing from the streams (${totals.skippedIds} IDs), ` +
+          `${totals.contradictions} contradicted; a planted hole found by audit and verifier in ${totals.plantedHoles} runs`,
       );
     });
   }

@@ -29,7 +29,7 @@ export function streamEntries(messages: readonly StoredMessage[]): StreamEntry[]
   return messages.map((m, i) => ({
     offset: BigInt(i),
     label: m.body,
-    headers: identityHeaders(m.producerName, m.publishingId),
+    headers: m.headers ?? identityHeaders(m.producerName, m.publishingId),
   }));
 }
 

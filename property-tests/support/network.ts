@@ -157,7 +157,14 @@ export class Connection {
   }
 
   #brokerRead(m: WireMessage): void {
-    this.#network.broker.publish(m.stream, m.producerName, m.publishingId, m.body);
+    // A map, as the broker stores it: a caller's header named like a stamp replaces the stamp.
+    this.#network.broker.publish(
+      m.stream,
+      m.producerName,
+      m.publishingId,
+      m.body,
+      Object.fromEntries(m.headers),
+    );
     this.delivered.push(m);
     this.#network.activity++;
     if (this.state !== 'live') return;

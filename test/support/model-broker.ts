@@ -5,6 +5,8 @@ export interface StoredMessage {
   readonly producerName: string;
   readonly publishingId: bigint;
   readonly body: string;
+  /** The message's headers as stored (identity stamps included), when the sender passed them. */
+  readonly headers?: Readonly<Record<string, string | number>>;
 }
 
 /** Options of a {@link ModelBroker}. */
@@ -41,13 +43,23 @@ export class ModelBroker {
   }
 
   /** Stores or drops one message; returns true when stored. Either way the caller confirms it. */
-  publish(stream: string, producerName: string, publishingId: bigint, body: string): boolean {
+  publish(
+    stream: string,
+    producerName: string,
+    publishingId: bigint,
+    body: string,
+    headers?: Readonly<Record<string, string | number>>,
+  ): boolean {
     const s = this.#stream(stream);
     if (publishingId <= (s.highest.get(producerName) ?? 0n)) return false;
     // Delete first: the Map's order is then the order of last writes (oldest first).
     s.highest.delete(producerName);
     s.highest.set(producerName, publishingId);
-    s.messages.push({ producerName, publishingId, body });
+    s.messages.push(
+      headers === undefined
+        ? { producerName, publishingId, body }
+        : { producerName, publishingId, body, headers },
+    );
     return true;
   }
 
