@@ -49,8 +49,9 @@ Environment (defaults in parentheses):
   RABBITMQ_TLS_KEY_PASSPHRASE      the key's passphrase (never printed)
   RABBITMQ_TLS_SERVERNAME          the name to verify in the broker's certificate (default: the host)
   STREAM_DEDUP_DEBUG               1: print the stack of an error, not only its one-line message
-Exit codes: 0 ok; 1 the audit found a problem: duplicates, gaps or ids out of order (each alone is
-enough; messages without identity are reported but do not fail it); 2 usage; 3 broker unreachable
+Exit codes: 0 ok; 1 the audit found a problem: duplicates, gaps, ids out of order or a contradicted
+skip (each alone is enough; declared skips and messages without identity are reported but do not
+fail it); 2 usage; 3 broker unreachable
 or refused (for example the stream does not exist); 4 store locked, corrupt or missing.`;
 
 /** The command that starts this CLI again (under tsx when running from source). */
