@@ -1,4 +1,4 @@
-// DESIGN §5's worked example: event credit-17 adds 10 to a balance projection. The stream holds
+// docs/design.md §5's worked example: event credit-17 adds 10 to a balance projection. The stream holds
 // the event twice (a producer retried it); the verifying consumer applies it once, because the
 // balance and the verifier state commit in one LevelDB batch.
 //   npx tsx examples/credit-17.ts

@@ -4,7 +4,7 @@
 // The identity comes from the source, not from the publisher: after a crash the processor
 // re-reads A from where B's producer stopped and re-creates the same outputs with the same IDs,
 // so the broker drops every output it already stored. This holds only while the publish is the
-// ONLY side effect of processing (DESIGN §2): anything else the processor does (a database write,
+// ONLY side effect of processing (docs/design.md §2): anything else the processor does (a database write,
 // an e-mail) would happen again after a crash.
 //
 // Durability: the source stream already holds every input, so the publisher need not keep a copy

@@ -81,7 +81,7 @@ class StepCommand implements fc.AsyncCommand<Model, ConsumerHarness> {
   }
 }
 
-describe('verifying consumer model (DESIGN §5, §7)', () => {
+describe('verifying consumer model (docs/design.md §5, §7)', () => {
   it('model - every distinct stream message takes effect exactly once, in per-producer ID order, through crashes before, during and after commits and redelivery from the offset, the last ack or earlier', async () => {
     await checkWithin(
       'consumer model',

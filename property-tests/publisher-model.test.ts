@@ -26,7 +26,7 @@ import { assertProperty, checkWithin } from './support/runs.js';
 import { settle } from './support/turns.js';
 
 // A model-based test of the publisher (fc.commands + fc.asyncModelRun), one property per ID mode
-// (auto, explicit, keyed). The world: the model broker of DESIGN §3 behind a fault-injecting
+// (auto, explicit, keyed). The world: the model broker of docs/design.md §3 behind a fault-injecting
 // network (support/network.ts: frames delayed until delivered, lost or left to land late after a
 // cut, duplicated; confirms reordered, duplicated, lost; connects that complete after close()),
 // and up to three crashable producer processes over memory-level disks that outlive them
@@ -42,7 +42,7 @@ import { settle } from './support/turns.js';
 // carries the caller's headers as they were at its send() call and one identity), connections
 // closed after close(), a connection that stopped confirming replaced, unhandled rejections, and
 // the harness's expectations of every send and open. After every run everything drains and the
-// invariants of DESIGN §7 are checked with src/history/checker.ts (every acknowledged message or
+// invariants of docs/design.md §7 are checked with src/history/checker.ts (every acknowledged message or
 // key in the stream exactly once, under the ID it resolved with), adopting opens' promises are
 // checked, then each stream is read by a crashing verifying consumer (support/consumer.ts).
 //
@@ -215,7 +215,7 @@ class World {
   /**
    * Nothing is delivered or confirmed for longer than the confirm timeout and two timeout checks
    * (fake time). A connection with messages the client saw no confirm for must be given up: the
-   * core reconnects (DESIGN: a connection that stops confirming is treated as lost) — whoever's
+   * core reconnects (docs/design.md: a connection that stops confirming is treated as lost) — whoever's
    * messages they are (callers that already got DEDUP_CONFIRM_TIMEOUT, messages from the outbox).
    */
   async stall(advance: (ms: number) => void): Promise<void> {
@@ -518,7 +518,7 @@ function weighted(
           new Step(
             backup === null ? `loseStore(p${p})` : `restoreBackup(p${p}, #${backup})`,
             // Late frames of earlier lives would land on IDs a restored store hands out again: that
-            // loss is the broker's rule, not detectable by anyone (DESIGN §6); they land first here.
+            // loss is the broker's rule, not detectable by anyone (docs/design.md §6); they land first here.
             (m) => m.restorable && !at(m, p).running && !at(m, p).opening && at(m, p).zombies === 0,
             (w) =>
               w.producer(p).restore((backup === null ? undefined : w.producer(p).pickBackup(backup)) ?? []),
@@ -651,7 +651,7 @@ async function drain(w: World): Promise<void> {
   await w.settle();
 }
 
-/** The invariants of DESIGN §7 for the producer side, per stream, with the history checker. */
+/** The invariants of docs/design.md §7 for the producer side, per stream, with the history checker. */
 async function checkProducers(w: World): Promise<void> {
   for (const p of w.producers) {
     const problems = p.problems();
@@ -723,7 +723,7 @@ async function checkProducers(w: World): Promise<void> {
   }
 }
 
-/** DESIGN §7 for the consumer side: each stream read by a crashing verifying consumer. */
+/** docs/design.md §7 for the consumer side: each stream read by a crashing verifying consumer. */
 async function checkConsumers(w: World, policy: ConsumerPlan, totals: Totals): Promise<void> {
   for (const stream of new Set(w.producers.map((p) => p.spec.stream))) {
     // Each stored message is one distinct message, even the copies an adopting open made on purpose.
@@ -989,7 +989,7 @@ const DESCRIPTIONS: Record<ProducerIdMode, string> = {
 /** Wall-time budget per model property (checkWithin fails below MODEL_RUNS runs). */
 const BUDGET_MS = Number(process.env.MODEL_BUDGET_MS ?? 45_000);
 
-describe('publisher model (DESIGN §3 broker, §7 invariants)', () => {
+describe('publisher model (docs/design.md §3 broker, §7 invariants)', () => {
   if (process.env.MODEL_VERBOSE !== undefined)
     fc.configureGlobal({ ...fc.readConfigureGlobal(), verbose: 2 });
   beforeAll(() => {
@@ -1044,7 +1044,7 @@ describe('publisher model (DESIGN §3 broker, §7 invariants)', () => {
     });
   }
 
-  it('publisher - explicit ids in reserve durability: after a restart the next id from the source is accepted (DESIGN §4.4: refuse only ids not above the last accepted one)', async () => {
+  it('publisher - explicit ids in reserve durability: after a restart the next id from the source is accepted (docs/design.md §4.4: refuse only ids not above the last accepted one)', async () => {
     // The application numbers messages from its source (idMode 'explicit'), every send confirmed,
     // then closes gracefully and reopens: its next source id is above everything it ever sent.
     await assertProperty(

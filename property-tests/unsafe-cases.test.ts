@@ -23,7 +23,7 @@ import {
 } from './support/scheduled.js';
 import { settle, within } from './support/turns.js';
 
-// DESIGN §6, one describe per row. Each row first shows that fast-check FINDS and SHRINKS the loss
+// docs/design.md §6, one describe per row. Each row first shows that fast-check FINDS and SHRINKS the loss
 // (or duplicate) a plain highest-sequence policy causes — the counterexample is printed — and then
 // that, in the same scenario, the library is safe or loud: a typed DedupError, a stale/gap/duplicate
 // report, or window acceptance. The seed is set globally by property-tests/setup.ts.

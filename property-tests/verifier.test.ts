@@ -17,7 +17,7 @@ import {
 const MAX = 2n ** 64n - 1n;
 
 /**
- * The reference model of window(size) (DESIGN §5), written for clarity, not speed: the set of every
+ * The reference model of window(size) (docs/design.md §5), written for clarity, not speed: the set of every
  * recorded ID, the highest, and the floor (first recorded ID minus one).
  */
 class ModelTracker {

@@ -63,7 +63,7 @@ interface ConsumerLife {
 const NO_LINGER_MS = 2_000_000_000;
 
 /**
- * A crashable verifying consumer (DESIGN §5, credit-17): each new message appends its label to an
+ * A crashable verifying consumer (docs/design.md §5, credit-17): each new message appends its label to an
  * effect log committed in the same batch as the verifier state and the offset. A crash abandons the
  * core (its disk goes dead); the next life reads from the committed offset, from the last ack, or
  * from earlier. The effect log, checked with the history checker, must hold every distinct stream

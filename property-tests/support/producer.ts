@@ -698,7 +698,7 @@ export class ProducerHarness {
 
   /**
    * Explicit IDs: an aborted send may be sent again only while its ID is the highest the source
-   * ever gave. Below a higher ID that was sent, it would be a retry after later IDs (DESIGN §6:
+   * ever gave. Below a higher ID that was sent, it would be a retry after later IDs (docs/design.md §6:
    * refused, or — across a crash, where a frame with the higher ID may still land — dropped by the
    * broker): the application gives up on it instead.
    */

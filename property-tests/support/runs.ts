@@ -56,7 +56,7 @@ export async function checkWithin<Ts>(
 }
 
 /**
- * Checks a property that must NOT hold (the plain highest-sequence policy of DESIGN §6): fast-check
+ * Checks a property that must NOT hold (the plain highest-sequence policy of docs/design.md §6): fast-check
  * must find a counterexample and shrink it. Prints the shrunk counterexample and returns it.
  */
 export async function expectCounterexample<Ts>(

@@ -67,7 +67,7 @@ export async function drainByHand(network: SimNetwork, h: ProducerHarness, s?: f
   await closing;
 }
 
-/** The producer invariants of DESIGN §7 through the history checker, plus the harness's violations. */
+/** The producer invariants of docs/design.md §7 through the history checker, plus the harness's violations. */
 export function checkProducer(
   network: SimNetwork,
   h: ProducerHarness,

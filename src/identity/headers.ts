@@ -32,7 +32,7 @@ export type IdentityReading =
 
 /**
  * The two headers for a message. Values are decimal strings: only strings survive every path
- * (an AMQP 0-9-1 header of another type may not cross into a stream consumer, DESIGN §3).
+ * (an AMQP 0-9-1 header of another type may not cross into a stream consumer, docs/design.md §3).
  */
 export function identityHeaders(producerName: string, publishingId: bigint): Record<string, string> {
   return { [PRODUCER_HEADER]: producerName, [ID_HEADER]: publishingId.toString() };

@@ -1,7 +1,7 @@
 import { DedupError } from '../errors.js';
 
 /**
- * What a consumer-side sequence tracker is kept for (DESIGN §2): the consumer, so that two
+ * What a consumer-side sequence tracker is kept for (docs/design.md §2): the consumer, so that two
  * applications may each process the same message; the tenant, so that customers stay apart; and the
  * producer name whose publishing IDs the tracker follows.
  *

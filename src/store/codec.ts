@@ -103,7 +103,7 @@ export function decodeMeta(buf: Uint8Array, what = 'meta'): ProducerMeta {
 
 /**
  * Encodes a flush segment: every message of one group commit in a single record, so that the hot
- * path writes one LevelDB value per flush instead of one per message (DESIGN §3, LevelDB costs).
+ * path writes one LevelDB value per flush instead of one per message (docs/design.md §3, LevelDB costs).
  * Layout: u8 version, u32 count, then per entry u64 id, u32 header-JSON length, header JSON,
  * u16 key length, key (UTF-8), u32 body length, body.
  */

@@ -142,7 +142,7 @@ export class StreamTransport implements PublishTransport {
       }
     };
     const failed = (error: { publisherId: number }, connId: string): void => {
-      // The client decodes publish-error frames wrongly (DESIGN §3): do not trust the IDs or the
+      // The client decodes publish-error frames wrongly (docs/design.md §3): do not trust the IDs or the
       // code; treat the connection as unusable, so everything pending is re-sent.
       if (current() && error.publisherId === publisherId && connId === connectionId) {
         const e = new Error('the broker reported a publish error');

@@ -1,4 +1,4 @@
-// The verifier's public surface: pure sequence policies (DESIGN §5), no I/O.
+// The verifier's public surface: pure sequence policies (docs/design.md §5), no I/O.
 export type { CheckResult, IdRange, Outcome, PolicySpec, RecordResult, SequenceTracker } from './types.js';
 export { MAX_WINDOW_SIZE } from './types.js';
 export { createTracker, decodeTracker } from './window.js';

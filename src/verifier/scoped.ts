@@ -33,7 +33,7 @@ interface MutableEntry {
  * `encodeScopeKey({ consumer, tenant, producer })`, whose encoding is injective, so that two scopes
  * never share a tracker.
  *
- * Retention (DESIGN §5): {@link ScopedVerifier.evictIdle} forgets scopes idle longer than a TTL. A
+ * Retention (docs/design.md §5): {@link ScopedVerifier.evictIdle} forgets scopes idle longer than a TTL. A
  * duplicate that arrives after its scope was evicted is judged `new` and takes effect again; a
  * finite window and a finite TTL protect for that long, not forever.
  *

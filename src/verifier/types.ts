@@ -1,5 +1,5 @@
 /**
- * The vocabulary of the consumer-side sequence policies (DESIGN §5), and the few runtime
+ * The vocabulary of the consumer-side sequence policies (docs/design.md §5), and the few runtime
  * definitions every policy shares: limits, argument checks and the shared result objects.
  */
 
@@ -79,7 +79,7 @@ export interface RecordResult {
 /**
  * The sequence memory of one scope (consumer, tenant, producer): pure, synchronous, no I/O.
  *
- * Use it transactionally (DESIGN §5, "commit with the effect"): `check` an ID, apply the effect,
+ * Use it transactionally (docs/design.md §5, "commit with the effect"): `check` an ID, apply the effect,
  * `record` on a {@link SequenceTracker.clone | clone}, persist `clone.encode()` in the same batch as
  * the effect, and only then replace the tracker with the clone.
  *

@@ -12,7 +12,7 @@ import { useTempDir } from '../support/tmp.js';
 
 const tempDir = useTempDir();
 
-// DESIGN §3: the broker never deduplicates AMQP 0-9-1 publishes. After crashes the outbox re-send
+// docs/design.md §3: the broker never deduplicates AMQP 0-9-1 publishes. After crashes the outbox re-send
 // can put a second copy into the stream; the verifying consumer must remove it, so that every
 // acknowledged send takes effect exactly once.
 describe('amqp 0-9-1 publisher + verifying consumer', () => {

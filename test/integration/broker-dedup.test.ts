@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uniqueName } from '../support/broker.js';
 import { connectClient, readAll } from '../support/stream.js';
 
-// The broker rule everything else rests on (DESIGN §3), checked against the real broker:
+// The broker rule everything else rests on (docs/design.md §3), checked against the real broker:
 // per (stream, producer name) a message is stored only if its ID is above the highest stored.
 describe('broker - named producer deduplication', () => {
   let client: Client;

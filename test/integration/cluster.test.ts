@@ -13,7 +13,7 @@ import { BROKER, uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
 import { useTempDir } from '../support/tmp.js';
 
-// DESIGN §3 measured it once by hand; here it is a test: a 3-replica stream on the three-node
+// docs/design.md §3 measured it once by hand; here it is a test: a 3-replica stream on the three-node
 // cluster that scripts/rabbitmq.sh starts (stream ports 5561-5563, all on 127.0.0.1) keeps its
 // promise through leader kill -9s, a rolling restart of every node and producer SIGKILLs.
 const run = promisify(execFile);

@@ -4,7 +4,7 @@ import { runCrashScenario } from '../../src/cli/crash.js';
 import { uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
 
-// DESIGN §7: every message whose send() resolved is in the stream exactly once, no logical
+// docs/design.md §7: every message whose send() resolved is in the stream exactly once, no logical
 // message twice, stream order = ID order — across SIGKILLs at random moments.
 describe('publisher - crash and restart', () => {
   for (const durability of ['outbox', 'reserve'] as const) {

@@ -280,7 +280,7 @@ describe('publisher - on an existing Client', () => {
       const bodies = (await readAll(client(), stream)).map((m) => m.content.toString());
       expect(bodies.filter((b) => b.startsWith('dedup-'))).toHaveLength(501);
       expect(bodies.filter((b) => b.startsWith('own-'))).toHaveLength(501);
-      // DESIGN §3's pitfall, on this shared connection: the client's own listener hears every
+      // docs/design.md §3's pitfall, on this shared connection: the client's own listener hears every
       // producer's confirms (501 of its own + 501 of ours); the library filters by producer id.
       expect(ownConfirms).toBe(1002);
     } finally {

@@ -19,7 +19,7 @@ export interface ModelBrokerOptions {
 }
 
 /**
- * An in-memory model of the broker's measured rules (DESIGN §3), for unit and property tests:
+ * An in-memory model of the broker's measured rules (docs/design.md §3), for unit and property tests:
  * per (stream, producer name) a message is stored only if its ID is above the highest stored;
  * otherwise it is dropped and still confirmed. Streams are independent. A restart keeps the
  * stored messages and the per-name highest. With `maxProducerNames`, {@link ModelBroker.rollSegment}
