@@ -1,7 +1,8 @@
 import fc from 'fast-check';
 import { describe, it, vi } from 'vitest';
 import { formatReport } from '../src/history/checker.js';
-import { identityHeaders } from '../src/identity/headers.js';
+import { identityHeaders, parseIdentity, SKIP_HEADER } from '../src/identity/headers.js';
+import { decodeScopeKey } from '../src/identity/scope-key.js';
 import type { PolicySpec } from '../src/verifier/index.js';
 import {
   ConsumerHarness,
@@ -28,26 +29,32 @@ import { checkWithin } from './support/runs.js';
 
 /**
  * A stream as a verifying consumer may find it: two producers' messages, each producer's distinct
- * IDs increasing (gaps allowed), interleaved; copies of earlier messages further on (an AMQP 0-9-1
- * publisher's retries, which the broker never deduplicates, or a forgotten producer name); and a
- * few messages without identity, which must never take effect.
+ * IDs increasing (gaps allowed, some declared skipped by the message after them, some partly),
+ * interleaved; copies of earlier messages further on (an AMQP 0-9-1 publisher's retries, which the
+ * broker never deduplicates, or a forgotten producer name); and a few messages without identity,
+ * which must never take effect.
  */
 const stream: fc.Arbitrary<StreamEntry[]> = fc
   .record({
-    picks: fc.array(fc.tuple(fc.constantFrom('a', 'b'), fc.integer({ min: 1, max: 3 })), {
-      minLength: 1,
-      maxLength: 40,
-    }),
+    picks: fc.array(
+      fc.tuple(fc.constantFrom('a', 'b'), fc.integer({ min: 1, max: 4 }), fc.constantFrom(0, 0, 1, 2)),
+      { minLength: 1, maxLength: 40 },
+    ),
     copies: fc.array(fc.tuple(fc.nat(), fc.nat({ max: 40 })), { maxLength: 8 }),
     unidentified: fc.array(fc.nat(), { maxLength: 2 }),
   })
   .map(({ picks, copies, unidentified }) => {
     const last = new Map<string, bigint>();
     const messages: Array<{ label: string; headers: Record<string, unknown> | undefined }> = picks.map(
-      ([producer, step]) => {
-        const id = (last.get(producer) ?? 0n) + BigInt(step);
+      ([producer, step, declare]) => {
+        const previous = last.get(producer) ?? 0n;
+        const id = previous + BigInt(step);
         last.set(producer, id);
-        return { label: `${producer}/${id}`, headers: identityHeaders(producer, id) };
+        const headers: Record<string, unknown> = identityHeaders(producer, id);
+        // 1: the whole jump is declared skipped; 2: all but its first ID (which stays a gap).
+        const from = previous + BigInt(declare);
+        if (declare > 0 && from >= 1n && from < id) headers[SKIP_HEADER] = String(from);
+        return { label: `${producer}/${id}`, headers };
       },
     );
     for (const [at, later] of copies) {
@@ -59,6 +66,47 @@ const stream: fc.Arbitrary<StreamEntry[]> = fc
     }
     return messages.map((m, i) => ({ offset: BigInt(i), ...m }));
   });
+
+/**
+ * Skips vs loss at the consumer, through its crashes: no gap event (reported or confirmed) holds an
+ * ID its producer declared skipped, and with `highest` (which confirms at once) every undeclared
+ * hole between a producer's first and last ID is in a confirmed gap event.
+ */
+function checkSkips(entries: readonly StreamEntry[], policy: PolicySpec, h: ConsumerHarness): void {
+  const declared = new Set<string>();
+  const seen = new Map<string, Set<bigint>>();
+  for (const e of entries) {
+    const identity = e.headers === undefined ? 'none' : parseIdentity(e.headers);
+    if (typeof identity === 'string') continue;
+    const { producerName, publishingId, skippedFrom } = identity;
+    if (!seen.has(producerName)) seen.set(producerName, new Set());
+    seen.get(producerName)!.add(publishingId);
+    for (let id = skippedFrom ?? publishingId; id < publishingId; id++) declared.add(`${producerName}/${id}`);
+  }
+  const confirmed = new Set<string>();
+  for (const e of h.events) {
+    if (e.kind !== 'gap') continue;
+    const producer = decodeScopeKey(e.scope).producer;
+    for (let id = e.range.from; id <= e.range.to; id++) {
+      if (declared.has(`${producer}/${id}`)) {
+        throw new Error(
+          `gap ${e.range.from}..${e.range.to} (confirmed: ${e.confirmed}) holds ${producer}/${id}, declared skipped`,
+        );
+      }
+      if (e.confirmed) confirmed.add(`${producer}/${id}`);
+    }
+  }
+  if (policy.kind !== 'highest') return;
+  for (const [producer, ids] of seen) {
+    const sorted = [...ids].sort((x, y) => (x < y ? -1 : 1));
+    for (let id = sorted[0]!; id < sorted[sorted.length - 1]!; id++) {
+      const key = `${producer}/${id}`;
+      if (!ids.has(id) && !declared.has(key) && !confirmed.has(key)) {
+        throw new Error(`${key} is an undeclared hole that no confirmed gap event reported`);
+      }
+    }
+  }
+}
 
 interface Model {
   running: boolean;
@@ -102,6 +150,7 @@ describe('verifying consumer model (docs/design.md §5, §7)', () => {
           const report = h.check(await h.finish());
           if (!report.ok) throw new Error(formatReport(report));
           if (h.violations.length > 0) throw new Error(h.violations.join('\n'));
+          checkSkips(entries, policy, h);
         },
       ),
       { timeLimitMs: 20_000 },
@@ -145,23 +194,28 @@ const racingOptions = fc.record({
   throwOnce: fc.uniqueArray(fc.nat({ max: 40 }), { maxLength: 2 }),
 });
 
-/** A smaller stream for the racing model: up to three producers, copies, a message without identity. */
+/** A smaller stream for the racing model: up to three producers, declared skips, copies, a message without identity. */
 const racingStream: fc.Arbitrary<StreamEntry[]> = fc
   .record({
-    picks: fc.array(fc.tuple(fc.constantFrom('a', 'b', 'c'), fc.integer({ min: 1, max: 2 })), {
-      minLength: 1,
-      maxLength: 16,
-    }),
+    picks: fc.array(
+      fc.tuple(fc.constantFrom('a', 'b', 'c'), fc.integer({ min: 1, max: 2 }), fc.constantFrom(0, 0, 1)),
+      { minLength: 1, maxLength: 16 },
+    ),
     copies: fc.array(fc.tuple(fc.nat(), fc.nat({ max: 16 })), { maxLength: 6 }),
     unidentified: fc.boolean(),
   })
   .map(({ picks, copies, unidentified }) => {
     const last = new Map<string, bigint>();
     const messages: Array<{ label: string; headers: Record<string, unknown> | undefined }> = picks.map(
-      ([producer, step]) => {
-        const id = (last.get(producer) ?? 0n) + BigInt(step);
+      ([producer, step, declare]) => {
+        const previous = last.get(producer) ?? 0n;
+        const id = previous + BigInt(step);
         last.set(producer, id);
-        return { label: `${producer}/${id}`, headers: identityHeaders(producer, id) };
+        const headers: Record<string, unknown> = identityHeaders(producer, id);
+        // 1: the whole jump is declared skipped; 2: all but its first ID (which stays a gap).
+        const from = previous + BigInt(declare);
+        if (declare > 0 && from >= 1n && from < id) headers[SKIP_HEADER] = String(from);
+        return { label: `${producer}/${id}`, headers };
       },
     );
     for (const [at, later] of copies) {
