@@ -931,7 +931,9 @@ export class ProducerHarness {
    */
   pickBackup(pick: number): DiskSnapshot | undefined {
     const brokerLast = this.#network.broker.lastId(this.spec.stream, this.spec.producerName);
-    const current = this.backups.slice(this.#backupFloor);
+    // The floor a replacement now would set: backups of a store that a process has since
+    // replaced and written on are superseded.
+    const current = this.backups.slice(this.#startedOnStore ? this.#storeBegan : this.#backupFloor);
     const behind = current.filter((b) => b.outbox > 0 && b.localLast < brokerLast);
     const from = behind.length > 0 ? behind : current;
     return from.length === 0 ? undefined : from[pick % from.length]!.snapshot;
