@@ -1,17 +1,18 @@
 import { DedupError } from '../errors.js';
-import { ID_HEADER, PRODUCER_HEADER, SKIP_HEADER } from '../identity/headers.js';
-import { assertProducerName } from '../identity/producer-name.js';
 import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
-import { measureUtf8 } from '../identity/utf8.js';
-import type { Headers, IdMode, KeyEntry, KeyRecord, ProducerMeta } from '../store/codec.js';
-import { DedupStore, type ProducerState } from '../store/store.js';
-import { KeyIndex } from './key-index.js';
-import { PendingQueue } from './pending.js';
-import { silentLogger, type Logger } from '../telemetry/logger.js';
+import type { Headers, IdMode, ProducerMeta } from '../store/codec.js';
+import { DedupStore, type LoadedProducer, type ProducerState } from '../store/store.js';
+import type { Logger } from '../telemetry/logger.js';
 import { observePublisher, type PublisherCounters } from '../telemetry/metrics.js';
+import { Backoff, sleep } from '../util/backoff.js';
+import { Entry, type Segment } from './entry.js';
+import { forgetUnstoredKeys, KeyedIds, type StoredKeySegments } from './keyed.js';
+import { assertKey, headersSize, validateHeaders, withSkip } from './message.js';
+import { resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
+import { PendingQueue } from './pending.js';
+import { assertSameIdMode, reconcile, type ReconcilePlan } from './reconcile.js';
 import type {
   DedupPublisherOptions,
-  OutgoingMessage,
   Durability,
   OpenReport,
   PublishTransport,
@@ -19,91 +20,11 @@ import type {
   SendResult,
 } from './types.js';
 
-/**
- * A message between `send()` and its confirm. A class with every field set in the constructor:
- * one shape for every entry, and nothing allocated beside it on the common path (an entry lives
- * until its confirm, so its size is what each young-generation collection copies).
- */
-class Entry implements OutgoingMessage {
-  /** Settles the caller's promise; absent for messages recovered from the outbox. */
-  resolve: ((result: SendResult) => void) | undefined = undefined;
-  reject: ((error: Error) => void) | undefined = undefined;
-  /** The outbox segment holding it (outbox durability). */
-  segment: Segment | undefined = undefined;
-  /** When it was last handed to the transport (whole ms, monotonic); 0 when not yet sent on this connection. */
-  sentAt = 0;
-  /** Keyed sends: the key's record in the index (no map lookup when the message settles). */
-  keyRecord: LiveKey | undefined = undefined;
-  /** Rare parts: an abort signal, repeats of the key waiting for this message. */
-  extra: EntryExtra | undefined = undefined;
-
-  constructor(
-    /** Mutable only while the entry waits for room, unwritten and unsent (renumbered after an abort). */
-    public publishingId: bigint,
-    readonly body: Uint8Array,
-    public headers: Headers | undefined,
-    /** Keyed sends: the domain key. */
-    readonly key: string | undefined,
-  ) {}
-}
-
-/** What only some entries need. */
-interface EntryExtra {
-  onAbort?: (() => void) | undefined;
-  signal?: AbortSignal | undefined;
-  /** Repeats of the key that arrived while this message was in flight: settled with it. */
-  keyWaiters?: KeyWaiter[] | undefined;
-  /** The last ID handed out before this one: restored when this one, the last, is aborted unsent. */
-  prevAssigned?: bigint | undefined;
-}
-
-/**
- * A key in the in-memory index (and, as a `KeyEntry`, its record for the key segment: no copy per
- * key at commit); `inFlight` is its first send while that is unconfirmed.
- */
-interface LiveKey extends KeyEntry {
-  /** Mutable only while its first send waits for room (renumbered after an abort). */
-  publishingId: bigint;
-  inFlight: Entry | undefined;
-}
-
-/** A key segment in the store: one group commit's keys, dropped whole when past the retention. */
-interface KeySegment {
-  readonly firstId: bigint;
-  readonly lastId: bigint;
-  readonly newestMs: number;
-  /** Its keys' records, to drop them from the index without a scan of the index. */
-  readonly records: readonly LiveKey[];
-}
-
-/** A repeat of a key that waits for the first send of the key. */
-interface KeyWaiter {
-  resolve(publishingId: bigint): void;
-  reject(error: Error): void;
-}
-
-/** One group commit's record, deleted once every message in it is confirmed. */
-interface Segment {
-  readonly firstId: bigint;
-  remaining: number;
-}
-
 type State = 'open' | 'reconnecting' | 'closing' | 'closed';
 
-const DEFAULTS = {
-  durability: 'outbox' as Durability,
-  maxInFlight: 5_000,
-  maxBatch: 2_000,
-  reserveBlock: 10_000,
-  confirmTimeoutMs: 30_000,
-  closeTimeoutMs: 10_000,
-  initialDelayMs: 100,
-  maxDelayMs: 5_000,
-  giveUpAfterMs: 120_000,
-  watchIntervalMs: 0,
-};
+/** What a group commit of automatic or explicit IDs writes for keys: nothing. */
+const NO_KEYS = Object.freeze({ keys: undefined, deleteKeySegments: Object.freeze([]) });
 
-const RESERVED_PREFIX = 'x-dedup-';
 /** `send()` without options: one shared empty object instead of a new one per call. */
 const NO_OPTIONS: SendOptions = Object.freeze({});
 
@@ -114,14 +35,6 @@ let capturedReject: ((error: Error) => void) | undefined;
 function captureSettlers(resolve: (result: SendResult) => void, reject: (error: Error) => void): void {
   capturedResolve = resolve;
   capturedReject = reject;
-}
-
-function positiveInt(value: number | undefined, fallback: number, what: string, allowZero = false): number {
-  if (value === undefined) return fallback;
-  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1)) {
-    throw new RangeError(`${what} must be an integer ≥ ${allowZero ? 0 : 1}, got ${value}`);
-  }
-  return value;
 }
 
 /**
@@ -152,12 +65,7 @@ export class DedupPublisherCore {
   readonly #stampBytes: number;
   readonly #state: ProducerState;
   readonly #ownedStore: DedupStore | undefined;
-  readonly #opts: Required<
-    Pick<
-      DedupPublisherOptions,
-      'maxInFlight' | 'maxBatch' | 'reserveBlock' | 'confirmTimeoutMs' | 'closeTimeoutMs' | 'watchIntervalMs'
-    >
-  > & { initialDelayMs: number; maxDelayMs: number; giveUpAfterMs: number };
+  readonly #opts: ResolvedPublisherOptions;
 
   #status: State = 'open';
   /** Set by `close()`: new sends are refused while accepted ones drain. */
@@ -176,16 +84,9 @@ export class DedupPublisherCore {
   /** Committed, waiting for the confirm, in ID order (Map keeps insertion order). */
   readonly #pending = new PendingQueue<Entry>();
   #segmentsToDelete: bigint[] = [];
-  /**
-   * Keyed mode: every retained key and the ID it was first published with — the exact index,
-   * loaded from the store's key segments on open, written through one segment per group commit.
-   */
-  readonly #keys = new KeyIndex<LiveKey>();
-  /** The key segments in the store, oldest first, for retention. */
-  readonly #keySegments: KeySegment[] = [];
-  #keySegmentsToDelete: bigint[] = [];
+  /** Keyed mode: the key index, its store segments and retention. */
+  readonly #keyed: KeyedIds | undefined;
   #pruneTimer: NodeJS.Timeout | undefined;
-  readonly #keyRetention: { readonly maxKeys: number; readonly maxAgeMs: number };
   #pumping = false;
   /** Messages of the group commit being written: in neither #batch nor #pending meanwhile. */
   #committingCount = 0;
@@ -216,107 +117,52 @@ export class DedupPublisherCore {
     transport: PublishTransport,
     state: ProducerState,
     ownedStore: DedupStore | undefined,
-    options: DedupPublisherOptions,
-    localLast: bigint,
-    reservedUpTo: bigint,
+    opts: ResolvedPublisherOptions,
+    plan: ReconcilePlan,
     report: OpenReport,
   ) {
-    this.producerName = options.producerName;
-    this.durability = options.durability ?? DEFAULTS.durability;
-    this.idMode = options.idMode ?? 'auto';
+    this.producerName = opts.producerName;
+    this.durability = opts.durability;
+    this.idMode = opts.idMode;
     this.#transport = transport;
     // Name and ID stamps, AMQP overhead, and a skip declaration on the rare message that has one.
-    this.#stampBytes = Buffer.byteLength(options.producerName) + 104;
-    this.#log = options.logger ?? silentLogger;
-    this.#keyRetention = {
-      maxKeys: positiveInt(options.keyRetention?.maxKeys, 100_000, 'keyRetention.maxKeys'),
-      maxAgeMs: positiveInt(options.keyRetention?.maxAgeMs, 7 * 24 * 3_600_000, 'keyRetention.maxAgeMs'),
-    };
+    this.#stampBytes = Buffer.byteLength(opts.producerName) + 104;
+    this.#log = opts.logger;
+    this.#keyed = opts.idMode === 'keyed' ? new KeyedIds(opts.keyRetention) : undefined;
     this.#state = state;
     this.#ownedStore = ownedStore;
-    this.#lastAssigned = localLast;
-    this.#lastDurable = localLast;
-    this.#reservedUpTo = reservedUpTo;
+    this.#lastAssigned = plan.start;
+    this.#lastDurable = plan.start;
+    this.#reservedUpTo = plan.reservedUpTo;
+    this.#outboxHigh = plan.outboxHigh;
+    // A skip is written with the first commit, which comes before the first new ID leaves.
+    this.#skipToDeclare = plan.skipFrom;
+    this.#persistedSkipFrom = plan.skipFrom;
     this.report = report;
-    const r = options.reconnect ?? {};
-    this.#opts = {
-      maxInFlight: positiveInt(options.maxInFlight, DEFAULTS.maxInFlight, 'maxInFlight'),
-      maxBatch: positiveInt(options.maxBatch, DEFAULTS.maxBatch, 'maxBatch'),
-      reserveBlock: positiveInt(options.reserveBlock, DEFAULTS.reserveBlock, 'reserveBlock'),
-      confirmTimeoutMs: positiveInt(options.confirmTimeoutMs, DEFAULTS.confirmTimeoutMs, 'confirmTimeoutMs'),
-      closeTimeoutMs: positiveInt(options.closeTimeoutMs, DEFAULTS.closeTimeoutMs, 'closeTimeoutMs', true),
-      watchIntervalMs: positiveInt(
-        options.watchIntervalMs,
-        DEFAULTS.watchIntervalMs,
-        'watchIntervalMs',
-        true,
-      ),
-      initialDelayMs: positiveInt(r.initialDelayMs, DEFAULTS.initialDelayMs, 'reconnect.initialDelayMs'),
-      maxDelayMs: positiveInt(r.maxDelayMs, DEFAULTS.maxDelayMs, 'reconnect.maxDelayMs'),
-      giveUpAfterMs: positiveInt(r.giveUpAfterMs, DEFAULTS.giveUpAfterMs, 'reconnect.giveUpAfterMs'),
-    };
+    this.#opts = opts;
     this.#closedPromise = new Promise((resolve) => (this.#resolveClosed = resolve));
   }
 
   /**
    * Opens the store, claims the producer, connects, reconciles local and broker IDs and queues
-   * the outbox for re-sending before any new message.
+   * the outbox for re-sending before any new message. Options are checked before any I/O.
    */
   static async open(
     transport: PublishTransport,
     options: DedupPublisherOptions,
   ): Promise<DedupPublisherCore> {
-    validateOptions(options);
+    const opts = resolvePublisherOptions(options);
     const ownedStore =
-      typeof options.store === 'string'
-        ? await DedupStore.open(options.store, { sync: options.sync ?? false })
-        : undefined;
-    const store = ownedStore ?? (options.store as DedupStore);
+      typeof opts.store === 'string' ? await DedupStore.open(opts.store, { sync: opts.sync }) : undefined;
+    const store = ownedStore ?? (opts.store as DedupStore);
     let state: ProducerState | undefined;
     // The core must exist before connecting: confirms for re-sent messages go to it.
     const handlersTarget: { core?: DedupPublisherCore } = {};
     try {
-      state = store.claimProducer(transport.target, options.producerName);
-      const idMode = options.idMode ?? 'auto';
+      state = store.claimProducer(transport.target, opts.producerName);
       const loaded = await state.load();
-      if (loaded.meta !== undefined && loaded.meta.idMode !== idMode) {
-        throw new DedupError(
-          'DEDUP_ID_MODE_MISMATCH',
-          `producer "${options.producerName}" was opened with idMode '${loaded.meta.idMode}' before; ` +
-            `reopening it with '${idMode}' could reuse IDs. Use the same idMode, or another producer name.`,
-        );
-      }
-      const meta = loaded.meta;
-      const localLast =
-        meta === undefined ? 0n : meta.lastId > meta.reservedUpTo ? meta.lastId : meta.reservedUpTo;
-      // Every ID up to it reached the broker or is in the outbox. A store of 0.1 did not record it:
-      // one that never reserved IDs wrote every commit with an outbox.
-      const outboxHigh =
-        meta?.outboxHigh ?? (meta !== undefined && meta.reservedUpTo === 0n ? meta.lastId : 0n);
+      assertSameIdMode(loaded.meta, opts.idMode, opts.producerName);
       let brokerLast: bigint | undefined;
-      const core = (
-        brokerLastId: bigint | undefined,
-        resent: number,
-        reassigned: number,
-        start: bigint,
-      ): DedupPublisherCore => {
-        const created = new DedupPublisherCore(
-          transport,
-          state!,
-          ownedStore,
-          options,
-          start,
-          meta?.reservedUpTo ?? 0n,
-          {
-            localLastId: localLast,
-            brokerLastId,
-            resent,
-            reassigned,
-          },
-        );
-        created.#outboxHigh = outboxHigh;
-        return created;
-      };
       try {
         brokerLast = await transport.connect({
           confirmed: (ids) => {
@@ -333,118 +179,33 @@ export class DedupPublisherCore {
           `cannot connect to the broker for "${transport.target}"`,
         );
       }
-      const durability = options.durability ?? DEFAULTS.durability;
-      if (idMode === 'keyed' && durability === 'reserve') {
-        // A key's record is written before its message leaves. After a crash the record may name a
-        // message that never reached the broker ('duplicate' to every re-send: a silent loss), or
-        // one whose frames are still on their way from the dead process (forgetting the key and
-        // re-sending it under a new ID lands it twice; the publisher model found that race). Only
-        // the outbox ties the record to the message.
-        throw new DedupError(
-          'DEDUP_UNSAFE_OPTIONS',
-          `idMode 'keyed' needs durability 'outbox': without it a crash can leave a key recorded whose message ` +
-            `never reached the broker (lost) or is still on its way (published twice if the key is re-sent)`,
-        );
-      }
-      if (idMode === 'explicit' && durability === 'reserve' && brokerLast === undefined) {
-        // Without an outbox, explicit IDs resume after the broker's last ID (below): a broker that
-        // cannot tell it would leave accepted messages that were never stored skipped by the source.
-        throw new DedupError(
-          'DEDUP_UNSAFE_OPTIONS',
-          `idMode 'explicit' with durability 'reserve' needs the broker's last publishing ID to recover after a ` +
-            `crash, and "${transport.target}" cannot report it (AMQP 0-9-1): use durability 'outbox'`,
-        );
-      }
       const outbox = loaded.segments.flatMap((s) => s.entries);
-      const outboxLast = outbox.length > 0 ? outbox[outbox.length - 1]!.publishingId : 0n;
-      let keySegments = idMode === 'keyed' ? await state.loadKeySegments() : [];
-      if (
-        idMode === 'keyed' &&
-        brokerLast !== undefined &&
-        brokerLast > 0n &&
-        meta !== undefined &&
-        meta.reservedUpTo > 0n &&
-        meta.reservedUpTo >= meta.lastId
-      ) {
-        // Only a store whose last writer reserved keyed IDs (0.1 allowed keyed + reserve): its records
-        // may name messages that never reached the broker. Records written with an outbox segment
-        // never do, whatever the broker says (it under-reports a name it forgot).
-        keySegments = await storeWrite(
-          forgetUnstoredKeys(state, keySegments, maxId(brokerLast, outboxHigh), outbox),
-        );
+      const plan = reconcile({
+        producerName: opts.producerName,
+        target: transport.target,
+        idMode: opts.idMode,
+        durability: opts.durability,
+        onBrokerAhead: opts.onBrokerAhead,
+        meta: loaded.meta,
+        outboxSize: outbox.length,
+        outboxLast: outbox.length > 0 ? outbox[outbox.length - 1]!.publishingId : 0n,
+        brokerLast,
+      });
+      let keySegments: StoredKeySegments = opts.idMode === 'keyed' ? await state.loadKeySegments() : [];
+      if (plan.forgetKeysAbove !== undefined) {
+        keySegments = await storeWrite(forgetUnstoredKeys(state, keySegments, plan.forgetKeysAbove, outbox));
       }
-      let publisher: DedupPublisherCore;
-      if (brokerLast !== undefined && brokerLast > localLast) {
-        if ((options.onBrokerAhead ?? 'error') === 'error') {
-          throw new DedupError(
-            'DEDUP_SEQUENCE_REGRESSION',
-            `the broker's last publishing ID for producer "${options.producerName}" on "${transport.target}" is ${brokerLast}, ` +
-              `above this store's ${localLast}. Either another process publishes under this name (names must be unique ` +
-              `among live producers), or this store was lost, replaced or restored from a backup. Publishing now would ` +
-              `reuse IDs the broker drops silently. Investigate, or open with onBrokerAhead: 'adopt' to continue above ` +
-              `${brokerLast}${outbox.length > 0 ? ` (the ${outbox.length} outbox messages would be re-sent under new IDs)` : ''}.`,
-          );
-        }
-        if (idMode === 'explicit' && outbox.length > 0) {
-          // New IDs for them would be IDs the application's source means for other records.
-          throw new DedupError(
-            'DEDUP_SEQUENCE_REGRESSION',
-            `the broker's last publishing ID for producer "${options.producerName}" on "${transport.target}" is ${brokerLast}, ` +
-              `above this store's ${localLast}, and the outbox holds ${outbox.length} messages with application-supplied ` +
-              `IDs at or below it: onBrokerAhead 'adopt' cannot give them new IDs. Investigate; use a new producer name ` +
-              `or a new store to start over.`,
-          );
-        }
-        publisher = core(brokerLast, 0, outbox.length, brokerLast);
-        handlersTarget.core = publisher;
-        publisher.#loadKeys(keySegments);
-        // Their old IDs are at or below the broker's: re-send them as new messages above it. The old
-        // segments go in the same store write as the new ones, whatever maxBatch is: a crash between
-        // two writes would lose the messages whose old segment is gone and new one not yet written.
-        const reassigned: Entry[] = [];
-        for (const e of outbox) {
-          const entry = publisher.#accept(e.body, e.headers, undefined, e.key);
-          if (entry instanceof Error) throw entry;
-          reassigned.push(entry);
-        }
-        if (reassigned.length > 0) {
-          publisher.#segmentsToDelete.push(...loaded.segments.map((s) => s.firstId));
-          await storeWrite(publisher.#commit(reassigned, true));
-          for (const e of reassigned) publisher.#pending.push(e);
-          publisher.#resendAll = true;
-        }
-      } else {
-        // Explicit IDs resume where the application's source must go on: after every ID that is in
-        // the stream (the broker's last) or will be re-sent from the outbox. Not the store's last
-        // ID: without an outbox (now or in an earlier life) IDs above the broker's were accepted
-        // but never stored, and the application must send them again.
-        const resumeAt =
-          idMode === 'explicit'
-            ? brokerLast !== undefined
-              ? maxId(brokerLast, outboxLast, outboxHigh)
-              : (meta?.lastId ?? 0n)
-            : localLast;
-        publisher = core(brokerLast, outbox.length, 0, resumeAt);
-        handlersTarget.core = publisher;
-        if (idMode !== 'explicit' && meta !== undefined) {
-          publisher.#declareSkip(meta, brokerLast, outboxLast, localLast);
-        }
-        publisher.#loadKeys(keySegments);
-        for (const s of loaded.segments) {
-          const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
-          for (const e of s.entries) {
-            const entry = new Entry(e.publishingId, e.body, e.headers, e.key);
-            entry.segment = segment;
-            const record = e.key === undefined ? undefined : publisher.#keys.get(e.key);
-            if (record?.publishingId === e.publishingId) {
-              record.inFlight = entry;
-              entry.keyRecord = record;
-            }
-            publisher.#pending.push(entry);
-          }
-        }
-        publisher.#resendAll = publisher.#pending.size > 0;
-      }
+      const adopt = plan.kind === 'adopt';
+      const publisher = new DedupPublisherCore(transport, state, ownedStore, opts, plan, {
+        localLastId: plan.localLast,
+        brokerLastId: brokerLast,
+        resent: adopt ? 0 : outbox.length,
+        reassigned: adopt ? outbox.length : 0,
+      });
+      handlersTarget.core = publisher;
+      publisher.#keyed?.load(keySegments);
+      if (adopt) await publisher.#reassign(loaded.segments);
+      else publisher.#recover(loaded.segments);
       publisher.#startTimers();
       publisher.#schedulePump();
       return publisher;
@@ -465,52 +226,43 @@ export class DedupPublisherCore {
   }
 
   /**
-   * Automatic and keyed IDs resume above the reserved ceiling: after a crash in `reserve`
-   * durability the rest of the block is never used. Those IDs are declared skipped on the next new
-   * message, from the first one that no message in the stream or the outbox carries: above the
-   * broker's last ID (or, where the broker cannot tell it, the store's last written ID) and the
-   * outbox's. A skip an earlier life declared on a message that never reached the broker is
-   * declared again (the store keeps it until that message is confirmed). When the store's last ID
-   * is above its reserved ceiling, every ID up to it is in the stream or the outbox: no skip.
+   * Adopting: the outbox's old IDs are at or below the broker's, so its messages go out again as
+   * new messages above it. The old segments go in the same store write as the new ones, whatever
+   * maxBatch is: a crash between two writes would lose the messages whose old segment is gone and
+   * new one not yet written.
    */
-  #declareSkip(
-    meta: ProducerMeta,
-    brokerLast: bigint | undefined,
-    outboxLast: bigint,
-    ceiling: bigint,
-  ): void {
-    let from: bigint | undefined;
-    if (meta.reservedUpTo >= meta.lastId) {
-      const used = maxId(brokerLast ?? meta.lastId, outboxLast);
-      if (used < ceiling) from = used + 1n;
+  async #reassign(segments: LoadedProducer['segments']): Promise<void> {
+    const reassigned: Entry[] = [];
+    for (const s of segments) {
+      for (const e of s.entries) {
+        const entry = this.#accept(e.body, e.headers, undefined, e.key);
+        if (entry instanceof Error) throw entry;
+        reassigned.push(entry);
+      }
     }
-    if (
-      meta.skipFrom !== undefined &&
-      meta.skipFrom <= ceiling &&
-      (from === undefined || meta.skipFrom < from)
-    ) {
-      from = meta.skipFrom;
-    }
-    this.#skipToDeclare = from;
-    // Written with the first commit, which comes before the first new ID leaves.
-    this.#persistedSkipFrom = from;
+    if (reassigned.length === 0) return;
+    this.#segmentsToDelete.push(...segments.map((s) => s.firstId));
+    await storeWrite(this.#commit(reassigned, true));
+    for (const e of reassigned) this.#pending.push(e);
+    this.#resendAll = true;
   }
 
-  /** Fills the in-memory key index from the store's key segments (later ones win). */
-  #loadKeys(
-    segments: ReadonlyArray<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }>,
-  ): void {
-    for (const { firstId, entries } of segments) {
-      const records = entries.map((e): LiveKey => ({
-        key: e.key,
-        publishingId: e.publishingId,
-        createdAtMs: e.createdAtMs,
-        inFlight: undefined,
-      }));
-      for (const record of records) this.#keys.set(record);
-      const last = records[records.length - 1]!;
-      this.#keySegments.push({ firstId, lastId: last.publishingId, newestMs: last.createdAtMs, records });
+  /** Resuming: the outbox is re-sent with its own IDs, before anything new. */
+  #recover(segments: LoadedProducer['segments']): void {
+    for (const s of segments) {
+      const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
+      for (const e of s.entries) {
+        const entry = new Entry(e.publishingId, e.body, e.headers, e.key);
+        entry.segment = segment;
+        const record = e.key === undefined ? undefined : this.#keyed?.get(e.key);
+        if (record !== undefined && record.publishingId === e.publishingId) {
+          record.inFlight = entry;
+          entry.keyRecord = record;
+        }
+        this.#pending.push(entry);
+      }
     }
+    this.#resendAll = this.#pending.size > 0;
   }
 
   /** The last publishing ID handed out (0n before the first). */
@@ -520,7 +272,7 @@ export class DedupPublisherCore {
 
   /** Keyed mode: keys in the in-memory index (retained, or accepted and not yet committed). @internal */
   get keysInMemory(): number {
-    return this.#keys.size;
+    return this.#keyed?.size ?? 0;
   }
 
   /** Messages accepted and not yet confirmed. */
@@ -631,8 +383,8 @@ export class DedupPublisherCore {
     key: string,
     signal: AbortSignal | undefined,
   ): Promise<SendResult> {
-    const known = this.#keys.get(key);
-    if (known !== undefined && this.#retained(known)) {
+    const known = this.#keyed!.get(key);
+    if (known !== undefined && this.#keyed!.retained(known, this.#lastAssigned)) {
       this.counters.keyDuplicates++;
       const inFlight = known.inFlight;
       if (inFlight !== undefined) {
@@ -648,56 +400,9 @@ export class DedupPublisherCore {
     return this.#submit(body, headers, undefined, key, signal);
   }
 
-  /** The first send of a key settled: so do the repeats that waited for it. */
-  #keySettled(entry: Entry, outcome: bigint | Error): void {
-    if (entry.key === undefined) return;
-    const record = entry.keyRecord;
-    if (record?.inFlight === entry) record.inFlight = undefined;
-    const waiters = entry.extra?.keyWaiters;
-    if (waiters !== undefined) entry.extra!.keyWaiters = undefined;
-    for (const w of waiters ?? []) {
-      if (outcome instanceof Error) w.reject(outcome);
-      else w.resolve(outcome);
-    }
-  }
-
-  /** A keyed message that will never be written (aborted, closed): its key is free again. */
-  #forgetKey(entry: Entry, error: Error): void {
-    if (entry.key === undefined) return;
-    if (entry.keyRecord !== undefined) this.#keys.delete(entry.key, entry.keyRecord);
-    this.#keySettled(entry, error);
-  }
-
-  /** Whether a key's record is inside the retention (by count of later IDs, and by age). */
-  #retained(record: KeyRecord): boolean {
-    return (
-      this.#lastAssigned - record.publishingId < BigInt(this.#keyRetention.maxKeys) &&
-      Date.now() - record.createdAtMs <= this.#keyRetention.maxAgeMs
-    );
-  }
-
-  /**
-   * Drops key segments (and their keys) wholly past the retention; the deletes ride the next
-   * commit. Runs before every keyed commit, so that memory holds about `maxKeys` keys (plus one
-   * group commit's, and those accepted but not yet committed) at any rate, and every minute for the
-   * age limit of an idle publisher.
-   */
+  /** Keyed mode: drops keys past the retention; their deletes ride the next commit. */
   #pruneKeys(): void {
-    const oldestKept = this.#lastAssigned - BigInt(this.#keyRetention.maxKeys);
-    const expiredBefore = Date.now() - this.#keyRetention.maxAgeMs;
-    let n = 0;
-    while (n < this.#keySegments.length) {
-      const seg = this.#keySegments[n]!;
-      if (seg.lastId > oldestKept && seg.newestMs >= expiredBefore) break;
-      this.#keySegmentsToDelete.push(seg.firstId);
-      n++;
-    }
-    if (n === 0) return;
-    for (const seg of this.#keySegments.splice(0, n)) {
-      // A key published again after it expired has a newer record: that one stays.
-      for (const record of seg.records) this.#keys.delete(record.key, record);
-    }
-    this.#schedulePump();
+    if (this.#keyed?.prune(this.#lastAssigned) === true) this.#schedulePump();
   }
 
   /** A send of a message: its ID, its promise, its place in the queue. */
@@ -742,11 +447,7 @@ export class DedupPublisherCore {
       this.#skipDeclaringId = publishingId;
     }
     const entry = new Entry(publishingId, body, headers, key);
-    if (key !== undefined) {
-      const record: LiveKey = { key, publishingId, createdAtMs: Date.now(), inFlight: entry };
-      this.#keys.set(record);
-      entry.keyRecord = record;
-    }
+    if (key !== undefined) this.#keyed!.add(key, entry);
     return entry;
   }
 
@@ -769,7 +470,7 @@ export class DedupPublisherCore {
     // the last handed out, the next send gets it (explicit IDs: the caller may send it again).
     if (i >= 0 && (extra.keyWaiters?.length ?? 0) === 0) {
       this.#waiting.splice(i, 1);
-      this.#forgetKey(entry, error);
+      this.#keyed?.forget(entry, error);
       if (this.idMode === 'explicit') {
         // The caller's IDs: only the last can be handed back (an earlier one is below later IDs).
         if (entry.publishingId === this.#lastAssigned && extra.prevAssigned !== undefined) {
@@ -856,7 +557,7 @@ export class DedupPublisherCore {
         if (
           this.#batch.length === 0 &&
           this.#segmentsToDelete.length === 0 &&
-          this.#keySegmentsToDelete.length === 0 &&
+          !(this.#keyed?.hasDeletes ?? false) &&
           !this.#metaDirty
         ) {
           break;
@@ -906,27 +607,10 @@ export class DedupPublisherCore {
    * durability (the messages `open()` re-assigns: their old segments go in the same write).
    */
   async #commit(batch: readonly Entry[], asOutbox = this.durability === 'outbox'): Promise<void> {
-    if (this.idMode === 'keyed') this.#pruneKeys();
+    this.#keyed?.prune(this.#lastAssigned);
     const deleteSegments = this.#segmentsToDelete;
     this.#segmentsToDelete = [];
-    const deleteKeySegments = this.#keySegmentsToDelete;
-    this.#keySegmentsToDelete = [];
-    let keys: LiveKey[] | undefined;
-    if (this.idMode === 'keyed') {
-      keys = [];
-      for (const e of batch) {
-        // Every keyed entry got its record when it was accepted (#accept).
-        if (e.keyRecord !== undefined) keys.push(e.keyRecord);
-      }
-      if (keys.length > 0) {
-        this.#keySegments.push({
-          firstId: keys[0]!.publishingId,
-          lastId: keys[keys.length - 1]!.publishingId,
-          newestMs: keys[keys.length - 1]!.createdAtMs,
-          records: keys,
-        });
-      }
-    }
+    const { keys, deleteKeySegments } = this.#keyed?.takeCommit(batch) ?? NO_KEYS;
     const last = batch.length > 0 ? batch[batch.length - 1]!.publishingId : this.#lastDurable;
     if (asOutbox) {
       let segment: Segment | undefined;
@@ -1029,7 +713,7 @@ export class DedupPublisherCore {
       if (e === undefined) continue;
       if (e.segment !== undefined && --e.segment.remaining === 0)
         this.#segmentsToDelete.push(e.segment.firstId);
-      if (e.key !== undefined) this.#keySettled(e, id);
+      if (e.key !== undefined) KeyedIds.settled(e, id);
       if (id === this.#skipDeclaringId) {
         // The skip is in the stream: the store no longer needs to remember it.
         this.#skipDeclaringId = undefined;
@@ -1057,15 +741,9 @@ export class DedupPublisherCore {
 
   async #reconnect(_cause: Error): Promise<void> {
     const started = performance.now();
-    let delay = this.#opts.initialDelayMs;
+    const backoff = new Backoff(this.#opts.reconnect);
     while (this.#status === 'reconnecting') {
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, delay * (0.5 + Math.random() / 2));
-        this.#reconnectWake = () => {
-          clearTimeout(t);
-          resolve();
-        };
-      });
+      await sleep(backoff.next(), (wake) => (this.#reconnectWake = wake));
       this.#reconnectWake = undefined;
       if (this.#status !== 'reconnecting') return;
       const epoch = this.#epoch;
@@ -1098,13 +776,13 @@ export class DedupPublisherCore {
         this.#schedulePump();
         return;
       } catch (err) {
-        if (performance.now() - started > this.#opts.giveUpAfterMs) {
+        if (performance.now() - started > this.#opts.reconnect.giveUpAfterMs) {
           // Whatever the last attempt failed at (connecting, or declaring the producer, as on a
           // shared client whose connection is gone), giving up is one condition with one code.
           this.#fail(
             new DedupError(
               'DEDUP_BROKER_UNREACHABLE',
-              `no connection to the broker for ${Math.round(this.#opts.giveUpAfterMs / 1000)} s; ` +
+              `no connection to the broker for ${Math.round(this.#opts.reconnect.giveUpAfterMs / 1000)} s; ` +
                 `${this.inFlight} unconfirmed messages stay in the outbox for the next open(). ` +
                 `Last attempt: ${err instanceof Error ? err.message : String(err)}`,
               { cause: err },
@@ -1112,7 +790,6 @@ export class DedupPublisherCore {
           );
           return;
         }
-        delay = Math.min(delay * 2, this.#opts.maxDelayMs);
       }
     }
   }
@@ -1211,7 +888,7 @@ export class DedupPublisherCore {
       'stream-dedup: publisher stopped',
     );
     for (const e of [...extra, ...this.#takeWaiting(), ...this.#batch.splice(0), ...this.#pending.values()]) {
-      this.#keySettled(e, error);
+      KeyedIds.settled(e, error);
       this.#settle(e, error);
     }
     this.#pending.clear();
@@ -1278,12 +955,12 @@ export class DedupPublisherCore {
     }
     for (const e of unsent) {
       const error = this.#fatal ?? unwritten;
-      this.#forgetKey(e, error);
+      this.#keyed?.forget(e, error);
       this.#settle(e, error);
     }
     for (const e of this.#pending.values()) {
       const error = this.#fatal ?? unconfirmed;
-      this.#keySettled(e, error);
+      KeyedIds.settled(e, error);
       this.#settle(e, error);
     }
     // Delete segments confirmed since the last commit (a reserve life that recovered an outbox has
@@ -1301,41 +978,6 @@ export class DedupPublisherCore {
   }
 }
 
-/**
- * Keyed sends: drops the records of keys whose message is neither in the stream (its ID is above
- * the broker's last) nor in the outbox. Without an outbox a key's record is written before its
- * message leaves, so a crash can leave a record whose message never reached the broker; kept, it
- * would answer the application's re-send of the key with 'duplicate' and publish nothing. The
- * store is rewritten in one write before anything is sent, so a crash here leaves either state.
- */
-async function forgetUnstoredKeys(
-  state: ProducerState,
-  segments: ReadonlyArray<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }>,
-  brokerLast: bigint,
-  outbox: readonly { readonly publishingId: bigint }[],
-): Promise<Array<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }>> {
-  const inOutbox = new Set(outbox.map((e) => e.publishingId));
-  const kept: Array<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }> = [];
-  const deletes: bigint[] = [];
-  const puts: KeyEntry[][] = [];
-  for (const segment of segments) {
-    const entries = segment.entries.filter(
-      (e) => e.publishingId <= brokerLast || inOutbox.has(e.publishingId),
-    );
-    if (entries.length === segment.entries.length) {
-      kept.push(segment);
-      continue;
-    }
-    deletes.push(segment.firstId);
-    if (entries.length > 0) {
-      puts.push(entries);
-      kept.push({ firstId: entries[0]!.publishingId, entries });
-    }
-  }
-  if (deletes.length > 0) await state.rewriteKeySegments(deletes, puts);
-  return kept;
-}
-
 /** A store write during open(): its failure as the typed error the publisher reports for one. */
 async function storeWrite<T>(write: Promise<T>): Promise<T> {
   try {
@@ -1343,104 +985,6 @@ async function storeWrite<T>(write: Promise<T>): Promise<T> {
   } catch (err) {
     throw asDedupError(err, 'DEDUP_STORE_CORRUPT', 'writing the store failed');
   }
-}
-
-function maxId(...ids: bigint[]): bigint {
-  return ids.reduce((a, b) => (b > a ? b : a), 0n);
-}
-
-function validateOptions(options: DedupPublisherOptions): void {
-  if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
-  assertProducerName(options.producerName);
-  if (typeof options.store !== 'string' && !(options.store instanceof DedupStore)) {
-    throw new TypeError('store must be a folder path or an opened DedupStore');
-  }
-  if (
-    options.durability !== undefined &&
-    options.durability !== 'outbox' &&
-    options.durability !== 'reserve'
-  ) {
-    throw new RangeError(`durability must be 'outbox' or 'reserve', got ${String(options.durability)}`);
-  }
-  if (options.idMode !== undefined && !['auto', 'explicit', 'keyed'].includes(options.idMode)) {
-    throw new RangeError(`idMode must be 'auto', 'explicit' or 'keyed', got ${String(options.idMode)}`);
-  }
-  if (
-    options.onBrokerAhead !== undefined &&
-    options.onBrokerAhead !== 'error' &&
-    options.onBrokerAhead !== 'adopt'
-  ) {
-    throw new RangeError(`onBrokerAhead must be 'error' or 'adopt', got ${String(options.onBrokerAhead)}`);
-  }
-}
-
-/** The caller's headers (a copy, or none) with the skip declaration added. */
-function withSkip(headers: Headers | undefined, from: bigint): Headers {
-  const copy = Object.create(null) as Record<string, string | number>;
-  if (headers !== undefined) for (const k of Object.keys(headers)) copy[k] = headers[k]!;
-  copy[SKIP_HEADER] = from.toString();
-  return copy;
-}
-
-/** The longest domain key, in UTF-8 bytes. */
-export const MAX_KEY_BYTES = 512;
-
-/**
- * Checks a domain key: a non-empty string of at most {@link MAX_KEY_BYTES} UTF-8 bytes without a
- * lone UTF-16 surrogate, in one pass over it (keyed sends call this for every message).
- * @internal Exported for its tests.
- */
-export function assertKey(key: unknown): asserts key is string {
-  if (typeof key !== 'string') throw new TypeError(`options.key must be a string, got ${typeof key}`);
-  if (key.length === 0) throw new RangeError('options.key must not be empty');
-  const { bytes, loneSurrogate } = measureUtf8(key);
-  if (bytes > MAX_KEY_BYTES) {
-    throw new RangeError(`options.key is ${bytes} UTF-8 bytes; at most ${MAX_KEY_BYTES}`);
-  }
-  // LevelDB stores keys as UTF-8, where every lone surrogate becomes U+FFFD: two distinct keys
-  // would collide, and the second would be dropped as a duplicate.
-  if (loneSurrogate) throw new RangeError('options.key must not contain a lone UTF-16 surrogate');
-}
-
-/**
- * Checks the caller's headers and returns a copy: the message is encoded later (after its group
- * commit), and the caller may reuse and change its object meanwhile. The copy has no prototype, so
- * a `__proto__` header is an ordinary key.
- */
-function validateHeaders(headers: SendOptions['headers']): Headers | undefined {
-  if (headers === undefined) return undefined;
-  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) {
-    throw new TypeError('options.headers must be an object of string or number values');
-  }
-  let copy: Record<string, string | number> | undefined;
-  for (const [k, v] of Object.entries(headers)) {
-    if (k.startsWith(RESERVED_PREFIX)) {
-      throw new RangeError(
-        `header ${k} is reserved: stream-dedup stamps ${PRODUCER_HEADER} and ${ID_HEADER} itself`,
-      );
-    }
-    // What survives to every consumer: rabbitmq-stream-js-client 1.0's decoder throws inside its
-    // socket handler on an empty string, a zero, or anything but a 32-bit integer.
-    if (typeof v === 'string') {
-      if (v.length === 0) throw new RangeError(`header ${k} must not be an empty string`);
-    } else if (typeof v === 'number') {
-      if (!Number.isInteger(v) || v === 0 || v < -0x8000_0000 || v > 0x7fff_ffff) {
-        throw new RangeError(`header ${k} must be a non-zero 32-bit integer (or a string), got ${v}`);
-      }
-    } else {
-      throw new TypeError(`header ${k} must be a string or a number, got ${typeof v}`);
-    }
-    copy ??= Object.create(null) as Record<string, string | number>;
-    copy[k] = v;
-  }
-  return copy;
-}
-
-function headersSize(headers: Headers | undefined): number {
-  if (headers === undefined) return 0;
-  let n = 0;
-  for (const [k, v] of Object.entries(headers)) n += Buffer.byteLength(k) + Buffer.byteLength(String(v)) + 8;
-  return n;
 }
 
 function abortError(signal: AbortSignal): DedupError {

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { assertKey, DedupPublisherCore, MAX_KEY_BYTES } from '../../src/publisher/core.js';
+import { DedupPublisherCore } from '../../src/publisher/core.js';
+import { assertKey, MAX_KEY_BYTES } from '../../src/publisher/message.js';
 import type { DedupPublisherOptions } from '../../src/publisher/types.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
 import { ModelBroker, ModelTransport } from '../support/model-broker.js';

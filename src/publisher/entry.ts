@@ -1,0 +1,75 @@
+/**
+ * What the publisher core keeps per message and per key between `send()` and the confirm: the
+ * entry itself, its rare extras, the in-memory key records and the store segments they belong to.
+ */
+import type { Headers, KeyEntry } from '../store/codec.js';
+import type { OutgoingMessage, SendResult } from './types.js';
+
+/**
+ * A message between `send()` and its confirm. A class with every field set in the constructor:
+ * one shape for every entry, and nothing allocated beside it on the common path (an entry lives
+ * until its confirm, so its size is what each young-generation collection copies).
+ */
+export class Entry implements OutgoingMessage {
+  /** Settles the caller's promise; absent for messages recovered from the outbox. */
+  resolve: ((result: SendResult) => void) | undefined = undefined;
+  reject: ((error: Error) => void) | undefined = undefined;
+  /** The outbox segment holding it (outbox durability). */
+  segment: Segment | undefined = undefined;
+  /** When it was last handed to the transport (whole ms, monotonic); 0 when not yet sent on this connection. */
+  sentAt = 0;
+  /** Keyed sends: the key's record in the index (no map lookup when the message settles). */
+  keyRecord: LiveKey | undefined = undefined;
+  /** Rare parts: an abort signal, repeats of the key waiting for this message. */
+  extra: EntryExtra | undefined = undefined;
+
+  constructor(
+    /** Mutable only while the entry waits for room, unwritten and unsent (renumbered after an abort). */
+    public publishingId: bigint,
+    readonly body: Uint8Array,
+    public headers: Headers | undefined,
+    /** Keyed sends: the domain key. */
+    readonly key: string | undefined,
+  ) {}
+}
+
+/** What only some entries need. */
+export interface EntryExtra {
+  onAbort?: (() => void) | undefined;
+  signal?: AbortSignal | undefined;
+  /** Repeats of the key that arrived while this message was in flight: settled with it. */
+  keyWaiters?: KeyWaiter[] | undefined;
+  /** The last ID handed out before this one: restored when this one, the last, is aborted unsent. */
+  prevAssigned?: bigint | undefined;
+}
+
+/**
+ * A key in the in-memory index (and, as a `KeyEntry`, its record for the key segment: no copy per
+ * key at commit); `inFlight` is its first send while that is unconfirmed.
+ */
+export interface LiveKey extends KeyEntry {
+  /** Mutable only while its first send waits for room (renumbered after an abort). */
+  publishingId: bigint;
+  inFlight: Entry | undefined;
+}
+
+/** A key segment in the store: one group commit's keys, dropped whole when past the retention. */
+export interface KeySegment {
+  readonly firstId: bigint;
+  readonly lastId: bigint;
+  readonly newestMs: number;
+  /** Its keys' records, to drop them from the index without a scan of the index. */
+  readonly records: readonly LiveKey[];
+}
+
+/** A repeat of a key that waits for the first send of the key. */
+export interface KeyWaiter {
+  resolve(publishingId: bigint): void;
+  reject(error: Error): void;
+}
+
+/** One group commit's record, deleted once every message in it is confirmed. */
+export interface Segment {
+  readonly firstId: bigint;
+  remaining: number;
+}

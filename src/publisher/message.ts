@@ -1,0 +1,82 @@
+/**
+ * What `send()` checks and copies of its input before the core takes it: the domain key, the
+ * caller's headers (copied: the caller may reuse its object while the message waits), their size,
+ * and the skip declaration added to the first message after a deliberate skip of IDs.
+ */
+import { ID_HEADER, PRODUCER_HEADER, SKIP_HEADER } from '../identity/headers.js';
+import { measureUtf8 } from '../identity/utf8.js';
+import type { Headers } from '../store/codec.js';
+import type { SendOptions } from './types.js';
+
+/** Header names the library stamps itself. */
+const RESERVED_PREFIX = 'x-dedup-';
+
+/** The caller's headers (a copy, or none) with the skip declaration added. */
+export function withSkip(headers: Headers | undefined, from: bigint): Headers {
+  const copy = Object.create(null) as Record<string, string | number>;
+  if (headers !== undefined) for (const k of Object.keys(headers)) copy[k] = headers[k]!;
+  copy[SKIP_HEADER] = from.toString();
+  return copy;
+}
+
+/** The longest domain key, in UTF-8 bytes. */
+export const MAX_KEY_BYTES = 512;
+
+/**
+ * Checks a domain key: a non-empty string of at most {@link MAX_KEY_BYTES} UTF-8 bytes without a
+ * lone UTF-16 surrogate, in one pass over it (keyed sends call this for every message).
+ * @internal Exported for its tests.
+ */
+export function assertKey(key: unknown): asserts key is string {
+  if (typeof key !== 'string') throw new TypeError(`options.key must be a string, got ${typeof key}`);
+  if (key.length === 0) throw new RangeError('options.key must not be empty');
+  const { bytes, loneSurrogate } = measureUtf8(key);
+  if (bytes > MAX_KEY_BYTES) {
+    throw new RangeError(`options.key is ${bytes} UTF-8 bytes; at most ${MAX_KEY_BYTES}`);
+  }
+  // LevelDB stores keys as UTF-8, where every lone surrogate becomes U+FFFD: two distinct keys
+  // would collide, and the second would be dropped as a duplicate.
+  if (loneSurrogate) throw new RangeError('options.key must not contain a lone UTF-16 surrogate');
+}
+
+/**
+ * Checks the caller's headers and returns a copy: the message is encoded later (after its group
+ * commit), and the caller may reuse and change its object meanwhile. The copy has no prototype, so
+ * a `__proto__` header is an ordinary key.
+ */
+export function validateHeaders(headers: SendOptions['headers']): Headers | undefined {
+  if (headers === undefined) return undefined;
+  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) {
+    throw new TypeError('options.headers must be an object of string or number values');
+  }
+  let copy: Record<string, string | number> | undefined;
+  for (const [k, v] of Object.entries(headers)) {
+    if (k.startsWith(RESERVED_PREFIX)) {
+      throw new RangeError(
+        `header ${k} is reserved: stream-dedup stamps ${PRODUCER_HEADER} and ${ID_HEADER} itself`,
+      );
+    }
+    // What survives to every consumer: rabbitmq-stream-js-client 1.0's decoder throws inside its
+    // socket handler on an empty string, a zero, or anything but a 32-bit integer.
+    if (typeof v === 'string') {
+      if (v.length === 0) throw new RangeError(`header ${k} must not be an empty string`);
+    } else if (typeof v === 'number') {
+      if (!Number.isInteger(v) || v === 0 || v < -0x8000_0000 || v > 0x7fff_ffff) {
+        throw new RangeError(`header ${k} must be a non-zero 32-bit integer (or a string), got ${v}`);
+      }
+    } else {
+      throw new TypeError(`header ${k} must be a string or a number, got ${typeof v}`);
+    }
+    copy ??= Object.create(null) as Record<string, string | number>;
+    copy[k] = v;
+  }
+  return copy;
+}
+
+/** About how many bytes the headers add to a message on the wire. */
+export function headersSize(headers: Headers | undefined): number {
+  if (headers === undefined) return 0;
+  let n = 0;
+  for (const [k, v] of Object.entries(headers)) n += Buffer.byteLength(k) + Buffer.byteLength(String(v)) + 8;
+  return n;
+}
