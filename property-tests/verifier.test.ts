@@ -5,6 +5,7 @@ import { decodeScopeKey, encodeScopeKey, scopeKeyPrefix, type Scope } from '../s
 import {
   createTracker,
   decodeTracker,
+  MAX_DECLARED_RANGES,
   ScopedVerifier,
   type CheckResult,
   type IdRange,
@@ -36,16 +37,35 @@ class ModelTracker {
     return { outcome: this.recorded.has(id) ? 'duplicate' : 'new' };
   }
 
-  /** Every range declared skipped so far (never forgotten: IDs left of the window are never reported again). */
-  readonly declared: IdRange[] = [];
+  /**
+   * The ranges declared skipped that still reach into the window, merged; the lowest are forgotten
+   * beyond MAX_DECLARED_RANGES (as the tracker documents). Left-of-window ones are dropped: IDs
+   * left of the window are never reported again.
+   */
+  declared: IdRange[] = [];
 
   /**
    * Records `id` (which must be new) and returns the IDs that left the window unrecorded, except
-   * those declared skipped (by this message's `skippedFrom` or an earlier one's).
+   * those declared skipped (by this message's `skippedFrom` or an earlier one's still kept).
    */
   record(id: bigint, skippedFrom?: bigint): IdRange[] {
-    if (skippedFrom !== undefined) this.declared.push({ from: skippedFrom, to: id - 1n });
-    return withoutDeclared(this.#record(id), this.declared);
+    const gaps = this.#record(id);
+    if (skippedFrom !== undefined) {
+      const all = [...this.declared, { from: skippedFrom, to: id - 1n }].sort((a, b) =>
+        a.from < b.from ? -1 : 1,
+      );
+      const merged: IdRange[] = [];
+      for (const r of all) {
+        const last = merged[merged.length - 1];
+        if (last !== undefined && r.from <= last.to + 1n)
+          merged[merged.length - 1] = { from: last.from, to: r.to > last.to ? r.to : last.to };
+        else merged.push(r);
+      }
+      this.declared = merged.slice(-MAX_DECLARED_RANGES);
+    }
+    const result = withoutDeclared(gaps, this.declared);
+    this.declared = this.declared.filter((r) => r.to > this.highest - this.size);
+    return result;
   }
 
   #record(id: bigint): IdRange[] {

@@ -35,6 +35,7 @@ export {
   type OrderViolation,
 } from './history/checker.js';
 export {
+  MAX_DECLARED_RANGES,
   MAX_WINDOW_SIZE,
   ScopedVerifier,
   createTracker,

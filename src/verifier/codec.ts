@@ -12,9 +12,10 @@
  * ```
  *
  * Declared skips are the ID ranges a producer declared it never used (`x-dedup-skip-from`) that
- * still reach into the window: ascending, disjoint, not adjacent, each within
- * `[max(1, highest - size + 1), highest - 1]`, at least one (a tracker without any writes
- * version 1, so states written before 0.2.0 and the common case are unchanged).
+ * still reach into the window, as declared: ascending, disjoint, not adjacent, `1 <= from <= to`,
+ * `highest - size < to < highest`, from 1 to 32 of them (a tracker without any writes version 1,
+ * so states written before 0.2.0 and the common case are unchanged). 0.1 cannot read version 2:
+ * roll a consumer back only with a store written while no scope held a declared skip.
  *
  * The bitmap holds `size` bits in ascending ID order: bit `j` (byte `j >> 3`, bit `j & 7`, least
  * significant first) is set iff ID `highest - size + 1 + j` was recorded, so the last bit is
@@ -27,7 +28,7 @@
  * refused with `DEDUP_STORE_CORRUPT`. This module knows bytes only; the trackers build on it.
  */
 import { DedupError } from '../errors.js';
-import { MAX_WINDOW_SIZE, type IdRange } from './types.js';
+import { MAX_DECLARED_RANGES, MAX_WINDOW_SIZE, type IdRange } from './types.js';
 
 /** The format version of every state without declared skips. @internal */
 export const FORMAT_VERSION = 1;
@@ -161,19 +162,19 @@ export function decodeTrackerState(bytes: Uint8Array): TrackerState {
 /** The declared skips after a version 2 window's bitmap, checked as the format requires. */
 function decodeDeclared(view: DataView, at: number, size: number, highest: bigint): IdRange[] {
   const count = view.getUint32(at);
-  if (count < 1 || count > size) corrupt(`${count} declared skips in window(${size})`);
+  if (count < 1 || count > MAX_DECLARED_RANGES) corrupt(`${count} declared skips in window(${size})`);
   if (view.byteLength !== at + 4 + 16 * count) {
     corrupt(
       `window(${size}) with ${count} skips must be ${at + 4 + 16 * count} bytes, got ${view.byteLength}`,
     );
   }
-  const lowest = highest - BigInt(size) + 1n > 1n ? highest - BigInt(size) + 1n : 1n;
+  const lowest = highest - BigInt(size) + 1n;
   const declared: IdRange[] = [];
   let previous = 0n;
   for (let i = 0, p = at + 4; i < count; i++, p += 16) {
     const from = view.getBigUint64(p);
     const to = view.getBigUint64(p + 8);
-    if (from > to || from < lowest || to >= highest || (i > 0 && from <= previous + 1n)) {
+    if (from < 1n || from > to || to < lowest || to >= highest || (i > 0 && from <= previous + 1n)) {
       corrupt(`declared skip ${from}..${to} is out of order or outside the window`);
     }
     declared.push({ from, to });

@@ -92,22 +92,26 @@ export class ScopedVerifier {
 
   /**
    * Records `id` for a scope (creating its tracker if needed) and marks the scope seen at `nowMs`.
-   * Call it after the effect is committed. Nothing changes when it throws.
+   * Call it after the effect is committed. Nothing changes when it throws. `skippedFrom` is the
+   * message's declared skip (see {@link SequenceTracker.record}).
    *
-   * @throws TypeError when `scopeKey` is not a string, `id` not a bigint or `nowMs` not a number.
-   * @throws RangeError when `id` is out of range or not `new` for the scope, or `nowMs` is not finite.
+   * @throws TypeError when `scopeKey` is not a string, `id` or `skippedFrom` not a bigint, or
+   * `nowMs` not a number.
+   * @throws RangeError when `id` is out of range or not `new` for the scope, `skippedFrom` is not
+   * between 1 and `id - 1`, or `nowMs` is not finite.
+   * @remarks `skippedFrom` since 0.2.0.
    */
-  record(scopeKey: string, id: bigint, nowMs: number): RecordResult {
+  record(scopeKey: string, id: bigint, nowMs: number, skippedFrom?: bigint): RecordResult {
     if (typeof scopeKey !== 'string') throw keyTypeError(scopeKey);
     assertTime(nowMs, 'nowMs');
     const entry = scopeKey === this.#checkedKey ? this.#checkedEntry : this.#entries.get(scopeKey);
     if (entry !== undefined) {
-      const result = entry.tracker.record(id);
+      const result = entry.tracker.record(id, skippedFrom);
       entry.lastSeenMs = nowMs;
       return result;
     }
     const tracker = createTracker(this.spec);
-    const result = tracker.record(id);
+    const result = tracker.record(id, skippedFrom);
     this.#forgetChecked();
     this.#entries.set(scopeKey, { tracker, lastSeenMs: nowMs });
     return result;

@@ -116,7 +116,8 @@ export interface SequenceTracker {
    * `skippedFrom` is the message's declared skip (`MessageIdentity.skippedFrom`, from its
    * `x-dedup-skip-from` header): its producer never used IDs `skippedFrom .. id - 1`. Those IDs
    * are then never reported in {@link RecordResult.confirmedGaps}, now or when they leave the
-   * window; one of them that does arrive is still judged by the window like any other ID.
+   * window; one of them that does arrive is still judged by the window like any other ID. A
+   * `window` tracker keeps the last {@link MAX_DECLARED_RANGES} declarations that reach into it.
    *
    * @throws TypeError when `id` or `skippedFrom` is not a bigint.
    * @throws RangeError when `id` is out of range, `check(id).outcome` is not `new`, or
@@ -145,6 +146,14 @@ export function assertTrackerId(id: unknown): asserts id is bigint {
   if (typeof id !== 'bigint') throw new TypeError(`id must be a bigint, got ${typeof id}`);
   if (id < 1n || id > MAX_ID) throw new RangeError(`id must be between 1 and 2^64 - 1, got ${id}`);
 }
+
+/**
+ * How many declared skips a `window` tracker keeps at once (those still reaching into its window);
+ * beyond it the oldest is forgotten, and its missing IDs are reported as gaps.
+ *
+ * @remarks Since 0.2.0
+ */
+export const MAX_DECLARED_RANGES = 32;
 
 /** Throws unless `skippedFrom` can declare a skip before `id` (1 <= skippedFrom < id). @internal */
 export function assertSkippedFrom(skippedFrom: unknown, id: bigint): asserts skippedFrom is bigint {

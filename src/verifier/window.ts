@@ -9,6 +9,7 @@ import {
   assertTrackerId,
   checkPolicySpec,
   DUPLICATE,
+  MAX_DECLARED_RANGES,
   NEW,
   NO_GAPS,
   notNewError,
@@ -53,9 +54,9 @@ export class WindowTracker implements SequenceTracker {
   #pos: number;
   // How many of the oldest window slots are at or below the floor (never reported as gaps).
   #floorSlots = 0;
-  // Ranges the producer declared skipped (x-dedup-skip-from) that still reach into the window,
-  // ascending, disjoint, not adjacent, clipped to the window: their IDs leave it as skips, not gaps.
-  // Undefined when there are none (the common case: the hot paths test one field).
+  // Ranges the producer declared skipped (x-dedup-skip-from) that still reach into the window
+  // (as declared, merged), ascending, disjoint, not adjacent, at most MAX_DECLARED_RANGES: their
+  // IDs leave it as skips, not gaps. Undefined when there are none (the hot paths test one field).
   #declared: IdRange[] | undefined;
 
   /**
@@ -119,14 +120,24 @@ export class WindowTracker implements SequenceTracker {
     assertTrackerId(id);
     if (skippedFrom !== undefined) assertSkippedFrom(skippedFrom, id);
     const result = this.#record(id);
-    if (skippedFrom !== undefined) this.#declared = addRange(this.#declared, skippedFrom, id - 1n);
+    // A declaration is rare: only then is the list copied. At most MAX_DECLARED_RANGES are kept;
+    // the oldest beyond it is forgotten (its missing IDs are then reported as gaps: loud, never
+    // silent), so a producer declaring on every message costs bounded time and state.
+    if (skippedFrom !== undefined) {
+      const added = addRange(this.#declared, skippedFrom, id - 1n);
+      this.#declared =
+        added.length > MAX_DECLARED_RANGES ? added.slice(added.length - MAX_DECLARED_RANGES) : added;
+    }
     const declared = this.#declared!;
     const gaps =
-      result.confirmedGaps.length === 0
-        ? result
-        : { confirmedGaps: subtract(result.confirmedGaps, declared) };
-    this.#declared = clipToWindow(declared, this.#highest - BigInt(this.#size) + 1n);
-    return gaps.confirmedGaps.length === 0 ? NO_GAPS : gaps;
+      result.confirmedGaps.length === 0 ? NO_GAPS : withoutDeclared(result.confirmedGaps, declared);
+    // Ranges wholly left of the window are done with (in place: a clone copies the list).
+    const lowest = this.#highest - BigInt(this.#size) + 1n;
+    let done = 0;
+    while (done < declared.length && declared[done]!.to < lowest) done++;
+    if (done === declared.length) this.#declared = undefined;
+    else if (done > 0) declared.splice(0, done);
+    return gaps;
   }
 
   #record(id: bigint): RecordResult {
@@ -289,8 +300,8 @@ function addRange(ranges: readonly IdRange[] | undefined, from: bigint, to: bigi
   return out;
 }
 
-/** `gaps` without the IDs of `declared` (both ascending and disjoint). */
-function subtract(gaps: readonly IdRange[], declared: readonly IdRange[]): IdRange[] {
+/** `gaps` without the IDs of `declared` (both ascending and disjoint), as a record result. */
+function withoutDeclared(gaps: readonly IdRange[], declared: readonly IdRange[]): RecordResult {
   const out: IdRange[] = [];
   for (const gap of gaps) {
     let from = gap.from;
@@ -302,17 +313,7 @@ function subtract(gaps: readonly IdRange[], declared: readonly IdRange[]): IdRan
     }
     if (from <= gap.to) out.push({ from, to: gap.to });
   }
-  return out;
-}
-
-/** The parts of `ranges` at or above `lowest` (the window's oldest ID); undefined when none is left. */
-function clipToWindow(ranges: readonly IdRange[], lowest: bigint): IdRange[] | undefined {
-  let out: IdRange[] | undefined;
-  for (const r of ranges) {
-    if (r.to < lowest) continue;
-    (out ??= []).push(r.from >= lowest ? r : { from: lowest, to: r.to });
-  }
-  return out;
+  return out.length === 0 ? NO_GAPS : { confirmedGaps: out };
 }
 
 /**

@@ -143,4 +143,12 @@ describe('scoped verifier', () => {
     expect(() => verifier.evictIdle(Infinity, 1)).toThrow(RangeError);
     expect(verifier.size).toBe(0);
   });
+
+  it('scoped - passes a declared skip to the scope tracker, for new and existing scopes', () => {
+    const verifier = new ScopedVerifier({ kind: 'highest' });
+    expect(verifier.record(A, 10n, 0, 2n).confirmedGaps).toEqual([]); // a new scope: nothing below is a gap
+    expect(verifier.record(A, 20n, 0, 15n).confirmedGaps).toEqual([{ from: 11n, to: 14n }]);
+    expect(() => verifier.record(A, 30n, 0, 30n)).toThrow(RangeError);
+    expect(verifier.get(A)?.highest).toBe(20n);
+  });
 });

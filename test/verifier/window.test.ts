@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   createTracker,
   decodeTracker,
+  MAX_DECLARED_RANGES,
   MAX_WINDOW_SIZE,
   type SequenceTracker,
 } from '../../src/verifier/index.js';
@@ -325,5 +326,21 @@ describe('declared skips (x-dedup-skip-from)', () => {
       expect(tracker.highest).toBe(5n);
       expect(tracker.record(9n, 6n).confirmedGaps).toEqual([]);
     }
+  });
+});
+
+describe('declared skips - bounded', () => {
+  it('keeps the last MAX_DECLARED_RANGES declarations; an older one left behind is reported as a gap', () => {
+    const tracker = createTracker({ kind: 'window', size: 1_000 });
+    tracker.record(1n);
+    // IDs 3, 5, 7, …: each declares the one before it skipped, 40 declarations in the window.
+    for (let id = 3n; id <= 81n; id += 2n) expect(tracker.record(id, id - 1n).confirmedGaps).toEqual([]);
+    expect(tracker.encode().length).toBe(22 + 125 + 4 + 16 * MAX_DECLARED_RANGES);
+    // Everything leaves the window: the 8 forgotten declarations (2, 4, …, 16) come out as gaps.
+    const gaps = tracker.record(5_000n).confirmedGaps;
+    expect(gaps.slice(0, 8)).toEqual(
+      [2n, 4n, 6n, 8n, 10n, 12n, 14n, 16n].map((id) => ({ from: id, to: id })),
+    );
+    expect(gaps.slice(8)).toEqual([{ from: 82n, to: 4_000n }]); // the window is now 4 001..5 000
   });
 });
