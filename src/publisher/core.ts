@@ -104,6 +104,8 @@ export class DedupPublisherCore {
   #skipDeclaringId: bigint | undefined;
   /** The meta changed (a declared skip was confirmed): the next pump writes it. */
   #metaDirty = false;
+  /** The lowest ID of the unconfirmed messages a fatal error let go (the store's lastId stays below it). */
+  #droppedFrom: bigint | undefined;
   /** The highest ID written in an outbox commit, ever (meta.outboxHigh). */
   #outboxHigh = 0n;
   /** The reconnect loop while one runs: close() waits for it before closing the transport. */
@@ -648,7 +650,10 @@ export class DedupPublisherCore {
       // Automatic IDs record the last ID below every unconfirmed or unsent one: where the broker
       // cannot tell its last ID (AMQP 0-9-1) the next life declares its skip from just above it,
       // so that a message lost on the wire at a crash falls inside the declared range.
-      const lowest = this.#pending.first?.publishingId ?? batch[0]?.publishingId;
+      let lowest = this.#pending.first?.publishingId ?? batch[0]?.publishingId;
+      if (this.#droppedFrom !== undefined && (lowest === undefined || this.#droppedFrom < lowest)) {
+        lowest = this.#droppedFrom; // a fatal error let go of unconfirmed messages from here
+      }
       const lastId = this.idMode === 'explicit' || lowest === undefined || lowest > last ? last : lowest - 1n;
       this.#metaDirty = false;
       await this.#state.commit({
@@ -888,6 +893,8 @@ export class DedupPublisherCore {
       'stream-dedup: publisher stopped',
     );
     for (const e of [...extra, ...this.#takeWaiting(), ...this.#batch.splice(0), ...this.#pending.values()]) {
+      if (this.#droppedFrom === undefined || e.publishingId < this.#droppedFrom)
+        this.#droppedFrom = e.publishingId;
       KeyedIds.settled(e, error);
       this.#settle(e, error);
     }

@@ -20,7 +20,7 @@ export interface ProducerMeta {
   readonly idMode: IdMode;
   /**
    * Written with an outbox commit: the highest publishing ID handed out (before any message
-   * carrying it leaves). Written by a `reserve` block with automatic or keyed IDs: the highest ID
+   * carrying it leaves). Written by a `reserve` block with automatic IDs: the highest ID
    * below every unconfirmed or unsent one then (every ID up to it was confirmed); the IDs above it
    * are within `reservedUpTo`.
    */
