@@ -91,7 +91,7 @@ const untouchable: PublishTransport = {
 describe('publisher options', () => {
   for (const [option, value, error, message] of bad) {
     it(`${option}: ${String(value)} is a ${error.name}`, () => {
-      const run = () => resolvePublisherOptions({ ...valid, [option]: value } as DedupPublisherOptions);
+      const run = () => resolvePublisherOptions({ ...valid, [option]: value });
       expect(run).toThrow(error);
       expect(run).toThrow(message);
     });
