@@ -13,7 +13,8 @@ export function describeValue(value: unknown): string {
   if (typeof value === 'function') return 'a function';
   if (Array.isArray(value)) return 'an array';
   if (typeof value === 'object') return 'an object';
-  return String(value);
+  if (typeof value === 'symbol') return value.toString();
+  return String(value as number | boolean | undefined);
 }
 
 function fail(kind: 'type' | 'range', name: string, what: string, value: unknown): never {
