@@ -14,7 +14,8 @@ export function describeValue(value: unknown): string {
   if (Array.isArray(value)) return 'an array';
   if (typeof value === 'object') return 'an object';
   if (typeof value === 'symbol') return value.toString();
-  return String(value as number | boolean | undefined);
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  return 'undefined';
 }
 
 function fail(kind: 'type' | 'range', name: string, what: string, value: unknown): never {
