@@ -6,8 +6,16 @@
 import { DedupError } from '../errors.js';
 import { decodeScopeKey } from '../identity/scope-key.js';
 import { decodeSegment, type IdMode } from '../store/codec.js';
+import {
+  consumerOfOffsetKey,
+  decodeOffset,
+  decodeScopeState,
+  OFFSET_KEYS,
+  SCOPE_STATE_KEYS,
+  scopeKeyOfStateKey,
+} from '../store/consumer-keys.js';
 import type { DedupStore } from '../store/store.js';
-import { decodeTracker, type PolicySpec } from '../verifier/index.js';
+import type { PolicySpec } from '../verifier/index.js';
 import { formatTable, plural, printable, toJson } from './output.js';
 
 /** One producer's state in the store. */
@@ -97,28 +105,17 @@ export async function inspectStore(store: DedupStore): Promise<StoreInspection> 
   }
 
   const consumers: ConsumerInspection[] = [];
-  // consumer/core.ts: `c:<length>:<name>/offset` holds the committed offset as a u64.
-  for await (const [key, value] of db.iterator({ gte: 'c:', lt: 'c;' })) {
-    const consumerName = parseConsumerOffsetKey(key);
+  for await (const [key, value] of db.iterator(OFFSET_KEYS)) {
+    const consumerName = consumerOfOffsetKey(key);
     if (consumerName === undefined) throw corrupt(key, 'not a consumer offset key');
-    if (value.length !== 8) throw corrupt(key, `a consumer offset has 8 bytes, this one ${value.length}`);
-    consumers.push({ consumerName, committedOffset: bytes(value).readBigUInt64BE(0) });
+    consumers.push({ consumerName, committedOffset: decodeRecord(key, () => decodeOffset(value)) });
   }
 
   const scopes: ScopeInspection[] = [];
-  // consumer/core.ts: `v:` + scope key holds a u64 lastSeenMs, then the tracker's encoding.
-  for await (const [key, value] of db.iterator({ gte: 'v:', lt: 'v;' })) {
-    const scope = decodeScopeKey(key.slice(2));
-    if (value.length < 8) throw corrupt(key, `verifier state truncated (${value.length} bytes)`);
-    const b = bytes(value);
-    let tracker;
-    try {
-      tracker = decodeTracker(b.subarray(8));
-    } catch (err) {
-      if (err instanceof DedupError) throw corrupt(key, err.message, err);
-      throw err;
-    }
-    const lastSeenMs = Number(b.readBigUInt64BE(0));
+  for await (const [key, value] of db.iterator(SCOPE_STATE_KEYS)) {
+    const scopeKey = scopeKeyOfStateKey(key);
+    const scope = decodeScopeKey(scopeKey);
+    const { tracker, lastSeenMs } = decodeRecord(key, () => decodeScopeState(value, scopeKey));
     const date = new Date(lastSeenMs);
     scopes.push({
       ...scope,
@@ -209,17 +206,14 @@ export function formatInspection(path: string, inspection: StoreInspection): str
   return lines.join('\n');
 }
 
-/** The name in `c:<length>:<name>/offset`, or `undefined` for any other key. */
-function parseConsumerOffsetKey(key: string): string | undefined {
-  const m = /^c:(0|[1-9][0-9]{0,8}):/.exec(key);
-  if (m === null) return undefined;
-  const start = m[0].length;
-  const end = start + Number(m[1]);
-  return key.slice(end) === '/offset' ? key.slice(start, end) : undefined;
-}
-
-function bytes(value: Uint8Array): Buffer {
-  return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+/** Decodes a record, naming its key when it cannot be decoded. */
+function decodeRecord<T>(key: string, decode: () => T): T {
+  try {
+    return decode();
+  } catch (err) {
+    if (err instanceof DedupError) throw corrupt(key, err.message, err);
+    throw err;
+  }
 }
 
 function corrupt(key: string, reason: string, cause?: unknown): DedupError {

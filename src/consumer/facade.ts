@@ -1,4 +1,5 @@
-import type { VerifyingConsumerCore, VerifyStats } from './core.js';
+import type { VerifyingConsumerCore } from './core.js';
+import type { VerifyStats } from './types.js';
 
 /**
  * What every verifying consumer offers, whatever its transport. `StreamVerifyingConsumer` and
@@ -17,7 +18,10 @@ export abstract class VerifyingConsumer {
     this.#closed = new Promise((resolve) => (this.#resolveClosed = resolve));
   }
 
-  /** Resolves once every message up to `offset` is committed; rejects if the consumer stops first. */
+  /**
+   * Resolves once every message up to `offset` is committed; rejects if the consumer stops first:
+   * with the error that stopped it, or a `DedupError` `DEDUP_CONSUMER_CLOSED` after `close()`.
+   */
   waitForOffset(offset: bigint): Promise<void> {
     return this.core.waitForOffset(offset);
   }
@@ -47,13 +51,26 @@ export abstract class VerifyingConsumer {
     return this.stop(undefined);
   }
 
+  /** Calls {@link VerifyingConsumer.close}: `await using consumer = await …open(…)`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
 
-  /** @internal True once stopping: no reconnects from here on. */
-  protected get isStopping(): boolean {
-    return this.#stopping !== undefined;
+  /**
+   * @internal Subscribes `consumer` for the first time; when that fails, closes it (releasing the
+   * store and anything a subscription left) and rethrows.
+   */
+  protected static async subscribed<T extends VerifyingConsumer>(
+    consumer: T,
+    subscribe: () => Promise<void>,
+  ): Promise<T> {
+    try {
+      await subscribe();
+    } catch (err) {
+      await consumer.close();
+      throw err;
+    }
+    return consumer;
   }
 
   /** @internal Stops once, for `close()` or because of `error`. */

@@ -2,30 +2,77 @@ import type { Channel, ChannelModel, ConsumeMessage, Options } from 'amqplib';
 import { connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
 import { DedupError } from '../errors.js';
 import { VerifyingConsumer } from '../consumer/facade.js';
-import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../consumer/core.js';
-import { silentLogger, type Logger } from '../telemetry/logger.js';
-import { assertTlsOptions, errorText, retryWithBackoff, withTimeout } from './util.js';
+import {
+  VerifyingConsumerCore,
+  type SubscriptionOptions,
+  type VerifyingConsumerOptions,
+} from '../consumer/core.js';
+import {
+  nonEmptyString,
+  resolveSubscriptionOptions,
+  resolveVerifyingConsumerOptions,
+  type ResolvedSubscriptionOptions,
+  type ResolvedVerifyingConsumerOptions,
+} from '../consumer/options.js';
+import { Resubscriber, type Generation } from '../consumer/resubscribe.js';
+import type { Logger } from '../telemetry/logger.js';
+import { expectOptionalObject, integerOption, outOfRange, typeMismatch } from '../util/options.js';
+import { assertTlsOptions, errorText, withTimeout } from './util.js';
 
 /** Options of {@link AmqpVerifyingConsumer.open}. */
-export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions {
+export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions, SubscriptionOptions {
   /** An AMQP URL or amqplib connect options. */
   readonly url: string | Options.Connect;
   /** The stream queue to consume. */
   readonly queue: string;
-  /** Unacknowledged messages the broker may send ahead (basic.qos). @defaultValue 1000 */
+  /** Unacknowledged messages the broker may send ahead (basic.qos; an integer from 1 to 65535). @defaultValue 1000 */
   readonly prefetch?: number;
-  /** Where a consumer without a committed offset starts (`x-stream-offset`). @defaultValue 'first' */
-  readonly startFrom?: 'first' | 'next';
-  /** Reconnect backoff, in ms. @defaultValue `{ initialDelayMs: 100, maxDelayMs: 5000 }` */
-  readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
-  /** How long one connection attempt may take, in ms. @defaultValue 10000 */
-  readonly connectTimeoutMs?: number;
   /**
    * TLS for an `amqps://` URL: a custom CA, a client certificate and key (and its passphrase), the
    * server name to verify — Node's `tls.connect` options, passed to amqplib. Secrets given here
    * never appear in errors or logs.
    */
   readonly socketOptions?: AmqpSocketOptions;
+}
+
+/** {@link AmqpVerifyingConsumerOptions}, checked, with their defaults. */
+interface ResolvedAmqpOptions {
+  readonly consumer: ResolvedVerifyingConsumerOptions;
+  readonly subscription: ResolvedSubscriptionOptions;
+  readonly url: string | Options.Connect;
+  readonly queue: string;
+  readonly prefetch: number;
+  readonly socketOptions: AmqpSocketOptions | undefined;
+}
+
+/**
+ * Checks every option before anything is opened or connected.
+ *
+ * @throws TypeError, RangeError "Expected <option> to be <what>, got <value>"; TypeError for TLS
+ *   options that cannot be used.
+ */
+function resolveAmqpOptions(options: AmqpVerifyingConsumerOptions): ResolvedAmqpOptions {
+  const base = resolveVerifyingConsumerOptions(options);
+  const { url, socketOptions } = options;
+  const urlWhat = 'an AMQP URL or amqplib connect options';
+  if (url === '') outOfRange('url', urlWhat, url);
+  if (typeof url !== 'string' && (typeof url !== 'object' || url === null || Array.isArray(url)))
+    typeMismatch('url', urlWhat, url);
+  const queue = nonEmptyString(options.queue, 'queue');
+  // basic.qos carries the prefetch count in 16 bits.
+  const prefetch = integerOption(options.prefetch, 'prefetch', 1000, 1, 65_535);
+  expectOptionalObject(socketOptions, 'socketOptions');
+  if (socketOptions !== undefined) assertTlsOptions(socketOptions, 'socketOptions');
+  // A batch larger than the prefetch would wait for messages the broker holds back until acked.
+  const commitEvery = Math.min(base.commitEvery, Math.max(1, Math.floor(prefetch / 2)));
+  return Object.freeze({
+    consumer: resolveVerifyingConsumerOptions({ ...base, commitEvery }),
+    subscription: resolveSubscriptionOptions(options),
+    url,
+    queue,
+    prefetch,
+    socketOptions,
+  });
 }
 
 /**
@@ -46,72 +93,60 @@ export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions {
  * ```
  */
 export class AmqpVerifyingConsumer extends VerifyingConsumer {
-  readonly #options: AmqpVerifyingConsumerOptions;
+  readonly #options: ResolvedAmqpOptions;
   readonly #log: Logger;
-  #model: ChannelModel | undefined;
-  #queue: Promise<void> = Promise.resolve();
-  #generation = 0;
+  readonly #subscriptions: Resubscriber<ChannelModel>;
 
-  private constructor(core: VerifyingConsumerCore, options: AmqpVerifyingConsumerOptions) {
+  private constructor(core: VerifyingConsumerCore, options: ResolvedAmqpOptions) {
     super(core);
     this.#options = options;
-    this.#log = options.logger ?? silentLogger;
+    this.#log = options.consumer.logger;
+    this.#subscriptions = new Resubscriber<ChannelModel>({
+      subscribe: (generation) => this.#subscribe(generation),
+      core,
+      reconnect: options.subscription.reconnect,
+      logger: this.#log,
+      target: { queue: options.queue },
+    });
   }
 
   /**
-   * Opens the store, connects, and consumes from the committed offset + 1.
+   * Checks the options, opens the store, connects, and consumes from the committed offset + 1.
    *
+   * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>"),
+   *   before anything is opened or connected.
    * @throws DedupError `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
    *   `DEDUP_BROKER_REFUSED` (for example a missing queue).
    */
   static async open(options: AmqpVerifyingConsumerOptions): Promise<AmqpVerifyingConsumer> {
-    if (typeof options?.queue !== 'string' || options.queue.length === 0) {
-      throw new RangeError('queue must be a non-empty string');
-    }
-    const prefetch = options.prefetch ?? 1000;
-    if (!Number.isInteger(prefetch) || prefetch < 1) throw new RangeError('prefetch must be an integer ≥ 1');
-    if (options.socketOptions !== undefined) assertTlsOptions(options.socketOptions, 'socketOptions');
-    // A batch larger than the prefetch would wait for messages the broker holds back until acked.
-    const core = await VerifyingConsumerCore.open({
-      ...options,
-      commitEvery: Math.min(options.commitEvery ?? 1000, Math.max(1, Math.floor(prefetch / 2))),
-    });
-    const consumer = new AmqpVerifyingConsumer(core, options);
-    try {
-      await consumer.#subscribe();
-    } catch (err) {
-      await core.close();
-      throw err;
-    }
-    return consumer;
+    const resolved = resolveAmqpOptions(options);
+    const core = await VerifyingConsumerCore.open(resolved.consumer);
+    const consumer = new AmqpVerifyingConsumer(core, resolved);
+    return VerifyingConsumer.subscribed(consumer, () => consumer.#subscriptions.subscribe());
   }
 
-  async #subscribe(): Promise<void> {
-    const generation = ++this.#generation;
+  /** One subscription attempt; see {@link Resubscriber}. */
+  async #subscribe(generation: Generation<ChannelModel>): Promise<void> {
     const model = await connectAmqp(
       this.#options.url,
-      this.#options.connectTimeoutMs ?? 10_000,
-      () => {
-        if (generation === this.#generation) this.#lost();
-      },
+      this.#options.subscription.connectTimeoutMs,
+      () => generation.lost(),
       this.#options.socketOptions,
     );
-    this.#model = model;
+    generation.opened(model);
     let channel: Channel;
     try {
       channel = await model.createChannel();
       channel.on('error', () => undefined);
-      channel.on('close', () => {
-        if (generation === this.#generation) this.#lost();
-      });
-      await channel.prefetch(this.#options.prefetch ?? 1000);
+      channel.on('close', () => generation.lost());
+      await channel.prefetch(this.#options.prefetch);
       const resume = this.core.resumeOffset;
-      const start = resume !== undefined ? Number(resume) : (this.#options.startFrom ?? 'first');
+      const start = resume !== undefined ? Number(resume) : this.#options.subscription.startFrom;
       await channel.consume(
         this.#options.queue,
         (msg) => {
           if (msg === null) {
-            if (generation === this.#generation) this.#lost(); // cancelled by the broker
+            generation.lost(); // cancelled by the broker
             return;
           }
           this.#deliver(generation, channel, msg);
@@ -134,7 +169,7 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
     }
   }
 
-  #deliver(generation: number, channel: Channel, msg: ConsumeMessage): void {
+  #deliver(generation: Generation<ChannelModel>, channel: Channel, msg: ConsumeMessage): void {
     const headers = (msg.properties.headers ?? {}) as Record<string, unknown>;
     const rawOffset = headers['x-stream-offset'];
     const incoming = {
@@ -142,11 +177,11 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
       content: msg.content,
       applicationProperties: headers,
       settle: () => {
-        if (generation === this.#generation) channel.ack(msg);
+        if (generation.isCurrent()) channel.ack(msg);
       },
     };
-    this.#queue = this.#queue.then(async () => {
-      if (generation !== this.#generation || this.core.failure !== undefined) return;
+    this.#subscriptions.enqueue(async () => {
+      if (!generation.isCurrent() || this.core.failure !== undefined) return;
       if (incoming.offset < 0n) {
         void this.stop(
           new DedupError(
@@ -165,40 +200,8 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
     });
   }
 
-  /** The connection went away: drop the uncommitted batch and consume again from the committed offset. */
-  #lost(): void {
-    if (this.isStopping) return;
-    this.#generation++;
-    this.#log.warn(
-      {
-        consumer: this.core.consumerName,
-        queue: this.#options.queue,
-        committedOffset: this.core.committedOffset?.toString(),
-      },
-      'stream-dedup: verifying consumer lost its subscription; subscribing again from the committed offset',
-    );
-    this.#queue = this.#queue.then(async () => {
-      // Taken here, not when the loss was seen: a subscription in progress then has finished
-      // (taken earlier, that new connection would be left open).
-      const old = this.#model;
-      this.#model = undefined;
-      this.core.discardPending();
-      if (old !== undefined) await withTimeout(old.close(), 2_000, 'closing').catch(() => undefined);
-      await retryWithBackoff(
-        () => this.#subscribe(),
-        () => this.isStopping,
-        this.#options.reconnect,
-      );
-    });
-  }
-
-  /** @internal Commits (and acks) what was processed before the channel goes. */
-  protected override async shutdown(closeCore: () => Promise<void>): Promise<void> {
-    await this.#queue.catch(() => undefined);
-    await closeCore();
-    this.#generation++;
-    const model = this.#model;
-    this.#model = undefined;
-    if (model !== undefined) await withTimeout(model.close(), 5_000, 'closing').catch(() => undefined);
+  /** @internal Processes what was delivered, commits (and acks) it, then closes the connection. */
+  protected override shutdown(closeCore: () => Promise<void>): Promise<void> {
+    return this.#subscriptions.shutdown(closeCore, true);
   }
 }

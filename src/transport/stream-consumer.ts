@@ -1,12 +1,22 @@
 import type { EventEmitter } from 'node:events';
 import { Offset, type Client, type ClientParams } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
-import { silentLogger, type Logger } from '../telemetry/logger.js';
+import type { Logger } from '../telemetry/logger.js';
 import { VerifyingConsumer } from '../consumer/facade.js';
+import {
+  nonEmptyString,
+  resolveSubscriptionOptions,
+  resolveVerifyingConsumerOptions,
+  type ResolvedSubscriptionOptions,
+  type ResolvedVerifyingConsumerOptions,
+} from '../consumer/options.js';
+import { Resubscriber, type Generation } from '../consumer/resubscribe.js';
+import { expectObject, integerOption, typeMismatch } from '../util/options.js';
 import { connectStreamClient } from './stream-probe.js';
 import {
   VerifyingConsumerCore,
   type IncomingMessage,
+  type SubscriptionOptions,
   type VerifyingConsumerOptions,
 } from '../consumer/core.js';
 import {
@@ -15,7 +25,6 @@ import {
   explainDeclareFailure,
   openThroughEndpoints,
   StreamNotAvailableError,
-  retryWithBackoff,
   withTimeout,
   type StreamConnectionOptions,
 } from './util.js';
@@ -30,17 +39,49 @@ type StreamMessage = Parameters<Parameters<Client['declareConsumer']>[1]>[0];
 type ConsumerCreditPolicy = NonNullable<Parameters<Client['declareConsumer']>[0]['creditPolicy']>;
 
 /** Options of {@link StreamVerifyingConsumer.open}. */
-export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions {
+export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions, SubscriptionOptions {
   /** Connection parameters; defaults as for `StreamDedupPublisher`. */
   readonly connection?: StreamConnectionOptions;
   /** The stream to consume. */
   readonly stream: string;
-  /** Where a consumer without a committed offset starts. @defaultValue 'first' */
-  readonly startFrom?: 'first' | 'next';
-  /** Reconnect backoff, in ms. @defaultValue `{ initialDelayMs: 100, maxDelayMs: 5000 }` */
-  readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
-  /** How long one connection attempt may take, in ms. @defaultValue 10000 */
-  readonly connectTimeoutMs?: number;
+}
+
+/** {@link StreamVerifyingConsumerOptions}, checked, with their defaults. */
+interface ResolvedStreamOptions {
+  readonly consumer: ResolvedVerifyingConsumerOptions;
+  readonly subscription: ResolvedSubscriptionOptions;
+  readonly stream: string;
+  readonly connection: StreamConnectionOptions;
+}
+
+/**
+ * Checks every option before anything is opened or connected.
+ *
+ * @throws TypeError, RangeError "Expected <option> to be <what>, got <value>".
+ */
+function resolveStreamOptions(options: StreamVerifyingConsumerOptions): ResolvedStreamOptions {
+  const consumer = resolveVerifyingConsumerOptions(options);
+  const stream = nonEmptyString(options.stream, 'stream');
+  const connection = options.connection ?? {};
+  expectObject(connection, 'connection');
+  checkEndpoint(connection, 'connection');
+  const { endpoints } = connection;
+  if (endpoints !== undefined) {
+    if (!Array.isArray(endpoints)) typeMismatch('connection.endpoints', 'an array', endpoints);
+    endpoints.forEach((endpoint: unknown, i) => {
+      expectObject(endpoint, `connection.endpoints[${i}]`);
+      checkEndpoint(endpoint, `connection.endpoints[${i}]`, true);
+    });
+  }
+  return Object.freeze({ consumer, subscription: resolveSubscriptionOptions(options), stream, connection });
+}
+
+/** A host name and a port: required in an endpoint, optional in `connection` itself. */
+function checkEndpoint(value: Record<string, unknown>, name: string, required = false): void {
+  if (required || value.hostname !== undefined) nonEmptyString(value.hostname, `${name}.hostname`);
+  if (required && value.port === undefined)
+    typeMismatch(`${name}.port`, 'an integer from 1 to 65535', undefined);
+  integerOption(value.port, `${name}.port`, 0, 1, 65_535);
 }
 
 /**
@@ -66,9 +107,8 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   readonly #endpoints: EndpointRotation;
   #params: ClientParams;
   #attempts = 0;
-  readonly #options: StreamVerifyingConsumerOptions;
-  #client: Client | undefined;
-  #queue: Promise<void> = Promise.resolve();
+  readonly #options: ResolvedStreamOptions;
+  readonly #subscriptions: Resubscriber<Client>;
   /**
    * Delivered by the current subscription, not yet processed, in stream order (read from #head
    * on). Emptied whenever the generation moves on, so everything in it is of the current one.
@@ -76,38 +116,48 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   #buffer: IncomingMessage[] = [];
   #head = 0;
   #draining = false;
-  #generation = 0;
   /** A credit the client asked for while the buffer was full: granted once the drain catches up. */
   #heldCredit: (() => void) | undefined;
   readonly #log: Logger;
 
-  private constructor(core: VerifyingConsumerCore, options: StreamVerifyingConsumerOptions) {
+  private constructor(
+    core: VerifyingConsumerCore,
+    options: ResolvedStreamOptions,
+    endpoints: EndpointRotation,
+  ) {
     super(core);
     this.#options = options;
-    this.#log = options.logger ?? silentLogger;
-    this.#endpoints = new EndpointRotation(options.connection ?? {});
-    this.#params = this.#endpoints.next();
+    this.#log = options.consumer.logger;
+    this.#endpoints = endpoints;
+    this.#params = endpoints.next();
+    this.#subscriptions = new Resubscriber<Client>({
+      subscribe: (generation) => this.#subscribe(generation),
+      core,
+      reconnect: options.subscription.reconnect,
+      logger: this.#log,
+      target: { stream: options.stream },
+      onNewGeneration: () => this.#clearBuffer(),
+    });
   }
 
   /**
-   * Opens the store, reads the committed offset and subscribes from the next one.
+   * Checks the options, opens the store, reads the committed offset and subscribes from the next
+   * one.
    *
+   * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>"),
+   *   before anything is opened or connected.
    * @throws DedupError `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
    *   `DEDUP_BROKER_REFUSED` (for example a missing stream).
    */
   static async open(options: StreamVerifyingConsumerOptions): Promise<StreamVerifyingConsumer> {
-    if (typeof options?.stream !== 'string' || options.stream.length === 0) {
-      throw new RangeError('stream must be a non-empty string');
-    }
-    const core = await VerifyingConsumerCore.open(options);
-    const consumer = new StreamVerifyingConsumer(core, options);
-    try {
-      await openThroughEndpoints(consumer.#endpoints.size, () => consumer.#subscribe());
-    } catch (err) {
-      await core.close();
-      throw err;
-    }
-    return consumer;
+    const resolved = resolveStreamOptions(options);
+    // Checks the TLS options: before the store is opened too.
+    const endpoints = new EndpointRotation(resolved.connection);
+    const core = await VerifyingConsumerCore.open(resolved.consumer);
+    const consumer = new StreamVerifyingConsumer(core, resolved, endpoints);
+    return VerifyingConsumer.subscribed(consumer, () =>
+      openThroughEndpoints(endpoints.size, () => consumer.#subscriptions.subscribe()),
+    );
   }
 
   /**
@@ -118,8 +168,8 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     return this.#draining ? this.#buffer.length - this.#head : 0;
   }
 
-  async #subscribe(): Promise<void> {
-    const generation = this.#nextGeneration();
+  /** One subscription attempt, through the next endpoint; see {@link Resubscriber}. */
+  async #subscribe(generation: Generation<Client>): Promise<void> {
     this.#heldCredit = undefined;
     // A cluster: each attempt after the first goes through the next node, in case the last one is down.
     if (this.#attempts++ > 0) this.#params = this.#endpoints.next();
@@ -127,26 +177,23 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       {
         ...this.#params,
         listeners: {
-          connection_closed: () => {
-            if (generation === this.#generation) this.#lost();
-          },
+          connection_closed: () => generation.lost(),
           // A leader change or a deleted stream: subscribe again, through whichever node answers.
           metadata_update: (update) => {
             const info = (update as unknown as { response?: { metadataInfo?: { stream?: string } } })
               .response;
-            if (generation === this.#generation && info?.metadataInfo?.stream === this.#options.stream)
-              this.#lost();
+            if (info?.metadataInfo?.stream === this.#options.stream) generation.lost();
           },
         },
       },
-      this.#options.connectTimeoutMs ?? 10_000,
+      this.#options.subscription.connectTimeoutMs,
     );
-    this.#client = client;
+    generation.opened(client);
     const resume = this.core.resumeOffset;
     const offset =
       resume !== undefined
         ? Offset.offset(resume)
-        : this.#options.startFrom === 'next'
+        : this.#options.subscription.startFrom === 'next'
           ? Offset.next()
           : Offset.first();
     try {
@@ -158,9 +205,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
           {
             stream: this.#options.stream,
             offset,
-            connectionClosedListener: () => {
-              if (generation === this.#generation) this.#lost();
-            },
+            connectionClosedListener: () => generation.lost(),
             creditPolicy: this.#creditPolicy(generation),
           },
           (message) => this.#onMessage(generation, message),
@@ -198,11 +243,11 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   }
 
   /** The client's delivery callback: never throws, never waits (see the comment inside). */
-  #onMessage(generation: number, message: StreamMessage): void {
+  #onMessage(generation: Generation<Client>, message: StreamMessage): void {
     // The client may deliver two chunks at once, and an exception here would be unhandled.
     // Process right here while nothing waits (the common, synchronous case); otherwise
     // buffer, and drain one at a time in order. Failures become a stop.
-    if (generation !== this.#generation) return;
+    if (!generation.isCurrent()) return;
     // The client's message is the core's IncomingMessage as it is (no wrapper per message);
     // deliveries always carry their offset.
     const item = message as IncomingMessage;
@@ -224,7 +269,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     }
     if (pending !== undefined) {
       this.#draining = true;
-      this.#queue = this.#queue.then(async () => {
+      this.#subscriptions.enqueue(async () => {
         try {
           await pending;
         } catch (err) {
@@ -267,15 +312,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     }
   }
 
-  /**
-   * Moves to a new subscription generation: events of older ones are ignored from now on, and
-   * what they delivered and is still buffered is dropped (never processed).
-   */
-  #nextGeneration(): number {
-    this.#clearBuffer();
-    return ++this.#generation;
-  }
-
+  /** Drops what older subscription generations delivered and is still buffered (never processed). */
   #clearBuffer(): void {
     this.#buffer = [];
     this.#head = 0;
@@ -289,13 +326,13 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
    * handler: without that the client reads the stream into memory far ahead of a slow handler
    * (measured: 35 000 messages ahead on a loaded 3-node cluster).
    */
-  #creditPolicy(generation: number): ConsumerCreditPolicy {
+  #creditPolicy(generation: Generation<Client>): ConsumerCreditPolicy {
     type Request = (howMany: number) => Promise<void>;
     return {
       onSubscription: () => 1,
       onChunkReceived: () => Promise.resolve(),
       onChunkCompleted: (request: Request) => {
-        if (generation !== this.#generation) return Promise.resolve();
+        if (!generation.isCurrent()) return Promise.resolve();
         const grant = (): void => void request(1).catch(() => undefined);
         if (!this.#draining || this.#buffer.length - this.#head < BUFFER_HIGH) grant();
         else this.#heldCredit = grant;
@@ -311,46 +348,8 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     grant?.();
   }
 
-  /** The connection went away: drop the uncommitted batch and subscribe again from the committed offset. */
-  #lost(): void {
-    if (this.isStopping) return;
-    this.#nextGeneration();
-    this.#log.warn(
-      {
-        consumer: this.core.consumerName,
-        stream: this.#options.stream,
-        committedOffset: this.core.committedOffset?.toString(),
-      },
-      'stream-dedup: verifying consumer lost its subscription; subscribing again from the committed offset',
-    );
-    this.#queue = this.#queue.then(async () => {
-      // Taken here, not when the loss was seen: a subscription in progress then has finished.
-      const old = this.#client;
-      this.#client = undefined;
-      this.core.discardPending();
-      if (old !== undefined) await withTimeout(old.close(), 2_000, 'closing').catch(() => undefined);
-      await retryWithBackoff(
-        () => this.#subscribe(),
-        () => this.isStopping,
-        this.#options.reconnect,
-      );
-    });
-  }
-
-  /** @internal Unsubscribes first, lets what was delivered finish, then commits. */
-  protected override async shutdown(closeCore: () => Promise<void>): Promise<void> {
-    this.#nextGeneration(); // only the message being processed finishes
-    await this.#closeClient();
-    await this.#queue.catch(() => undefined);
-    // The queue may have held a reconnect whose connect was under way: it has finished now, with
-    // a new client subscribed. Taken only before the wait, that connection would stay open.
-    await this.#closeClient();
-    await closeCore();
-  }
-
-  async #closeClient(): Promise<void> {
-    const client = this.#client;
-    this.#client = undefined;
-    if (client !== undefined) await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+  /** @internal Unsubscribes first (what is buffered is dropped), lets the message in progress finish, then commits. */
+  protected override shutdown(closeCore: () => Promise<void>): Promise<void> {
+    return this.#subscriptions.shutdown(closeCore, false);
   }
 }

@@ -177,6 +177,25 @@ describe('verifying consumer core', () => {
     await a.close();
   });
 
+  it('after close(), process() is refused and a waitForOffset() still waiting rejects, both with DEDUP_CONSUMER_CLOSED', async () => {
+    const { core } = await open({ commit: 'message' });
+    await core.process(credit(0, 'a', 1));
+    const waiting = core.waitForOffset(5n);
+    await core.close();
+    await expect(waiting).rejects.toMatchObject({
+      name: 'DedupError',
+      code: 'DEDUP_CONSUMER_CLOSED',
+      message: 'the verifying consumer closed before reaching the offset',
+    });
+    expect(() => core.process(credit(1, 'a', 2))).toThrow(
+      expect.objectContaining({
+        code: 'DEDUP_CONSUMER_CLOSED',
+        message: 'the verifying consumer is closed',
+      }) as Error,
+    );
+    await core.waitForOffset(0n); // reached before the close: resolves
+  });
+
   for (const policy of [{ kind: 'highest' as const }, { kind: 'window' as const, size: 4 }]) {
     it(`${policy.kind}: a declared skip is reported as 'skip', never as a gap; an undeclared hole still is`, async () => {
       const { core, events, balance } = await open({ policy, commit: 'message' });

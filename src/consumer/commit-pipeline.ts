@@ -1,0 +1,435 @@
+/**
+ * The verifying consumer's commit pipeline (docs/design.md §5): the pending batch — the handlers'
+ * writes, the scopes they touched, the messages and their settles — goes to LevelDB as one batch
+ * with the verifier state and the offset, per message, per `commitEvery` messages or after
+ * `commitLingerMs` of quiet, with one write in flight at most. Nothing that writes (a commit, an
+ * eviction's deletions) starts while a handler is between two of its writes: a commit then would
+ * hold half a message, and the handler may still throw.
+ */
+import { encodeOffset } from '../store/consumer-keys.js';
+import type { KeyValueDb } from '../store/store.js';
+import type { ResolvedVerifyingConsumerOptions } from './options.js';
+import type { VerifyStats } from './types.js';
+
+/** One write of a LevelDB batch. */
+export type Op = { type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string };
+
+/** A handler's write in the pending batch: a string value is encoded once, when the batch is written. */
+export type PendingOp =
+  { type: 'put'; key: string; value: Uint8Array | string } | { type: 'del'; key: string };
+
+/** What the pipeline asks of the verifier state of the scopes a batch touched. */
+export interface ScopeStager {
+  /**
+   * Adds the working state of each of `scopes` to `ops`, as part of write number `write`; returns
+   * what to do once that write is durable.
+   */
+  stage(scopes: ReadonlySet<string>, write: number, ops: Op[]): () => void;
+  /** Drops the working state of `scopes`: their batch was discarded. */
+  discard(scopes: ReadonlySet<string>): void;
+}
+
+/** What a {@link CommitPipeline} is built from. */
+export interface CommitPipelineOptions {
+  readonly db: KeyValueDb;
+  /** fsync every write. */
+  readonly sync: boolean;
+  /** The key of the consumer's offset record. */
+  readonly offsetKey: string;
+  /** The offset committed by an earlier life, if any. */
+  readonly committedOffset: bigint | undefined;
+  readonly scopes: ScopeStager;
+  readonly options: ResolvedVerifyingConsumerOptions;
+  /** The consumer's counters (`commits` is counted here). */
+  readonly stats: VerifyStats;
+  /** Called whenever the pipeline stops with `error` (`first`: the first time); `cause` is what was thrown. */
+  readonly onStop: (error: Error, cause: unknown, first: boolean) => void;
+}
+
+/** Full batches that may wait behind the write in flight before `add` makes the caller wait. */
+const BATCHES_AHEAD = 4;
+
+function encodedOp(op: PendingOp): Op {
+  return op.type === 'put' && typeof op.value === 'string'
+    ? { type: 'put', key: op.key, value: Buffer.from(op.value, 'utf8') }
+    : (op as Op);
+}
+
+/**
+ * The pending batch and the writes that commit it. Messages go through it one at a time:
+ * `beginMessage()`, the handler, then one of `endMessage…()` or `abortMessage…()`.
+ *
+ * @internal
+ */
+export class CommitPipeline {
+  readonly #db: KeyValueDb;
+  readonly #sync: boolean;
+  readonly #offsetKey: string;
+  readonly #scopes: ScopeStager;
+  readonly #options: ResolvedVerifyingConsumerOptions;
+  readonly #stats: VerifyStats;
+  readonly #onStop: (error: Error, cause: unknown, first: boolean) => void;
+  readonly #commitListeners = new Set<(offset: bigint) => void>();
+  #committedOffset: bigint | undefined;
+  /**
+   * The last offset handed to a write: the committed offset, or the last offset of the commit in
+   * flight (which becomes durable, or the consumer stops). Redeliveries up to it are not processed.
+   */
+  #handedOffset: bigint | undefined;
+  /** The uncommitted batch. */
+  #ops = new Map<string, PendingOp>();
+  #touched = new Set<string>();
+  #pendingMessages = 0;
+  #pendingSettles: Array<() => void> = [];
+  #lastOffset: bigint | undefined;
+  #linger: NodeJS.Timeout | undefined;
+  /** The write in flight, if any (at most one at a time): a commit, or an eviction's deletions. */
+  #committing: Promise<void> | undefined;
+  /** Writes begun and writes finished (durable or failed), in order: writes never overlap. */
+  #writesBegun = 0;
+  #writesDone = 0;
+  /**
+   * Who waits for the handler in progress to return (`flush()`, `close()`, eviction): nothing
+   * that writes the pending batch may start while a handler is between two of its writes.
+   */
+  #boundaryWaiters: Array<() => void> | undefined;
+  /** `discard()` ran while a handler was in progress: its message is dropped when it returns. */
+  #dropCurrent = false;
+  /** The effect writes of the batch being written (the database does not show them yet). */
+  #inflightOps: Map<string, PendingOp> | undefined;
+  #failed: Error | undefined;
+  #closed = false;
+  /** A message is in progress: from `beginMessage()` until its handler returned (or threw). */
+  #processing = false;
+
+  constructor(options: CommitPipelineOptions) {
+    this.#db = options.db;
+    this.#sync = options.sync;
+    this.#offsetKey = options.offsetKey;
+    this.#scopes = options.scopes;
+    this.#options = options.options;
+    this.#stats = options.stats;
+    this.#onStop = options.onStop;
+    this.#committedOffset = options.committedOffset;
+    this.#handedOffset = options.committedOffset;
+  }
+
+  /** The last committed offset. */
+  get committedOffset(): bigint | undefined {
+    return this.#committedOffset;
+  }
+
+  /** The error that stopped the pipeline, if any. */
+  get failure(): Error | undefined {
+    return this.#failed;
+  }
+
+  /** True after {@link CommitPipeline.close}. */
+  get isClosed(): boolean {
+    return this.#closed;
+  }
+
+  /** Writes finished so far (durable or failed). */
+  get writesDone(): number {
+    return this.#writesDone;
+  }
+
+  /** Calls `listener` with the committed offset after every commit; returns the unsubscribe function. */
+  onCommitted(listener: (offset: bigint) => void): () => void {
+    this.#commitListeners.add(listener);
+    return () => this.#commitListeners.delete(listener);
+  }
+
+  /**
+   * True for a redelivery (for example after a re-subscription): its offset is committed, or in
+   * the commit being written.
+   */
+  isHanded(offset: bigint): boolean {
+    return this.#handedOffset !== undefined && offset <= this.#handedOffset;
+  }
+
+  /** Settles a redelivered message once its offset is durable (at once when it is). */
+  settleRedelivered(offset: bigint, settle: () => void): void {
+    if (this.#committedOffset !== undefined && offset <= this.#committedOffset) settle();
+    else
+      this.#committing?.then(
+        () => {
+          // An ack on a connection that is going away may throw: the redelivery then comes again.
+          try {
+            if (this.#failed === undefined) settle();
+          } catch {
+            // Nothing to do: the message is redelivered and recognised again.
+          }
+        },
+        () => undefined,
+      );
+  }
+
+  /** A handler starts: nothing that writes starts until it has returned or thrown. */
+  beginMessage(): void {
+    this.#processing = true;
+  }
+
+  /**
+   * The message's handler returned synchronously (or did not run): the message joins the batch.
+   * Nothing else ran meanwhile, so nobody waits for this boundary.
+   */
+  endMessage(offset: bigint, settle: (() => void) | undefined): Promise<void> | undefined {
+    this.#processing = false;
+    return this.#add(offset, settle);
+  }
+
+  /** The message's asynchronous handler returned: the message joins the batch, unless it was discarded meanwhile. */
+  endMessageAsync(offset: bigint, settle: (() => void) | undefined): Promise<void> | undefined {
+    this.#processing = false;
+    try {
+      if (!this.#dropCurrent) return this.#add(offset, settle);
+      // The batch was discarded while the handler ran (a lost connection, a failed write): what
+      // it wrote since is dropped too, and the message is delivered again.
+      this.#dropCurrent = false;
+      this.discard();
+      if (this.#failed !== undefined) throw this.#failed;
+      return undefined;
+    } finally {
+      this.#reachBoundary();
+    }
+  }
+
+  /** The message's handler threw synchronously: stops the pipeline; returns the error to throw. */
+  abortMessage(err: unknown): Error {
+    this.#processing = false;
+    return this.fail(err);
+  }
+
+  /** The message's asynchronous handler threw: stops the pipeline and throws the error it stopped with. */
+  abortMessageAsync(err: unknown): never {
+    this.#processing = false;
+    this.#dropCurrent = false;
+    try {
+      throw this.fail(err);
+    } finally {
+      this.#reachBoundary();
+    }
+  }
+
+  /** The handler's write `op` of `key` in the pending batch, or in the batch being written. */
+  pendingEffect(key: string): PendingOp | undefined {
+    return this.#ops.get(key) ?? this.#inflightOps?.get(key);
+  }
+
+  /** Puts an effect key in the pending batch. */
+  putEffect(key: string, value: string | Uint8Array): void {
+    // A key written again in this batch (a counter, a projection) reuses its entry. The entries
+    // of the batch being written are in #inflightOps, never here, so this changes nothing written.
+    const op = this.#ops.get(key);
+    if (op?.type === 'put') op.value = value;
+    else this.#ops.set(key, { type: 'put', key, value });
+  }
+
+  /** Deletes an effect key in the pending batch. */
+  delEffect(key: string): void {
+    this.#ops.set(key, { type: 'del', key });
+  }
+
+  /** Marks a scope as written by the pending batch (its working state goes with it). */
+  touch(scope: string): void {
+    this.#touched.add(scope);
+  }
+
+  /** True when the pending batch writes `scope`. */
+  touches(scope: string): boolean {
+    return this.#touched.has(scope);
+  }
+
+  /**
+   * Commits the pending batch: effects, touched verifier states and the offset in one LevelDB
+   * batch; then settles (acks) the messages. Resolves once it is durable. Idempotent when nothing
+   * is pending. A handler in progress is waited for, and its message committed too (never part of
+   * it): so a handler must not await `flush()` or `close()` itself.
+   */
+  async flush(): Promise<void> {
+    await this.#startCommit();
+    const committing = this.#committing;
+    if (committing !== undefined) await committing.catch(() => undefined);
+    if (this.#failed !== undefined) throw this.#failed;
+  }
+
+  /** Resolves once the write in flight, if any, has ended (durable or failed). */
+  async idle(): Promise<void> {
+    await this.#committing?.catch(() => undefined);
+  }
+
+  /**
+   * Writes `ops` (not the pending batch) as the next write, now: call it from a
+   * {@link CommitPipeline.whenQuiet} action. Resolves once it is durable.
+   */
+  write(ops: Op[]): Promise<void> {
+    ++this.#writesBegun;
+    const write = this.#db.batch(ops, { sync: this.#sync });
+    this.#inFlight(write);
+    return write;
+  }
+
+  /**
+   * Runs `action` at the first moment when no write is in flight and no handler is between two
+   * of its writes, in the same turn as the check: whatever it writes holds whole messages only.
+   */
+  async whenQuiet<T>(action: () => T): Promise<T> {
+    for (;;) {
+      if (this.#committing !== undefined) await this.#committing.catch(() => undefined);
+      else if (this.#processing) await this.#boundary();
+      else return action();
+    }
+  }
+
+  /**
+   * Drops the uncommitted batch (after a lost connection: the messages are delivered again from
+   * the committed offset).
+   */
+  discard(): void {
+    clearTimeout(this.#linger);
+    this.#linger = undefined;
+    // A handler in progress keeps writing into the next batch: its message goes too when it returns.
+    if (this.#processing) this.#dropCurrent = true;
+    this.#scopes.discard(this.#touched);
+    this.#ops = new Map();
+    this.#touched = new Set();
+    this.#pendingMessages = 0;
+    this.#pendingSettles = [];
+    // Delivery goes on after what was handed to a write (the write in flight goes on).
+    this.#lastOffset = this.#handedOffset;
+  }
+
+  /** Stops the pipeline for good and drops the uncommitted batch; returns the error it stopped with. */
+  fail(err: unknown): Error {
+    const first = this.#failed === undefined;
+    this.#failed ??= err instanceof Error ? err : new Error(`the handler threw ${String(err)}`);
+    this.#onStop(this.#failed, err, first);
+    this.discard();
+    return this.#failed;
+  }
+
+  /** No write starts from now on (call once what should be committed is). */
+  close(): void {
+    this.#closed = true;
+    clearTimeout(this.#linger);
+  }
+
+  #add(offset: bigint, settle: (() => void) | undefined): Promise<void> | undefined {
+    this.#lastOffset = offset;
+    this.#pendingMessages++;
+    if (settle !== undefined) this.#pendingSettles.push(settle);
+    if (this.#options.commit === 'message') return this.flush();
+    // Pipelined: a full batch is written while the next one is processed, so the per-message path
+    // returns no promise. It waits only when the write falls behind by several batches.
+    const every = this.#options.commitEvery;
+    if (this.#pendingMessages >= every) {
+      if (this.#committing === undefined) {
+        this.#beginCommit();
+        return undefined;
+      }
+      if (this.#pendingMessages >= every * BATCHES_AHEAD) return this.#startCommit();
+      // Otherwise the write in flight starts this batch when it completes (or the linger does).
+    }
+    this.#armLinger();
+    return undefined;
+  }
+
+  /** Commits a quiet tail after `commitLingerMs`; never while a handler runs (its reads would race the commit). */
+  #armLinger(): void {
+    if (this.#linger !== undefined) return;
+    this.#linger = setTimeout(() => {
+      this.#linger = undefined;
+      if (this.#processing) this.#armLinger();
+      else void this.flush().catch(() => undefined);
+    }, this.#options.commitLingerMs);
+  }
+
+  /** Resolves when the handler in progress has returned or thrown (and its message is counted or dropped). */
+  #boundary(): Promise<void> {
+    return new Promise((resolve) => (this.#boundaryWaiters ??= []).push(resolve));
+  }
+
+  #reachBoundary(): void {
+    const waiters = this.#boundaryWaiters;
+    if (waiters === undefined) return;
+    this.#boundaryWaiters = undefined;
+    for (const resolve of waiters) resolve();
+  }
+
+  /**
+   * Starts writing the pending batch once the previous one is durable (one write in flight at a
+   * time) and no handler is in the middle of a message, without waiting for the write. A failed
+   * write stops the consumer.
+   */
+  #startCommit(): Promise<void> {
+    return this.whenQuiet(this.#beginIfPending);
+  }
+
+  readonly #beginIfPending = (): void => {
+    if (this.#pendingMessages > 0 && this.#failed === undefined) this.#beginCommit();
+  };
+
+  /**
+   * Starts writing the pending batch now. Only while no write is in flight, something is pending,
+   * nothing failed, and no handler is in the middle of a message (its writes must all land in
+   * one batch, and a handler that has not returned may still throw).
+   */
+  #beginCommit(): void {
+    clearTimeout(this.#linger);
+    this.#linger = undefined;
+    const batchOps = this.#ops;
+    const ops: Op[] = [];
+    for (const op of batchOps.values()) ops.push(encodedOp(op));
+    const write = ++this.#writesBegun;
+    const staged = this.#scopes.stage(this.#touched, write, ops);
+    const lastOffset = this.#lastOffset!;
+    this.#handedOffset = lastOffset;
+    ops.push({ type: 'put', key: this.#offsetKey, value: encodeOffset(lastOffset) });
+    const info = { messages: this.#pendingMessages, lastOffset };
+    const settles = this.#pendingSettles;
+    this.#inflightOps = batchOps;
+    this.#ops = new Map();
+    this.#touched = new Set();
+    this.#pendingMessages = 0;
+    this.#pendingSettles = [];
+    const hooks = this.#options.hooks;
+    const commit = (async () => {
+      hooks?.beforeCommit?.(info);
+      try {
+        await this.#db.batch(ops, { sync: this.#sync });
+      } catch (err) {
+        throw this.fail(err);
+      } finally {
+        if (this.#inflightOps === batchOps) this.#inflightOps = undefined;
+      }
+      staged();
+      this.#committedOffset = lastOffset;
+      this.#stats.commits++;
+      hooks?.afterCommit?.(info);
+      for (const listener of this.#commitListeners) listener(lastOffset);
+      for (const settle of settles) settle();
+    })();
+    this.#inFlight(commit);
+  }
+
+  /** Makes `write` the write in flight; when it ends, a full batch that waited for it goes. */
+  #inFlight(write: Promise<unknown>): void {
+    this.#committing = write as Promise<void>;
+    const done = (): void => {
+      this.#writesDone++;
+      if (this.#committing === write) this.#committing = undefined;
+      // A full batch that waited for this write goes now, unless a handler is mid-message.
+      if (
+        this.#committing === undefined &&
+        !this.#processing &&
+        !this.#closed &&
+        this.#failed === undefined &&
+        this.#pendingMessages >= this.#options.commitEvery
+      ) {
+        this.#beginCommit();
+      }
+    };
+    write.then(done, done);
+  }
+}
