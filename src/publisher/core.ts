@@ -1,5 +1,5 @@
 import { DedupError } from '../errors.js';
-import { assertPublishingId, MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
+import { MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
 import type { Headers, IdMode, ProducerMeta } from '../store/codec.js';
 import { DedupStore, type LoadedProducer, type ProducerState } from '../store/store.js';
 import type { Logger } from '../telemetry/logger.js';
@@ -7,7 +7,7 @@ import { observePublisher, type PublisherCounters } from '../telemetry/metrics.j
 import { Backoff, sleep } from '../util/backoff.js';
 import { Entry, type Segment } from './entry.js';
 import { forgetUnstoredKeys, KeyedIds, type StoredKeySegments } from './keyed.js';
-import { assertKey, headersSize, validateHeaders, withSkip } from './message.js';
+import { headersSize, idOf, validateHeaders, withSkip } from './message.js';
 import { resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
 import { PendingQueue } from './pending.js';
 import { assertSameIdMode, reconcile, type ReconcilePlan } from './reconcile.js';
@@ -321,56 +321,10 @@ export class DedupPublisherCore {
     }
     const signal = options.signal;
     if (signal?.aborted) return Promise.reject(abortError(signal));
-    let explicitId: bigint | undefined;
-    if (this.idMode === 'explicit') {
-      if (options.publishingId === undefined) {
-        return Promise.reject(
-          new DedupError(
-            'DEDUP_ID_MODE_MISMATCH',
-            `publisher "${this.producerName}" uses idMode 'explicit': every send() needs options.publishingId`,
-          ),
-        );
-      }
-      assertPublishingId(options.publishingId, 'options.publishingId');
-      if (options.publishingId <= this.#lastAssigned) {
-        return Promise.reject(
-          new DedupError(
-            'DEDUP_ID_REGRESSION',
-            `publishingId ${options.publishingId} is not above the last accepted ${this.#lastAssigned} for producer ` +
-              `"${this.producerName}": the broker would drop it and still confirm it (silent loss). Nothing was sent.`,
-          ),
-        );
-      }
-      explicitId = options.publishingId;
-    } else if (options.publishingId !== undefined) {
-      return Promise.reject(
-        new DedupError(
-          'DEDUP_ID_MODE_MISMATCH',
-          `publisher "${this.producerName}" uses idMode '${this.idMode}': open it with idMode 'explicit' to pass publishingId`,
-        ),
-      );
-    }
-    if (this.idMode === 'keyed') {
-      if (options.key === undefined) {
-        return Promise.reject(
-          new DedupError(
-            'DEDUP_ID_MODE_MISMATCH',
-            `publisher "${this.producerName}" uses idMode 'keyed': every send() needs options.key`,
-          ),
-        );
-      }
-      assertKey(options.key);
-      return this.#sendKeyed(body, headers, options.key, signal);
-    }
-    if (options.key !== undefined) {
-      return Promise.reject(
-        new DedupError(
-          'DEDUP_ID_MODE_MISMATCH',
-          `publisher "${this.producerName}" uses idMode '${this.idMode}': open it with idMode 'keyed' to pass a key`,
-        ),
-      );
-    }
-    return this.#submit(body, headers, explicitId, undefined, signal);
+    const id = idOf(options, this.idMode, this.#lastAssigned, this.producerName);
+    if (typeof id === 'string') return this.#sendKeyed(body, headers, id, signal);
+    if (id instanceof DedupError) return Promise.reject(id);
+    return this.#submit(body, headers, id, undefined, signal);
   }
 
   /**

@@ -3,9 +3,11 @@
  * caller's headers (copied: the caller may reuse its object while the message waits), their size,
  * and the skip declaration added to the first message after a deliberate skip of IDs.
  */
+import { DedupError } from '../errors.js';
 import { ID_HEADER, PRODUCER_HEADER, SKIP_HEADER } from '../identity/headers.js';
+import { assertPublishingId } from '../identity/publishing-id.js';
 import { measureUtf8 } from '../identity/utf8.js';
-import type { Headers } from '../store/codec.js';
+import type { Headers, IdMode } from '../store/codec.js';
 import type { SendOptions } from './types.js';
 
 /** Header names the library stamps itself. */
@@ -79,4 +81,48 @@ export function headersSize(headers: Headers | undefined): number {
   let n = 0;
   for (const [k, v] of Object.entries(headers)) n += Buffer.byteLength(k) + Buffer.byteLength(String(v)) + 8;
   return n;
+}
+
+/**
+ * What a `send()` passes to identify its message, checked against the publisher's ID mode: its
+ * own publishing ID (explicit mode, above the last accepted one: a bigint), its key (keyed mode:
+ * a string), or nothing (automatic: undefined; nothing allocated on this path). A call that does
+ * not fit the mode is a `DedupError` to reject with; a malformed ID or key throws.
+ */
+export function idOf(
+  options: SendOptions,
+  idMode: IdMode,
+  lastAccepted: bigint,
+  producerName: string,
+): bigint | string | undefined | DedupError {
+  const { publishingId, key } = options;
+  if (idMode === 'auto' && publishingId === undefined && key === undefined) return undefined;
+  if (idMode === 'explicit') {
+    if (publishingId === undefined)
+      return mismatch(producerName, idMode, 'every send() needs options.publishingId');
+    assertPublishingId(publishingId, 'options.publishingId');
+    if (publishingId <= lastAccepted) {
+      return new DedupError(
+        'DEDUP_ID_REGRESSION',
+        `publishingId ${publishingId} is not above the last accepted ${lastAccepted} for producer ` +
+          `"${producerName}": the broker would drop it and still confirm it (silent loss). Nothing was sent.`,
+      );
+    }
+  } else if (publishingId !== undefined) {
+    return mismatch(producerName, idMode, `open it with idMode 'explicit' to pass publishingId`);
+  }
+  if (idMode === 'keyed') {
+    if (key === undefined) return mismatch(producerName, idMode, 'every send() needs options.key');
+    assertKey(key);
+    return key;
+  }
+  if (key !== undefined) return mismatch(producerName, idMode, `open it with idMode 'keyed' to pass a key`);
+  return publishingId;
+}
+
+function mismatch(producerName: string, idMode: IdMode, what: string): DedupError {
+  return new DedupError(
+    'DEDUP_ID_MODE_MISMATCH',
+    `publisher "${producerName}" uses idMode '${idMode}': ${what}`,
+  );
 }
