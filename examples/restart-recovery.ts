@@ -1,10 +1,10 @@
-// A producer "crashes" with messages still unconfirmed; the next open() re-sends them with their
+// A producer stops with messages still unconfirmed; the next open() re-sends them with their
 // original IDs, and the broker's deduplication keeps one copy of each.
 //   npx tsx examples/restart-recovery.ts
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { DedupStore } from 'stream-dedup';
+import { isDedupError } from 'stream-dedup';
 import { StreamDedupPublisher, readStreamToEnd } from 'stream-dedup/stream';
 
 const connection = {
@@ -29,26 +29,28 @@ await Promise.all([1, 2, 3].map((n) => first.send(Buffer.from(`invoice ${n}`))))
 console.log('first life: last id', first.lastPublishingId);
 await first.close();
 
-// What a crash right after a group commit leaves: two more messages in the outbox, never sent.
-// (The publisher writes exactly this record before sending; here we write it by hand.)
-const store = await DedupStore.open(path);
-const state = store.claimProducer(stream, 'billing');
-await state.commit({
-  meta: { idMode: 'auto', lastId: 5n, reservedUpTo: 0n },
-  segment: [4n, 5n].map((id) => ({
-    publishingId: id,
-    body: Buffer.from(`invoice ${id}`),
-    headers: undefined,
-  })),
+// Second life: it stops before two accepted messages reach the broker. close() without waiting
+// (`closeTimeoutMs: 0`) writes them to the outbox unsent, which is what a crash right after their
+// group commit leaves; their send() rejects with DEDUP_PUBLISHER_CLOSED ("stays in the outbox").
+const second = await StreamDedupPublisher.open({
+  connection,
+  stream,
+  producerName: 'billing',
+  store: path,
+  closeTimeoutMs: 0,
 });
-state.release();
-await store.close();
-
-// Second life: open() reconciles with the broker (it has 3, the store 5) and re-sends 4 and 5.
-const second = await StreamDedupPublisher.open({ connection, stream, producerName: 'billing', store: path });
-console.log('second life: open report', second.openReport);
-await second.send(Buffer.from('invoice 6'));
+const unsent = [4, 5].map((n) => second.send(Buffer.from(`invoice ${n}`)).catch((err: unknown) => err));
 await second.close();
+for (const outcome of await Promise.all(unsent)) {
+  if (!isDedupError(outcome, 'DEDUP_PUBLISHER_CLOSED')) throw new Error(`unexpected: ${String(outcome)}`);
+}
+console.log('second life: stopped with 2 messages in the outbox');
+
+// Third life: open() reconciles with the broker (it has 3, the store 5) and re-sends 4 and 5.
+const third = await StreamDedupPublisher.open({ connection, stream, producerName: 'billing', store: path });
+console.log('third life: open report', third.openReport);
+await third.send(Buffer.from('invoice 6'));
+await third.close();
 
 const bodies = (await readStreamToEnd(connection, stream)).map((r) => r.body.toString());
 console.log('stream:', bodies.join(' | '));

@@ -1,6 +1,7 @@
 /**
  * The stable error codes of stream-dedup. A code, once released, keeps its meaning in every later
- * minor and patch version; new codes may be added in minor versions.
+ * minor and patch version and is not removed before the next major version (one that is no longer
+ * thrown stays, marked deprecated); new codes may be added in minor versions.
  *
  * @remarks Since 0.1.0
  */
@@ -25,7 +26,13 @@ export type DedupErrorCode =
   | 'DEDUP_BROKER_UNREACHABLE'
   /** The broker refused an operation (stream missing, access refused, publish error). */
   | 'DEDUP_BROKER_REFUSED'
-  /** A message's identity headers are missing or malformed (consumer side). */
+  /**
+   * Reserved: never thrown. Meant for a message's missing or malformed identity headers, which the
+   * verifying consumer reports instead through its `unidentified` option, `unidentified` events and
+   * `stats.unidentified`. Kept so that code switching on it still compiles.
+   *
+   * @deprecated Since 0.2.0: nothing throws it; do not wait for it.
+   */
   | 'DEDUP_INVALID_IDENTITY'
   /** A wait was cancelled through an `AbortSignal`. */
   | 'DEDUP_ABORTED'
@@ -34,7 +41,15 @@ export type DedupErrorCode =
    * without an outbox (`durability: 'reserve'`), or explicit IDs without one where the broker cannot
    * report its last publishing ID (AMQP 0-9-1). Nothing was sent. @remarks Since 0.2.0
    */
-  | 'DEDUP_UNSAFE_OPTIONS';
+  | 'DEDUP_UNSAFE_OPTIONS'
+  /**
+   * A `DedupStore` was used after its `close()`: a publisher or consumer opened on a closed store,
+   * or a store closed under a publisher still writing to it. (0.1 reported this as
+   * `DEDUP_STORE_CORRUPT`.) @remarks Since 0.2.0
+   */
+  | 'DEDUP_STORE_CLOSED'
+  /** A verifying consumer was used after `close()`. @remarks Since 0.2.0 */
+  | 'DEDUP_CONSUMER_CLOSED';
 
 /**
  * Every operational failure stream-dedup reports is a `DedupError` with a stable {@link DedupErrorCode}.
@@ -58,6 +73,7 @@ export class DedupError extends Error {
   /** The stable code; switch on it, not on the message. */
   readonly code: DedupErrorCode;
 
+  /** `options.cause` is the underlying error, where there is one. */
   constructor(code: DedupErrorCode, message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = new.target.name;

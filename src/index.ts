@@ -1,6 +1,10 @@
 /**
  * stream-dedup: producer-side sequence deduplication for RabbitMQ Streams and AMQP 0-9-1 stream
- * queues. The transports live in `stream-dedup/stream` and `stream-dedup/amqp`.
+ * queues. The transports live in `stream-dedup/stream` and `stream-dedup/amqp`, test oracles in
+ * `stream-dedup/testing`.
+ *
+ * This file is the entry point: it only re-exports. Its exported names are checked against
+ * `api/exports.json` by `npm run api:check`.
  *
  * @packageDocumentation
  */
@@ -8,6 +12,7 @@ export { DedupError, isDedupError, type DedupErrorCode } from './errors.js';
 export {
   ID_HEADER,
   PRODUCER_HEADER,
+  SKIP_HEADER,
   identityHeaders,
   readIdentity,
   type IdentityReading,
@@ -26,12 +31,20 @@ export type {
   SendOptions,
   SendResult,
 } from './publisher/types.js';
+// Moved to `stream-dedup/testing` in 0.2.0; kept here until the next major version (README,
+// "Entry points and stability").
 export {
+  /** @deprecated Since 0.2.0: import it from `stream-dedup/testing`. Kept here until the next major version. */
   checkHistory,
+  /** @deprecated Since 0.2.0: import it from `stream-dedup/testing`. Kept here until the next major version. */
   formatReport,
+  /** @deprecated Since 0.2.0: import it from `stream-dedup/testing`. Kept here until the next major version. */
   type History,
+  /** @deprecated Since 0.2.0: import it from `stream-dedup/testing`. Kept here until the next major version. */
   type HistoryReport,
+  /** @deprecated Since 0.2.0: import it from `stream-dedup/testing`. Kept here until the next major version. */
   type ObservedMessage,
+  /** @deprecated Since 0.2.0: import it from `stream-dedup/testing`. Kept here until the next major version. */
   type OrderViolation,
 } from './history/checker.js';
 export {
@@ -56,6 +69,6 @@ export type {
   VerifyEvent,
   VerifyStats,
   VerifyingConsumerOptions,
-} from './consumer/core.js';
+} from './consumer/types.js';
 export type { Logger } from './telemetry/logger.js';
 export type { PublisherCounters } from './telemetry/metrics.js';

@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import { formatReport } from '../history/checker.js';
-import { deleteStream } from '../transport/stream.js';
+import { deleteStream } from '../transport/stream-ops.js';
 import { runCrashScenario } from './crash.js';
 import { connectionFromEnv } from './env.js';
 

@@ -17,7 +17,6 @@ import { Verified } from './verified-message.js';
 
 export type {
   EffectTransaction,
-  IncomingMessage,
   MessageHandler,
   SubscriptionOptions,
   VerifiedMessage,

@@ -46,9 +46,13 @@ export interface HistoryReport {
 
 /** A place where a producer's stamped ID did not increase. */
 export interface OrderViolation {
+  /** The producer whose IDs went wrong. */
   readonly producerName: string;
+  /** The producer's ID on the message before, in stream order. */
   readonly previousId: bigint;
+  /** The ID on this message: not above `previousId`. */
   readonly publishingId: bigint;
+  /** This message's label. */
   readonly label: string;
 }
 

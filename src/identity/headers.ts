@@ -7,14 +7,18 @@ export const PRODUCER_HEADER = 'x-dedup-producer';
 export const ID_HEADER = 'x-dedup-id';
 /**
  * Header on the first message after a deliberate skip of IDs: the first skipped ID, as a decimal
- * string. The producer declares that it used none of the IDs from there up to this message's ID
- * minus one for a message whose `send()` resolved.
+ * string. The producer declares that, of the IDs from there up to this message's ID minus one,
+ * those missing from the stream carry no message whose `send()` resolved: a skip, not a loss.
+ *
+ * @remarks Since 0.2.0
  */
 export const SKIP_HEADER = 'x-dedup-skip-from';
 
 /** The identity a publisher stamps into every message. */
 export interface MessageIdentity {
+  /** The producer's stable name (`x-dedup-producer`). */
   readonly producerName: string;
+  /** The message's publishing ID (`x-dedup-id`), from 1 to 2^64 - 1. */
   readonly publishingId: bigint;
   /**
    * Set on the first message after a deliberate skip (see {@link SKIP_HEADER}): the IDs from here

@@ -7,7 +7,7 @@ import type { OpenReport, SendOptions, SendResult } from './types.js';
  * What every dedup publisher offers, whatever its transport. `StreamDedupPublisher` and
  * `AmqpDedupPublisher` add their own `open()`.
  */
-export class DedupPublisher {
+export abstract class DedupPublisher {
   readonly #core: DedupPublisherCore;
 
   /** @internal Use the transport's `open()`. */
@@ -78,6 +78,7 @@ export class DedupPublisher {
     return this.#core.close();
   }
 
+  /** `close()`, for `await using publisher = await StreamDedupPublisher.open(…)`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }

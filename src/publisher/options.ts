@@ -45,7 +45,7 @@ export interface ResolvedPublisherOptions {
 }
 
 /** The defaults (README, "API"). */
-export const PUBLISHER_DEFAULTS = Object.freeze({
+const PUBLISHER_DEFAULTS = Object.freeze({
   sync: false,
   durability: 'outbox',
   idMode: 'auto',

@@ -84,7 +84,12 @@ export class DedupStore {
     return new DedupStore(db as unknown as KeyValueDb, options.sync ?? false);
   }
 
-  /** Wraps an already created abstract-level database (opened here if needed). */
+  /**
+   * Wraps an already created abstract-level database (opened here if needed): tests and property
+   * tests pass a `memory-level` one.
+   *
+   * @internal
+   */
   static async wrap(db: KeyValueDb, options: StoreOptions = {}): Promise<DedupStore> {
     if (db.status !== 'open') {
       try {
@@ -110,11 +115,14 @@ export class DedupStore {
    * Claims one producer's state. A producer is claimed at most once at a time per store, so two
    * publishers in one process cannot share a name on one target by accident.
    *
-   * @throws DedupError `DEDUP_STORE_LOCKED` when the producer is already claimed.
+   * @throws DedupError `DEDUP_STORE_LOCKED` when the producer is already claimed;
+   *   `DEDUP_STORE_CLOSED` after {@link DedupStore.close}.
    * @throws RangeError when `target` or `producerName` holds a lone UTF-16 surrogate.
+   * @internal The publisher's; applications pass the store to `open()`.
    */
   claimProducer(target: string, producerName: string): ProducerState {
-    if (this.#closing !== undefined) throw new DedupError('DEDUP_STORE_CORRUPT', 'the store is closed');
+    if (this.#closing !== undefined)
+      throw storeClosed(`cannot open producer "${producerName}" on "${target}"`);
     refuseLoneSurrogate(target, 'the target (stream or queue name)');
     refuseLoneSurrogate(producerName, 'producerName');
     const prefix = producerPrefix(target, producerName);
@@ -125,18 +133,26 @@ export class DedupStore {
       );
     }
     this.#claims.add(prefix);
-    return new ProducerState(this.#db, prefix, this.#sync, () => this.#claims.delete(prefix));
+    return new ProducerState(
+      this.#db,
+      prefix,
+      this.#sync,
+      () => this.#claims.delete(prefix),
+      () => this.#closing !== undefined,
+    );
   }
 
   /**
    * Claims one verifying consumer's state: at most one consumer of a name per store at a time.
    * Returns the function that gives the claim back.
    *
-   * @throws DedupError `DEDUP_STORE_LOCKED` when the consumer is already claimed.
+   * @throws DedupError `DEDUP_STORE_LOCKED` when the consumer is already claimed;
+   *   `DEDUP_STORE_CLOSED` after {@link DedupStore.close}.
    * @throws RangeError when `consumerName` holds a lone UTF-16 surrogate.
+   * @internal The verifying consumer's; applications pass the store to `open()`.
    */
   claimConsumer(consumerName: string): () => void {
-    if (this.#closing !== undefined) throw new DedupError('DEDUP_STORE_CORRUPT', 'the store is closed');
+    if (this.#closing !== undefined) throw storeClosed(`cannot open consumer "${consumerName}"`);
     refuseLoneSurrogate(consumerName, 'consumerName');
     const claim = `c:${consumerName.length}:${consumerName}`;
     if (this.#claims.has(claim)) {
@@ -152,8 +168,14 @@ export class DedupStore {
     };
   }
 
-  /** Lists the producers with state in this store (for `inspect`). */
+  /**
+   * Lists the producers with state in this store.
+   *
+   * @throws DedupError `DEDUP_STORE_CLOSED` after {@link DedupStore.close}.
+   * @internal For the CLI's `inspect`.
+   */
   async listProducers(): Promise<Array<{ target: string; producerName: string; meta: ProducerMeta }>> {
+    if (this.#closing !== undefined) throw storeClosed('cannot list producers');
     const out: Array<{ target: string; producerName: string; meta: ProducerMeta }> = [];
     for await (const [key, value] of this.#db.iterator({ gte: 'p:', lt: 'p;' })) {
       if (!key.endsWith(META_SUFFIX)) continue;
@@ -163,20 +185,33 @@ export class DedupStore {
     return out;
   }
 
-  /** The raw database, for the verifier and consumer state that share this store. */
+  /** The raw database, for the verifier and consumer state that share this store. @internal */
   get db(): KeyValueDb {
     return this.#db;
   }
 
-  /** Closes the database. Idempotent. */
+  /**
+   * Closes the database. Idempotent. A publisher or consumer that uses the store afterwards fails
+   * with `DEDUP_STORE_CLOSED`.
+   */
   close(): Promise<void> {
     this.#closing ??= this.#db.close();
     return this.#closing;
   }
 
+  /** Calls {@link DedupStore.close}: `await using store = await DedupStore.open(…)`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
+}
+
+/** What using a closed store throws, whatever the operation. */
+function storeClosed(what: string, cause?: unknown): DedupError {
+  return new DedupError(
+    'DEDUP_STORE_CLOSED',
+    `${what}: the store is closed`,
+    cause === undefined ? undefined : { cause },
+  );
 }
 
 /**
@@ -243,18 +278,50 @@ export class ProducerState {
   readonly #prefix: string;
   readonly #sync: boolean;
   readonly #release: () => void;
+  readonly #storeClosed: () => boolean;
   #released = false;
 
   /** @internal */
-  constructor(db: KeyValueDb, prefix: string, sync: boolean, release: () => void) {
+  constructor(
+    db: KeyValueDb,
+    prefix: string,
+    sync: boolean,
+    release: () => void,
+    storeClosed: () => boolean,
+  ) {
     this.#db = db;
     this.#prefix = prefix;
     this.#sync = sync;
     this.#release = release;
+    this.#storeClosed = storeClosed;
   }
 
-  /** Reads meta and every outbox segment. */
-  async load(): Promise<LoadedProducer> {
+  /**
+   * Runs one read or write of the database, failing with `DEDUP_STORE_CLOSED` rather than
+   * LevelDB's "not open" once the store was closed (before the call, or while it ran).
+   */
+  async #use<T>(what: string, operation: () => Promise<T>): Promise<T> {
+    if (this.#storeClosed()) throw storeClosed(what);
+    try {
+      return await operation();
+    } catch (err) {
+      // A decoding failure stays what it is; LevelDB's "not open" after a close does not.
+      if (this.#storeClosed() && !(err instanceof DedupError)) throw storeClosed(what, err);
+      throw err;
+    }
+  }
+
+  /**
+   * Reads meta and every outbox segment.
+   *
+   * @throws DedupError `DEDUP_STORE_CORRUPT` for a record that cannot be decoded;
+   *   `DEDUP_STORE_CLOSED` once the store is closed.
+   */
+  load(): Promise<LoadedProducer> {
+    return this.#use("cannot read the producer's state", () => this.#load());
+  }
+
+  async #load(): Promise<LoadedProducer> {
     const metaKey = this.#prefix + META_SUFFIX;
     const raw = await this.#db.get(metaKey);
     const meta = raw === undefined ? undefined : decodeMeta(raw, metaKey);
@@ -267,7 +334,11 @@ export class ProducerState {
     return { meta, segments };
   }
 
-  /** Writes one group commit as a single LevelDB batch (atomic). */
+  /**
+   * Writes one group commit as a single LevelDB batch (atomic).
+   *
+   * @throws DedupError `DEDUP_STORE_CLOSED` once the store is closed.
+   */
   commit(commit: ProducerCommit): Promise<void> {
     const ops: Array<{ type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string }> = [];
     if (commit.segment !== undefined && commit.segment.length > 0) {
@@ -291,12 +362,14 @@ export class ProducerState {
       ops.push({ type: 'del', key: this.#prefix + KEY_SEGMENT_INFIX + idKey(id) });
     }
     ops.push({ type: 'put', key: this.#prefix + META_SUFFIX, value: encodeMeta(commit.meta) });
-    return this.#db.batch(ops, { sync: this.#sync });
+    return this.#use("cannot write the producer's state", () => this.#db.batch(ops, { sync: this.#sync }));
   }
 
   /**
    * Replaces key segments in one LevelDB batch: deletes those starting at `deletes`, then writes
    * `puts` (each under its first entry's ID, which may be one of the deleted).
+   *
+   * @throws DedupError `DEDUP_STORE_CLOSED` once the store is closed.
    */
   rewriteKeySegments(deletes: readonly bigint[], puts: ReadonlyArray<readonly KeyEntry[]>): Promise<void> {
     const ops: Array<{ type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string }> = [];
@@ -309,13 +382,20 @@ export class ProducerState {
         value: encodeKeySegment(entries),
       });
     }
-    return this.#db.batch(ops, { sync: this.#sync });
+    return this.#use("cannot write the producer's keys", () => this.#db.batch(ops, { sync: this.#sync }));
   }
 
-  /** Reads every key segment, oldest first (keyed producers load them into memory on open). */
-  async loadKeySegments(): Promise<
-    Array<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }>
-  > {
+  /**
+   * Reads every key segment, oldest first (keyed producers load them into memory on open).
+   *
+   * @throws DedupError `DEDUP_STORE_CORRUPT` for a record that cannot be decoded;
+   *   `DEDUP_STORE_CLOSED` once the store is closed.
+   */
+  loadKeySegments(): Promise<Array<{ readonly firstId: bigint; readonly entries: readonly KeyEntry[] }>> {
+    return this.#use("cannot read the producer's keys", () => this.#loadKeySegments());
+  }
+
+  async #loadKeySegments(): Promise<Array<{ firstId: bigint; entries: KeyEntry[] }>> {
     const out: Array<{ firstId: bigint; entries: KeyEntry[] }> = [];
     const gte = this.#prefix + KEY_SEGMENT_INFIX;
     for await (const [key, value] of this.#db.iterator({ gte, lt: this.#prefix + '/k0' })) {

@@ -78,24 +78,37 @@ function instruments(): ReturnType<typeof makeInstruments> {
   return cached.instruments;
 }
 
-/** What a publisher counts. */
+/** What a publisher counts (its `stats`, since it opened; also the `stream_dedup.publisher.*` metrics). */
 export interface PublisherCounters {
+  /** Messages handed to the broker, re-sends included. */
   sent: number;
+  /** Messages the broker confirmed. */
   confirmed: number;
+  /** Outbox messages re-sent with their original IDs: on open and after reconnects. */
   resent: number;
+  /** Keyed sends answered as duplicates (`outcome: 'duplicate'`): nothing was published. */
   keyDuplicates: number;
+  /** Successful reconnects after a lost connection. */
   reconnects: number;
 }
 
-/** What a verifying consumer counts (its `stats`). */
+/** What a verifying consumer counts (its `stats`; also the `stream_dedup.verifier.*` metrics). */
 export interface VerifierCounters {
+  /** New messages: the handler ran and the ID was recorded. */
   readonly new: number;
+  /** Messages skipped as duplicates. */
   readonly duplicate: number;
+  /** Messages left of the window, skipped without being called duplicates. */
   readonly stale: number;
+  /** Messages without (or with malformed) identity headers. */
   readonly unidentified: number;
+  /** Gaps reported when IDs were jumped over (they may still arrive). */
   readonly gapsReported: number;
+  /** Gaps confirmed when IDs left the window unseen: possibly lost. */
   readonly gapsConfirmed: number;
+  /** Skip declarations seen: IDs a producer declared it never used, not a loss. */
   readonly skips: number;
+  /** LevelDB batches committed. */
   readonly commits: number;
 }
 

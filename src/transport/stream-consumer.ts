@@ -1,4 +1,3 @@
-import type { EventEmitter } from 'node:events';
 import { Offset, type Client, type ClientParams } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
@@ -12,13 +11,14 @@ import {
 } from '../consumer/options.js';
 import { Resubscriber, type Generation } from '../consumer/resubscribe.js';
 import { expectObject, integerOption, typeMismatch } from '../util/options.js';
+import { consumerCloseEvents, metadataUpdateStream } from './stream-client-internals.js';
 import { connectStreamClient } from './stream-probe.js';
 import {
   VerifyingConsumerCore,
-  type IncomingMessage,
   type SubscriptionOptions,
   type VerifyingConsumerOptions,
 } from '../consumer/core.js';
+import type { IncomingMessage } from '../consumer/types.js';
 import {
   EndpointRotation,
   errorText,
@@ -180,9 +180,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
           connection_closed: () => generation.lost(),
           // A leader change or a deleted stream: subscribe again, through whichever node answers.
           metadata_update: (update) => {
-            const info = (update as unknown as { response?: { metadataInfo?: { stream?: string } } })
-              .response;
-            if (info?.metadataInfo?.stream === this.#options.stream) generation.lost();
+            if (metadataUpdateStream(update) === this.#options.stream) generation.lost();
           },
         },
       },
@@ -218,9 +216,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       // The client reacts to a leader change by closing the consumer through its locator
       // connection, which may be the dead node's: that rejection is unhandled and kills the process
       // (measured on a 3-node cluster). metadata_update above handles the change instead.
-      const emitter = (consumer as unknown as { connection?: { closeEventsEmitter?: EventEmitter } })
-        .connection?.closeEventsEmitter;
-      emitter?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
+      consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
       const via = consumer.getConnectionInfo();
       this.#log.info(
         {

@@ -1,5 +1,6 @@
 import { createSecureContext, type ConnectionOptions } from 'node:tls';
 import type { Client, ClientParams } from 'rabbitmq-stream-js-client';
+import { Backoff, sleep } from '../util/backoff.js';
 
 /** Rejects with `${what} timed out after ${ms} ms` unless `promise` settles first. */
 export function withTimeout<T>(
@@ -79,16 +80,16 @@ export const OPEN_UNAVAILABLE_WAIT_MS = 30_000;
 export async function openThroughEndpoints<T>(endpoints: number, attempt: () => Promise<T>): Promise<T> {
   const deadline = performance.now() + OPEN_UNAVAILABLE_WAIT_MS;
   let unreachable = 0;
-  let delay = 100;
+  const backoff = new Backoff({ initialDelayMs: 100, maxDelayMs: 2_000, jitter: false });
   for (;;) {
     try {
       return await attempt();
     } catch (err) {
-      if (isStreamNotAvailable(err) && performance.now() + delay < deadline) {
+      const delay = isStreamNotAvailable(err) ? backoff.next() : 0;
+      if (delay > 0 && performance.now() + delay < deadline) {
         // A node answered: the round of endpoints that do not answer starts again.
         unreachable = 0;
-        await new Promise((resolve) => setTimeout(resolve, delay));
-        delay = Math.min(delay * 2, 2_000);
+        await sleep(delay);
         continue;
       }
       if ((err as { code?: unknown }).code !== 'DEDUP_BROKER_UNREACHABLE' || ++unreachable >= endpoints)
@@ -116,28 +117,6 @@ export function withConnectionDefaults<
     password: c.password ?? 'guest',
     vhost: c.vhost ?? '/',
   };
-}
-
-/**
- * Calls `attempt` until it succeeds or `stopped()` says to give up, with exponential backoff and
- * jitter between tries.
- */
-export async function retryWithBackoff(
-  attempt: () => Promise<void>,
-  stopped: () => boolean,
-  backoff: { readonly initialDelayMs?: number; readonly maxDelayMs?: number } = {},
-): Promise<void> {
-  let delay = backoff.initialDelayMs ?? 100;
-  while (!stopped()) {
-    await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + Math.random() / 2)));
-    if (stopped()) return;
-    try {
-      await attempt();
-      return;
-    } catch {
-      delay = Math.min(delay * 2, backoff.maxDelayMs ?? 5_000);
-    }
-  }
 }
 
 /**

@@ -43,7 +43,7 @@ export function integerOption(
   name: string,
   fallback: number,
   min: number,
-  max = Number.MAX_SAFE_INTEGER,
+  max: number = Number.MAX_SAFE_INTEGER,
 ): number {
   if (value === undefined) return fallback;
   const what = max === Number.MAX_SAFE_INTEGER ? `an integer ≥ ${min}` : `an integer from ${min} to ${max}`;

@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
   VerifyingConsumerCore,
-  type IncomingMessage,
   type MessageHandler,
   type VerifyingConsumerOptions,
 } from '../../src/consumer/core.js';
@@ -9,6 +8,7 @@ import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
 import { ProcessDisk } from '../../property-tests/support/disk.js';
 import { memoryDisk } from '../support/memory-store.js';
+import type { IncomingMessage } from '../../src/consumer/types.js';
 
 // Issue 15, item 1: a commit must never include a message whose handler has not returned. Every
 // path that can begin a commit is tried while a handler is suspended between two of its writes:

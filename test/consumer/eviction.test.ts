@@ -1,12 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import {
-  VerifyingConsumerCore,
-  type IncomingMessage,
-  type VerifyingConsumerOptions,
-} from '../../src/consumer/core.js';
+import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../../src/consumer/core.js';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupStore, type KeyValueDb } from '../../src/store/store.js';
 import { memoryDisk } from '../support/memory-store.js';
+import type { IncomingMessage } from '../../src/consumer/types.js';
 
 // Issue 15, item 4: TTL eviction must never delete verifier state that a commit wrote after the
 // eviction chose the scope.

@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { VerifyingConsumerCore, type IncomingMessage } from '../../src/consumer/core.js';
+import { VerifyingConsumerCore } from '../../src/consumer/core.js';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
 import { ProcessDisk } from '../../property-tests/support/disk.js';
 import { memoryDisk } from '../support/memory-store.js';
+import type { IncomingMessage } from '../../src/consumer/types.js';
 
 // Found by the consumer racing model (property-tests/consumer-model.test.ts): after a lost
 // connection (`discardPending()`, then delivery again from `resumeOffset`) while a commit is being

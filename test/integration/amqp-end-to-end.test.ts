@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runCrashScenario } from '../../src/cli/crash.js';
 import type { EffectTransaction } from '../../src/consumer/core.js';
-import { formatReport } from '../../src/history/checker.js';
+import { formatReport } from '../../src/testing.js';
 import { AmqpVerifyingConsumer } from '../../src/transport/amqp.js';
 import { StreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { AMQP_URL, STREAM_CONNECTION, uniqueName } from '../support/broker.js';

@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { connect, type Client } from 'rabbitmq-stream-js-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCrashScenario } from '../../src/cli/crash.js';
-import { formatReport } from '../../src/history/checker.js';
+import { formatReport } from '../../src/testing.js';
 import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { BROKER, uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatReport } from '../../src/history/checker.js';
+import { formatReport } from '../../src/testing.js';
 import { runCrashScenario } from '../../src/cli/crash.js';
 import { uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';

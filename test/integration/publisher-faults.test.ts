@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { connect, type Client, type ClientParams } from 'rabbitmq-stream-js-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkHistory, formatReport } from '../../src/history/checker.js';
+import { checkHistory, formatReport } from '../../src/testing.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { StreamDedupPublisher, type StreamDedupPublisherOptions } from '../../src/transport/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';

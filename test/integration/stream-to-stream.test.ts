@@ -5,7 +5,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { Client } from 'rabbitmq-stream-js-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkHistory, formatReport } from '../../src/history/checker.js';
+import { checkHistory, formatReport } from '../../src/testing.js';
 import { readIdentity } from '../../src/identity/headers.js';
 import { BROKER, uniqueName } from '../support/broker.js';
 import { connectClient, readAll } from '../support/stream.js';

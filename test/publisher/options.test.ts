@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DedupPublisherCore } from '../../src/publisher/core.js';
-import { PUBLISHER_DEFAULTS, resolvePublisherOptions } from '../../src/publisher/options.js';
+import { resolvePublisherOptions } from '../../src/publisher/options.js';
 import type { DedupPublisherOptions, PublishTransport } from '../../src/publisher/types.js';
 
 // Every publisher option is checked before any I/O, with one message shape: a typo fails open()
@@ -110,11 +110,11 @@ describe('publisher options', () => {
       idMode: 'auto',
       onBrokerAhead: 'error',
       sync: false,
-      maxInFlight: PUBLISHER_DEFAULTS.maxInFlight,
-      maxBatch: PUBLISHER_DEFAULTS.maxBatch,
-      reserveBlock: PUBLISHER_DEFAULTS.reserveBlock,
-      confirmTimeoutMs: PUBLISHER_DEFAULTS.confirmTimeoutMs,
-      closeTimeoutMs: PUBLISHER_DEFAULTS.closeTimeoutMs,
+      maxInFlight: 5_000,
+      maxBatch: 2_000,
+      reserveBlock: 10_000,
+      confirmTimeoutMs: 30_000,
+      closeTimeoutMs: 10_000,
       watchIntervalMs: 0,
       keyRetention: { maxKeys: 100_000, maxAgeMs: 7 * 24 * 3_600_000 },
       reconnect: { initialDelayMs: 100, maxDelayMs: 5_000, giveUpAfterMs: 120_000 },

@@ -1,0 +1,154 @@
+/**
+ * The AMQP 0-9-1 half of `AmqpDedupPublisher`: connects through amqplib, publishes on a confirm
+ * channel with the identity stamped as headers, and reports confirms to the publisher core. Not
+ * part of the public API.
+ */
+import { once } from 'node:events';
+import type { ChannelModel, ConfirmChannel, Options } from 'amqplib';
+import { DedupError } from '../errors.js';
+import { identityHeaders } from '../identity/headers.js';
+import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../publisher/types.js';
+import { connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
+import type { AmqpDedupPublisherOptions } from './amqp-options.js';
+import { assertTlsOptions, errorText, withTimeout } from './util.js';
+
+/** RabbitMQ 4's default `max_message_size` (16 MiB). */
+const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+
+/** @internal The AMQP 0-9-1 half of `AmqpDedupPublisher`. */
+export class AmqpTransport implements PublishTransport {
+  readonly target: string;
+  readonly maxMessageBytes: number = MAX_MESSAGE_BYTES;
+  readonly #url: string | Options.Connect;
+  readonly #socketOptions: AmqpSocketOptions | undefined;
+  readonly #producerName: string;
+  readonly #declare: boolean;
+  readonly #connectTimeoutMs: number;
+  #model: ChannelModel | undefined;
+  #channel: ConfirmChannel | undefined;
+  #lost: Promise<never> | undefined;
+  #markLost: ((error: Error) => void) | undefined;
+  #generation = 0;
+
+  constructor(options: AmqpDedupPublisherOptions) {
+    if (typeof options.queue !== 'string' || options.queue.length === 0 || options.queue.length > 255) {
+      throw new RangeError('queue must be a non-empty string of at most 255 characters');
+    }
+    if (typeof options.url !== 'string' && (typeof options.url !== 'object' || options.url === null)) {
+      throw new TypeError('url must be an AMQP URL or amqplib connect options');
+    }
+    this.target = options.queue;
+    this.#url = options.url;
+    this.#producerName = options.producerName;
+    this.#declare = options.declareQueue ?? false;
+    this.#connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
+    if (options.socketOptions !== undefined) assertTlsOptions(options.socketOptions, 'socketOptions');
+    this.#socketOptions = options.socketOptions;
+  }
+
+  /**
+   * AMQP 0-9-1 has no per-name "last publishing ID" on the broker: resolves `undefined`, and the
+   * core trusts its store (reconciliation on open is the store's last ID; a second writer under
+   * the same name is not detected by the broker — the store's lock and one-producer-per-name rule
+   * are the defence).
+   */
+  async connect(handlers: TransportHandlers): Promise<undefined> {
+    await this.#teardown();
+    const generation = ++this.#generation;
+    let markLost!: (error: Error) => void;
+    const lost = new Promise<never>((_, reject) => (markLost = reject));
+    lost.catch(() => undefined);
+    this.#lost = lost;
+    this.#markLost = markLost;
+    const fail = (error: Error): void => {
+      markLost(error);
+      if (generation === this.#generation) handlers.disconnected(error);
+    };
+    const model = await connectAmqp(
+      this.#url,
+      this.#connectTimeoutMs,
+      () => fail(new Error('AMQP connection closed')),
+      this.#socketOptions,
+    );
+    this.#model = model;
+    try {
+      const channel = await model.createConfirmChannel();
+      channel.on('error', () => undefined);
+      channel.on('close', () => fail(new Error('AMQP channel closed')));
+      if (this.#declare) {
+        await channel.assertQueue(this.target, { durable: true, arguments: { 'x-queue-type': 'stream' } });
+      } else {
+        await channel.checkQueue(this.target);
+      }
+      this.#channel = channel;
+      this.#handlers = handlers;
+      return undefined;
+    } catch (err) {
+      await this.#teardown();
+      throw new DedupError(
+        'DEDUP_BROKER_REFUSED',
+        `the broker refused queue "${this.target}": ${errorText(err)}`,
+        {
+          cause: err,
+        },
+      );
+    }
+  }
+
+  #handlers: TransportHandlers | undefined;
+
+  async publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    const channel = this.#channel;
+    const lost = this.#lost;
+    const handlers = this.#handlers;
+    const markLost = this.#markLost;
+    if (channel === undefined || lost === undefined || handlers === undefined || markLost === undefined) {
+      throw new Error('not connected');
+    }
+    const generation = this.#generation;
+    for (const m of messages) {
+      const id = m.publishingId;
+      const headers = { ...m.headers, ...identityHeaders(this.#producerName, id) };
+      const body = Buffer.isBuffer(m.body)
+        ? m.body
+        : Buffer.from(m.body.buffer, m.body.byteOffset, m.body.byteLength);
+      const hasRoom = channel.sendToQueue(
+        this.target,
+        body,
+        { headers, persistent: true },
+        (err: unknown) => {
+          if (generation !== this.#generation) return;
+          if (err === null || err === undefined) handlers.confirmed([id]);
+          else {
+            // A nack: the broker did not take it. Treat the channel as unusable: everything
+            // unconfirmed is re-sent on a fresh one.
+            const error = new Error(`the broker nacked publishing ID ${id}`);
+            markLost(error);
+            handlers.disconnected(error);
+          }
+        },
+      );
+      if (!hasRoom) await Promise.race([once(channel, 'drain'), lost]);
+    }
+  }
+
+  queryLastId(): Promise<undefined> {
+    return Promise.resolve(undefined);
+  }
+
+  async close(): Promise<void> {
+    await this.#teardown();
+  }
+
+  async #teardown(): Promise<void> {
+    this.#generation++;
+    this.#markLost?.(new Error('connection closed by the publisher'));
+    const model = this.#model;
+    this.#model = undefined;
+    this.#channel = undefined;
+    this.#handlers = undefined;
+    this.#lost = undefined;
+    this.#markLost = undefined;
+    if (model !== undefined) await withTimeout(model.close(), 5_000, 'closing').catch(() => undefined);
+  }
+}

@@ -1,0 +1,108 @@
+/**
+ * Whole-stream operations outside the publisher and the consumer: reading a stream to its end
+ * (audits, the CLI, examples) and deleting one (the CLI's demo).
+ */
+import { Offset, type ClientParams } from 'rabbitmq-stream-js-client';
+import { DedupError } from '../errors.js';
+import { connectStreamClient } from './stream-probe.js';
+import { EndpointRotation, errorText, withTimeout, type StreamConnectionOptions } from './util.js';
+
+/** One message read back by {@link readStreamToEnd}. */
+export interface StreamRecord {
+  /** The message's offset in the stream. */
+  readonly offset: bigint;
+  /** The message's body. */
+  readonly body: Buffer;
+  /** The message's application properties: where stream publishers put the identity stamps. */
+  readonly applicationProperties: Readonly<Record<string, string | number>>;
+  /** Where RabbitMQ 4.0 puts AMQP 0-9-1 headers named `x-…` (the identity stamps of an AMQP publisher). */
+  readonly messageAnnotations: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * Deletes a stream, if it exists (the CLI's demo removes its own stream at the end).
+ *
+ * @internal
+ * @throws DedupError `DEDUP_BROKER_UNREACHABLE` or `DEDUP_BROKER_REFUSED`.
+ */
+export async function deleteStream(connection: StreamConnectionOptions, stream: string): Promise<void> {
+  const client = await connectStreamClient(new EndpointRotation(connection).next(), 10_000);
+  try {
+    await withTimeout(client.deleteStream({ stream }), 10_000, `deleting stream "${stream}"`);
+  } catch (err) {
+    throw new DedupError('DEDUP_BROKER_REFUSED', `cannot delete stream "${stream}": ${errorText(err)}`, {
+      cause: err,
+    });
+  } finally {
+    await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+  }
+}
+
+/**
+ * Reads a stream from its first message to its last committed chunk, for audits and demos.
+ * Messages published after the call starts may or may not be included.
+ *
+ * @throws DedupError `DEDUP_BROKER_UNREACHABLE` or `DEDUP_BROKER_REFUSED` (no such stream).
+ */
+export async function readStreamToEnd(
+  connection: StreamConnectionOptions,
+  stream: string,
+  options: { readonly timeoutMs?: number } = {},
+): Promise<StreamRecord[]> {
+  const params: ClientParams = new EndpointRotation(connection).next();
+  const client = await connectStreamClient(params, 10_000);
+  try {
+    let last: bigint;
+    try {
+      last = (await client.streamStatsRequest(stream)).committedChunkId;
+      // An empty stream answers -1: nothing will ever arrive.
+      if (last < 0n) return [];
+    } catch (err) {
+      const text = errorText(err);
+      // An existing stream without a committed chunk answers "no offset": it is empty.
+      if (/offset/i.test(text)) return [];
+      throw new DedupError('DEDUP_BROKER_REFUSED', `cannot read stream "${stream}": ${text}`, { cause: err });
+    }
+    const records: StreamRecord[] = [];
+    const timeoutMs = options.timeoutMs ?? 120_000;
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () =>
+          reject(
+            new DedupError('DEDUP_BROKER_REFUSED', `reading "${stream}" did not finish in ${timeoutMs} ms`),
+          ),
+        timeoutMs,
+      );
+      let finishing = false;
+      client
+        .declareConsumer({ stream, offset: Offset.first() }, (m) => {
+          const offset = m.offset ?? -1n;
+          records.push({
+            offset,
+            body: m.content,
+            applicationProperties: m.applicationProperties ?? {},
+            messageAnnotations: m.messageAnnotations ?? {},
+          });
+          // The rest of the last chunk is delivered before the next macrotask.
+          if (offset >= last && !finishing) {
+            finishing = true;
+            setImmediate(() => {
+              clearTimeout(timer);
+              resolve();
+            });
+          }
+        })
+        .catch((err: unknown) => {
+          clearTimeout(timer);
+          reject(
+            new DedupError('DEDUP_BROKER_REFUSED', `cannot consume "${stream}": ${errorText(err)}`, {
+              cause: err,
+            }),
+          );
+        });
+    });
+    return records;
+  } finally {
+    await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+  }
+}

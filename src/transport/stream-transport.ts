@@ -1,0 +1,247 @@
+/**
+ * The stream-protocol half of `StreamDedupPublisher`: connects through rabbitmq-stream-js-client,
+ * declares the named producer, writes publish frames and reports confirms to the publisher core.
+ * Not part of the public API.
+ */
+import { once } from 'node:events';
+import type { Socket } from 'node:net';
+import type { Client, ClientParams, Publisher } from 'rabbitmq-stream-js-client';
+import { DedupError } from '../errors.js';
+import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../publisher/types.js';
+import { publisherConnection, publisherSocket } from './stream-client-internals.js';
+import { PublishFrameEncoder } from './stream-frames.js';
+import type { StreamDedupPublisherOptions } from './stream-options.js';
+import { connectStreamClient } from './stream-probe.js';
+import {
+  EndpointRotation,
+  errorText,
+  explainDeclareFailure,
+  openThroughEndpoints,
+  StreamNotAvailableError,
+  withTimeout,
+  type StreamConnectionOptions,
+} from './util.js';
+
+/** Frame overhead we keep free for the publish frame and AMQP 1.0 message sections. */
+const FRAME_OVERHEAD = 512;
+
+/** @internal The stream-protocol half of `StreamDedupPublisher`. */
+export class StreamTransport implements PublishTransport {
+  readonly target: string;
+  readonly #endpoints: EndpointRotation;
+  #params: ClientParams;
+  #attempts = 0;
+  /** Connected once: later connects are reconnections. */
+  #connected = false;
+  readonly #producerName: string;
+  readonly #createStream: boolean;
+  readonly #connectTimeoutMs: number;
+  #client: Client | undefined;
+  /** The application's client, when `connection` was one: used, never closed. */
+  readonly #shared: Client | undefined;
+  /** On a shared client: the connections we listen on, and the current connect's handlers. */
+  readonly #listenedConnections = new WeakSet<object>();
+  #sharedHandlers:
+    | {
+        confirmed: (confirm: { publisherId: number; publishingIds: bigint[] }, connId: string) => void;
+        failed: (error: { publisherId: number }, connId: string) => void;
+      }
+    | undefined;
+  #publisher: Publisher | undefined;
+  /** Bumped on every (re)connect and on close: events of older clients are ignored. */
+  #generation = 0;
+  /** Rejects when the current connection is lost or torn down. */
+  #lost: Promise<never> | undefined;
+  #markLost: ((error: Error) => void) | undefined;
+  #maxFrameSize = 1_048_576;
+  #socket: Socket | undefined;
+  #encoder: PublishFrameEncoder | undefined;
+
+  constructor(options: StreamDedupPublisherOptions) {
+    if (typeof options.stream !== 'string' || options.stream.length === 0 || options.stream.length > 255) {
+      throw new RangeError('stream must be a non-empty string of at most 255 characters');
+    }
+    this.target = options.stream;
+    this.#producerName = options.producerName;
+    this.#createStream = options.createStream ?? false;
+    this.#connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
+    this.#shared = isClient(options.connection) ? options.connection : undefined;
+    this.#endpoints = new EndpointRotation(isClient(options.connection) ? {} : (options.connection ?? {}));
+    this.#params = this.#endpoints.next();
+  }
+
+  get maxMessageBytes(): number {
+    return this.#maxFrameSize - FRAME_OVERHEAD;
+  }
+
+  /**
+   * Connects and declares the producer. The first connection (at `open()`) goes round the
+   * endpoints past a node that does not answer, and waits out a leader election; reconnections
+   * are retried with backoff by the core.
+   */
+  async connect(handlers: TransportHandlers): Promise<bigint> {
+    if (this.#connected) return this.#connectOnce(handlers);
+    const lastId = await openThroughEndpoints(this.#endpoints.size, () => this.#connectOnce(handlers));
+    this.#connected = true;
+    return lastId;
+  }
+
+  async #connectOnce(handlers: TransportHandlers): Promise<bigint> {
+    await this.#teardown();
+    const generation = ++this.#generation;
+    // A cluster: each attempt after the first goes through the next node, in case the last one is down.
+    if (this.#attempts++ > 0) this.#params = this.#endpoints.next();
+    const current = (): boolean => generation === this.#generation;
+    let publisherId = -1;
+    let connectionId = '';
+    let markLost!: (error: Error) => void;
+    this.#lost = new Promise<never>((_, reject) => (markLost = reject));
+    this.#lost.catch(() => undefined);
+    this.#markLost = markLost;
+    const lost = (what: string) => () => {
+      const error = new Error(`${what} connection to ${this.#address()} closed`);
+      markLost(error);
+      if (current()) handlers.disconnected(error);
+    };
+    const confirmed = (confirm: { publisherId: number; publishingIds: bigint[] }, connId: string): void => {
+      // One listener hears every publisher on the connection: keep only ours.
+      if (current() && confirm.publisherId === publisherId && connId === connectionId) {
+        handlers.confirmed(confirm.publishingIds);
+      }
+    };
+    const failed = (error: { publisherId: number }, connId: string): void => {
+      // The client decodes publish-error frames wrongly (docs/design.md §3): do not trust the IDs or the
+      // code; treat the connection as unusable, so everything pending is re-sent.
+      if (current() && error.publisherId === publisherId && connId === connectionId) {
+        const e = new Error('the broker reported a publish error');
+        markLost(e);
+        handlers.disconnected(e);
+      }
+    };
+    const client =
+      this.#shared ??
+      (await this.#connectClient({
+        publish_confirm: confirmed,
+        publish_error: failed,
+        connection_closed: lost('locator'),
+      }));
+    this.#client = client;
+    try {
+      this.#maxFrameSize = client.maxFrameSize > 0 ? client.maxFrameSize : this.#maxFrameSize;
+      if (this.#createStream) {
+        // An existing stream declared with other arguments (replicas, retention) answers
+        // PRECONDITION_FAILED: it exists, which is all we need; declaring the publisher below
+        // reports a stream that really is missing.
+        await client.createStream({ stream: this.target, arguments: {} }).catch(() => undefined);
+      }
+      const publisher = await withTimeout(
+        client.declarePublisher({
+          stream: this.target,
+          publisherRef: this.#producerName,
+          connectionClosedListener: lost('publisher'),
+        }),
+        this.#connectTimeoutMs,
+        `declaring producer "${this.#producerName}" on stream "${this.target}"`,
+        (message) => new StreamNotAvailableError(message),
+      );
+      publisherId = publisher.publisherId;
+      connectionId = publisher.getConnectionInfo().id;
+      this.#publisher = publisher;
+      if (this.#shared !== undefined) {
+        // The application's client has no listeners of ours: listen on the producer's connection,
+        // once per connection (the pool may hand the same one back after a reconnect), through
+        // handlers that follow the current connect.
+        this.#sharedHandlers = { confirmed, failed };
+        const connection = publisherConnection(publisher);
+        if (!this.#listenedConnections.has(connection)) {
+          this.#listenedConnections.add(connection);
+          connection.on('publish_confirm', (c) => this.#sharedHandlers?.confirmed(c, connectionId));
+          connection.on('publish_error', (e) => this.#sharedHandlers?.failed(e, connectionId));
+        }
+      }
+      this.#encoder = new PublishFrameEncoder(publisherId, this.#producerName, this.#maxFrameSize);
+      this.#socket = publisherSocket(publisher);
+      return await publisher.getLastPublishingId();
+    } catch (caught) {
+      const err = await explainDeclareFailure(client, this.target, caught);
+      await this.#teardown();
+      throw new DedupError(
+        'DEDUP_BROKER_REFUSED',
+        `the broker refused producer "${this.#producerName}" on stream "${this.target}": ${errorText(err)}`,
+        { cause: err },
+      );
+    }
+  }
+
+  /** A client of our own, to the current endpoint. */
+  #connectClient(listeners: ClientParams['listeners']): Promise<Client> {
+    return connectStreamClient({ ...this.#params, listeners }, this.#connectTimeoutMs);
+  }
+
+  async publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    // Bound to the socket of this call: after a reconnect nothing of this call may reach the new
+    // connection ahead of the re-sent older IDs.
+    const socket = this.#socket;
+    const lost = this.#lost;
+    const encoder = this.#encoder;
+    if (
+      socket === undefined ||
+      lost === undefined ||
+      encoder === undefined ||
+      socket.destroyed ||
+      !socket.writable
+    ) {
+      throw new Error('not connected');
+    }
+    // Our own frames, written to the publisher's socket: one counter (ours), no basicSend/send mix.
+    for (const frame of encoder.encode(messages)) {
+      if (!socket.write(frame)) await Promise.race([once(socket, 'drain'), lost]);
+    }
+  }
+
+  async queryLastId(): Promise<bigint> {
+    const publisher = this.#publisher;
+    if (publisher === undefined) throw new Error('not connected');
+    return publisher.getLastPublishingId();
+  }
+
+  async close(): Promise<void> {
+    await this.#teardown(true);
+  }
+
+  /** Frees the name (deletePublisher: `publisher.close()` alone does not) and closes the client. */
+  async #teardown(deleteName = false): Promise<void> {
+    this.#generation++;
+    this.#markLost?.(new Error('connection closed by the publisher'));
+    this.#markLost = undefined;
+    this.#lost = undefined;
+    const client = this.#client;
+    const publisher = this.#publisher;
+    this.#client = undefined;
+    this.#publisher = undefined;
+    this.#socket = undefined;
+    this.#encoder = undefined;
+    if (client === undefined) return;
+    // On a shared client the producer goes in every case (it holds a reference to its connection).
+    if ((deleteName || client === this.#shared) && publisher !== undefined) {
+      await withTimeout(client.deletePublisher(publisher.extendedId), 5_000, 'deletePublisher').catch(
+        () => undefined,
+      );
+    }
+    if (client === this.#shared) return;
+    await withTimeout(client.close(), 5_000, 'closing the client').catch(() => undefined);
+  }
+
+  #address(): string {
+    return this.#shared !== undefined ? 'the given client' : `${this.#params.hostname}:${this.#params.port}`;
+  }
+}
+
+/** True for a `rabbitmq-stream-js-client` Client (of any copy of the package), not parameters. */
+function isClient(connection: StreamConnectionOptions | Client | undefined): connection is Client {
+  return (
+    typeof connection === 'object' &&
+    connection !== null &&
+    typeof (connection as Partial<Client>).declarePublisher === 'function'
+  );
+}
