@@ -3,7 +3,7 @@
  * checked against its scope's tracker, a new message runs the handler, and the commit pipeline
  * writes the handler's effects, the trackers and the offset in one LevelDB batch.
  */
-import { DedupError, type DedupErrorCode } from '../errors.js';
+import { DedupError } from '../errors.js';
 import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/headers.js';
 import { decodeOffset, offsetKey } from '../store/consumer-keys.js';
 import { DedupStore } from '../store/store.js';
@@ -27,12 +27,6 @@ export type {
 
 /** How often idle scopes are looked for when `scopeTtlMs` is set. */
 const EVICTION_INTERVAL_MS = 3_600_000;
-
-/**
- * The code of an operation refused because the consumer is closed.
- * TODO(issue 17): drop the cast once src/errors.ts has `DEDUP_CONSUMER_CLOSED`.
- */
-const CONSUMER_CLOSED = 'DEDUP_CONSUMER_CLOSED' as string as DedupErrorCode;
 
 /**
  * The transport-agnostic verifying consumer: dedup check, handler, and one LevelDB batch holding
@@ -194,7 +188,7 @@ export class VerifyingConsumerCore {
   process(message: IncomingMessage): Promise<void> | undefined {
     const pipeline = this.#pipeline;
     if (pipeline.failure !== undefined) throw pipeline.failure;
-    if (this.#closing) throw new DedupError(CONSUMER_CLOSED, 'the verifying consumer is closed');
+    if (this.#closing) throw new DedupError('DEDUP_CONSUMER_CLOSED', 'the verifying consumer is closed');
     if (pipeline.isHanded(message.offset)) {
       // Redelivered (for example a re-subscription after a lost connection): committed, or in the
       // commit being written; settled once that is durable.
@@ -259,7 +253,7 @@ export class VerifyingConsumerCore {
     clearInterval(this.#ttlTimer);
     this.#unobserve();
     const closed = new DedupError(
-      CONSUMER_CLOSED,
+      'DEDUP_CONSUMER_CLOSED',
       'the verifying consumer closed before reaching the offset',
     );
     for (const listener of this.#stopListeners) listener(this.failure ?? closed);
