@@ -6,7 +6,7 @@
  */
 import { measureUtf8 } from '../identity/utf8.js';
 import { DedupStore } from '../store/store.js';
-import { silentLogger, type Logger } from '../telemetry/logger.js';
+import { resolveLogger, type Logger } from '../telemetry/logger.js';
 import {
   booleanOption,
   choiceOption,
@@ -15,14 +15,12 @@ import {
   expectOptionalFunction,
   expectOptionalObject,
   integerOption,
+  timerOption,
   outOfRange,
   typeMismatch,
 } from '../util/options.js';
 import { checkPolicySpec, MAX_WINDOW_SIZE, type PolicySpec } from '../verifier/types.js';
 import type { MessageHandler, SubscriptionOptions, VerifyEvent, VerifyingConsumerOptions } from './types.js';
-
-/** The longest wait a Node timer takes (2^31 - 1 ms); a longer one would fire after 1 ms. */
-const MAX_TIMER_MS = 2_147_483_647;
 
 const DEFAULT_POLICY: PolicySpec = Object.freeze({ kind: 'window', size: 1024 });
 
@@ -91,11 +89,11 @@ export function resolveVerifyingConsumerOptions(
     unidentified: choiceOption(options.unidentified, 'unidentified', ['reject', 'pass-through'], 'reject'),
     commit: choiceOption(options.commit, 'commit', ['message', 'batch'], 'batch'),
     commitEvery: integerOption(options.commitEvery, 'commitEvery', 1000, 1),
-    commitLingerMs: integerOption(options.commitLingerMs, 'commitLingerMs', 5, 1, MAX_TIMER_MS),
+    commitLingerMs: timerOption(options.commitLingerMs, 'commitLingerMs', 5, 1),
     scopeTtlMs: integerOption(options.scopeTtlMs, 'scopeTtlMs', 0, 0),
-    onEvent: options.onEvent,
+    onEvent: options.onEvent ?? undefined,
     logger: resolveLogger(options.logger),
-    hooks,
+    hooks: hooks ?? undefined,
   });
   resolved.add(result);
   return result;
@@ -114,16 +112,10 @@ export function resolveSubscriptionOptions(options: SubscriptionOptions): Resolv
   return Object.freeze({
     startFrom: choiceOption(options.startFrom, 'startFrom', ['first', 'next'], 'first'),
     reconnect: Object.freeze({
-      initialDelayMs: integerOption(
-        reconnect?.initialDelayMs,
-        'reconnect.initialDelayMs',
-        100,
-        1,
-        MAX_TIMER_MS,
-      ),
-      maxDelayMs: integerOption(reconnect?.maxDelayMs, 'reconnect.maxDelayMs', 5_000, 1, MAX_TIMER_MS),
+      initialDelayMs: timerOption(reconnect?.initialDelayMs, 'reconnect.initialDelayMs', 100, 1),
+      maxDelayMs: timerOption(reconnect?.maxDelayMs, 'reconnect.maxDelayMs', 5_000, 1),
     }),
-    connectTimeoutMs: integerOption(options.connectTimeoutMs, 'connectTimeoutMs', 10_000, 1, MAX_TIMER_MS),
+    connectTimeoutMs: timerOption(options.connectTimeoutMs, 'connectTimeoutMs', 10_000, 1),
   });
 }
 
@@ -139,7 +131,7 @@ export function nonEmptyString(value: unknown, name: string): string {
 }
 
 function resolvePolicy(policy: unknown): PolicySpec {
-  if (policy === undefined) return DEFAULT_POLICY;
+  if (policy === undefined || policy === null) return DEFAULT_POLICY;
   expectObject(policy, 'policy');
   const kinds = ['highest', 'window'] as const;
   if (policy.kind === undefined) typeMismatch('policy.kind', `one of 'highest', 'window'`, undefined);
@@ -150,12 +142,4 @@ function resolvePolicy(policy: unknown): PolicySpec {
     integerOption(policy.size, 'policy.size', 0, 1, MAX_WINDOW_SIZE);
   }
   return checkPolicySpec(policy);
-}
-
-function resolveLogger(logger: unknown): Logger {
-  if (logger === undefined) return silentLogger;
-  expectObject(logger, 'logger');
-  for (const level of ['debug', 'info', 'warn', 'error'] as const)
-    expectFunction(logger[level], `logger.${level}`);
-  return logger as unknown as Logger;
 }

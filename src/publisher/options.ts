@@ -7,19 +7,17 @@ import { DedupError } from '../errors.js';
 import { assertProducerName } from '../identity/producer-name.js';
 import type { IdMode } from '../store/codec.js';
 import { DedupStore } from '../store/store.js';
-import { silentLogger, type Logger } from '../telemetry/logger.js';
+import { resolveLogger, type Logger } from '../telemetry/logger.js';
 import {
   booleanOption,
   choiceOption,
   expectObject,
   expectOptionalObject,
   integerOption,
+  timerOption,
   typeMismatch,
 } from '../util/options.js';
 import type { DedupPublisherOptions, Durability } from './types.js';
-
-/** The largest delay or timeout an option may ask for: about 24.8 days (setTimeout's limit). */
-const MAX_MS = 2 ** 31 - 1;
 
 /** The options of a publisher with every default filled in; frozen. */
 export interface ResolvedPublisherOptions {
@@ -96,7 +94,6 @@ export function resolvePublisherOptions(options: DedupPublisherOptions): Resolve
   expectOptionalObject(options.reconnect, 'reconnect');
   const retention: NonNullable<DedupPublisherOptions['keyRetention']> = options.keyRetention ?? {};
   const reconnect: NonNullable<DedupPublisherOptions['reconnect']> = options.reconnect ?? {};
-  if (options.logger !== undefined) expectObject(options.logger, 'logger');
   const resolved: ResolvedPublisherOptions = {
     producerName: options.producerName,
     store: options.store,
@@ -116,35 +113,27 @@ export function resolvePublisherOptions(options: DedupPublisherOptions): Resolve
     maxInFlight: integerOption(options.maxInFlight, 'maxInFlight', PUBLISHER_DEFAULTS.maxInFlight, 1),
     maxBatch: integerOption(options.maxBatch, 'maxBatch', PUBLISHER_DEFAULTS.maxBatch, 1),
     reserveBlock: integerOption(options.reserveBlock, 'reserveBlock', PUBLISHER_DEFAULTS.reserveBlock, 1),
+    // Compared with the clock, never a timer's delay: any size (a huge one turns timeouts off).
     confirmTimeoutMs: integerOption(
       options.confirmTimeoutMs,
       'confirmTimeoutMs',
       PUBLISHER_DEFAULTS.confirmTimeoutMs,
       1,
-      MAX_MS,
     ),
-    closeTimeoutMs: integerOption(
+    closeTimeoutMs: timerOption(
       options.closeTimeoutMs,
       'closeTimeoutMs',
       PUBLISHER_DEFAULTS.closeTimeoutMs,
       0,
-      MAX_MS,
     ),
     reconnect: Object.freeze({
-      initialDelayMs: integerOption(
+      initialDelayMs: timerOption(
         reconnect.initialDelayMs,
         'reconnect.initialDelayMs',
         PUBLISHER_DEFAULTS.initialDelayMs,
         1,
-        MAX_MS,
       ),
-      maxDelayMs: integerOption(
-        reconnect.maxDelayMs,
-        'reconnect.maxDelayMs',
-        PUBLISHER_DEFAULTS.maxDelayMs,
-        1,
-        MAX_MS,
-      ),
+      maxDelayMs: timerOption(reconnect.maxDelayMs, 'reconnect.maxDelayMs', PUBLISHER_DEFAULTS.maxDelayMs, 1),
       giveUpAfterMs: integerOption(
         reconnect.giveUpAfterMs,
         'reconnect.giveUpAfterMs',
@@ -152,14 +141,13 @@ export function resolvePublisherOptions(options: DedupPublisherOptions): Resolve
         1,
       ),
     }),
-    watchIntervalMs: integerOption(
+    watchIntervalMs: timerOption(
       options.watchIntervalMs,
       'watchIntervalMs',
       PUBLISHER_DEFAULTS.watchIntervalMs,
       0,
-      MAX_MS,
     ),
-    logger: options.logger ?? silentLogger,
+    logger: resolveLogger(options.logger),
   };
   if (idMode === 'keyed' && durability === 'reserve') {
     // A key's record is written before its message leaves. After a crash the record may name a

@@ -17,3 +17,22 @@ const noop = (): void => undefined;
 
 /** The default: discards everything. */
 export const silentLogger: Logger = { debug: noop, info: noop, warn: noop, error: noop };
+
+/**
+ * The logger an option names, checked before any I/O: absent (undefined or null) is the silent
+ * one; otherwise an object whose `info`, `warn` and `error` are functions (the levels the library
+ * calls). @internal
+ */
+export function resolveLogger(logger: unknown, name = 'logger'): Logger {
+  if (logger === undefined || logger === null) return silentLogger;
+  const l = logger as Partial<Record<keyof Logger, unknown>>;
+  if (
+    typeof logger !== 'object' ||
+    typeof l.info !== 'function' ||
+    typeof l.warn !== 'function' ||
+    typeof l.error !== 'function'
+  ) {
+    throw new TypeError(`Expected ${name} to be a pino-compatible logger (info, warn and error functions)`);
+  }
+  return logger as Logger;
+}

@@ -81,7 +81,10 @@ function checkEndpoint(value: Record<string, unknown>, name: string, required = 
   if (required || value.hostname !== undefined) nonEmptyString(value.hostname, `${name}.hostname`);
   if (required && value.port === undefined)
     typeMismatch(`${name}.port`, 'an integer from 1 to 65535', undefined);
-  integerOption(value.port, `${name}.port`, 0, 1, 65_535);
+  // A port read from the environment is a decimal string: the client takes it as it is.
+  const port =
+    typeof value.port === 'string' && /^\d{1,5}$/.test(value.port) ? Number(value.port) : value.port;
+  integerOption(port, `${name}.port`, 0, 1, 65_535);
 }
 
 /**

@@ -18,6 +18,11 @@ export function describeValue(value: unknown): string {
   return 'undefined';
 }
 
+/** An optional option left out: `undefined`, or `null` (configurations merged from JSON carry it). */
+export function absent(value: unknown): value is undefined | null {
+  return value === undefined || value === null;
+}
+
 function fail(kind: 'type' | 'range', name: string, what: string, value: unknown): never {
   const message = `Expected ${name} to be ${what}, got ${describeValue(value)}`;
   throw kind === 'type' ? new TypeError(message) : new RangeError(message);
@@ -29,15 +34,15 @@ export function expectObject(value: unknown, name: string): asserts value is Rec
     fail('type', name, 'an object', value);
 }
 
-/** An optional object: undefined, or an object. */
+/** An optional object: absent (undefined or null), or an object. */
 export function expectOptionalObject(
   value: unknown,
   name: string,
-): asserts value is Record<string, unknown> | undefined {
-  if (value !== undefined) expectObject(value, name);
+): asserts value is Record<string, unknown> | undefined | null {
+  if (!absent(value)) expectObject(value, name);
 }
 
-/** An integer from `min` to `max` (inclusive); `undefined` gives `fallback`. */
+/** An integer from `min` to `max` (inclusive); absent gives `fallback`. */
 export function integerOption(
   value: unknown,
   name: string,
@@ -45,30 +50,42 @@ export function integerOption(
   min: number,
   max: number = Number.MAX_SAFE_INTEGER,
 ): number {
-  if (value === undefined) return fallback;
+  if (absent(value)) return fallback;
   const what = max === Number.MAX_SAFE_INTEGER ? `an integer ≥ ${min}` : `an integer from ${min} to ${max}`;
   if (typeof value !== 'number') fail('type', name, what, value);
   if (!Number.isInteger(value) || value < min || value > max) fail('range', name, what, value);
   return value;
 }
 
-/** One of `choices`; `undefined` gives `fallback`. */
+/** The longest delay a Node timer takes (about 24.8 days); a longer one would fire at once. */
+export const MAX_TIMER_MS: number = 2 ** 31 - 1;
+
+/**
+ * A delay or timeout in ms that a timer waits for: an integer ≥ `min`; absent gives `fallback`;
+ * anything above {@link MAX_TIMER_MS} waits that long (a timer cannot wait longer).
+ */
+export function timerOption(value: unknown, name: string, fallback: number, min: number): number {
+  const ms = integerOption(value, name, fallback, min);
+  return ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms;
+}
+
+/** One of `choices`; absent gives `fallback`. */
 export function choiceOption<T extends string>(
   value: unknown,
   name: string,
   choices: readonly T[],
   fallback: T,
 ): T {
-  if (value === undefined) return fallback;
+  if (absent(value)) return fallback;
   const what = `one of ${choices.map((c) => `'${c}'`).join(', ')}`;
   if (typeof value !== 'string') fail('type', name, what, value);
   if (!(choices as readonly string[]).includes(value)) fail('range', name, what, value);
   return value as T;
 }
 
-/** A boolean; `undefined` gives `fallback`. */
+/** A boolean; absent gives `fallback`. */
 export function booleanOption(value: unknown, name: string, fallback: boolean): boolean {
-  if (value === undefined) return fallback;
+  if (absent(value)) return fallback;
   if (typeof value !== 'boolean') fail('type', name, 'a boolean', value);
   return value;
 }
@@ -78,12 +95,12 @@ export function expectFunction(value: unknown, name: string): asserts value is (
   if (typeof value !== 'function') fail('type', name, 'a function', value);
 }
 
-/** An optional function: undefined, or a function. */
+/** An optional function: absent (undefined or null), or a function. */
 export function expectOptionalFunction(
   value: unknown,
   name: string,
-): asserts value is ((...args: never[]) => unknown) | undefined {
-  if (value !== undefined) expectFunction(value, name);
+): asserts value is ((...args: never[]) => unknown) | undefined | null {
+  if (!absent(value)) expectFunction(value, name);
 }
 
 /** Throws a TypeError in the common shape (for checks the helpers above do not cover). */
