@@ -9,8 +9,9 @@ import { Entry, type Segment } from './entry.js';
 import { forgetUnstoredKeys, KeyedIds, type StoredKeySegments } from './keyed.js';
 import { headersSize, idOf, validateHeaders, withSkip } from './message.js';
 import { resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
-import { PendingQueue } from './pending.js';
+import type { PendingQueue } from './pending.js';
 import { assertSameIdMode, reconcile, type ReconcilePlan } from './reconcile.js';
+import { SendQueue } from './send-queue.js';
 import type {
   DedupPublisherOptions,
   Durability,
@@ -76,20 +77,15 @@ export class DedupPublisherCore {
   /** Highest ID durable in the store (meta.lastId). */
   #lastDurable: bigint;
   #reservedUpTo: bigint;
-  /** Sends waiting for room, in ID order, from #waitingHead on (a queue without O(n) shifts). */
-  #waiting: Entry[] = [];
-  #waitingHead = 0;
-  /** Accepted, not yet committed to the store, in ID order. */
-  #batch: Entry[] = [];
-  /** Committed, waiting for the confirm, in ID order (Map keeps insertion order). */
-  readonly #pending = new PendingQueue<Entry>();
+  /** The messages between send() and the confirm: parked, batched, committing, pending. */
+  readonly #queue: SendQueue;
+  /** Written and sent, unconfirmed (the queue's last stage). */
+  readonly #pending: PendingQueue<Entry>;
   #segmentsToDelete: bigint[] = [];
   /** Keyed mode: the key index, its store segments and retention. */
   readonly #keyed: KeyedIds | undefined;
   #pruneTimer: NodeJS.Timeout | undefined;
   #pumping = false;
-  /** Messages of the group commit being written: in neither #batch nor #pending meanwhile. */
-  #committingCount = 0;
   #pumpScheduled = false;
   #resendAll = false;
   #epoch = 0;
@@ -142,6 +138,8 @@ export class DedupPublisherCore {
     this.#persistedSkipFrom = plan.skipFrom;
     this.report = report;
     this.#opts = opts;
+    this.#queue = new SendQueue(opts.maxInFlight);
+    this.#pending = this.#queue.pending;
     this.#closedPromise = new Promise((resolve) => (this.#resolveClosed = resolve));
   }
 
@@ -279,13 +277,7 @@ export class DedupPublisherCore {
 
   /** Messages accepted and not yet confirmed. */
   get inFlight(): number {
-    return (
-      this.#waiting.length -
-      this.#waitingHead +
-      this.#batch.length +
-      this.#committingCount +
-      this.#pending.size
-    );
+    return this.#queue.inFlight;
   }
 
   /** True after `close()` or a fatal error. */
@@ -409,23 +401,18 @@ export class DedupPublisherCore {
 
   /** Queues an accepted message for the next group commit, or parks it while there is no room. */
   #enqueue(entry: Entry): void {
-    if (this.#waiting.length > this.#waitingHead || this.inFlight >= this.#opts.maxInFlight) {
-      this.#waiting.push(entry);
-    } else {
-      this.#batch.push(entry);
-      this.#schedulePump();
-    }
+    if (this.#queue.add(entry)) this.#schedulePump();
   }
 
   #abort(entry: Entry): void {
     const extra = entry.extra!;
     const error = abortError(extra.signal!);
-    const i = this.#waiting.indexOf(entry, this.#waitingHead);
+    const i = this.#queue.parkedIndex(entry);
     // Still waiting for room, and nobody else waits for it (repeats of its key that passed no
     // signal): it never reaches the store or the wire, and its key is free again. When its ID is
     // the last handed out, the next send gets it (explicit IDs: the caller may send it again).
     if (i >= 0 && (extra.keyWaiters?.length ?? 0) === 0) {
-      this.#waiting.splice(i, 1);
+      this.#queue.unpark(i);
       this.#keyed?.forget(entry, error);
       if (this.idMode === 'explicit') {
         // The caller's IDs: only the last can be handed back (an earlier one is below later IDs).
@@ -442,12 +429,11 @@ export class DedupPublisherCore {
     this.#settle(entry, error);
   }
 
-  /** Closes the hole an aborted waiting entry leaves at `#waiting[i]` (it was taken out). */
+  /** Closes the hole an aborted parked entry leaves at position `i` (it was taken out). */
   #renumberFrom(i: number, aborted: Entry): void {
     let id = aborted.publishingId;
     const declares = this.#skipDeclaringId === id;
-    for (let j = i; j < this.#waiting.length; j++) {
-      const e = this.#waiting[j]!;
+    for (let j = i, e = this.#queue.parkedAt(j); e !== undefined; e = this.#queue.parkedAt(++j)) {
       const next = e.publishingId;
       e.publishingId = id;
       if (e.keyRecord !== undefined && e.keyRecord.inFlight === e) e.keyRecord.publishingId = id;
@@ -458,7 +444,7 @@ export class DedupPublisherCore {
     // The skip (pending in the store until its declaration is confirmed) moves to the entry that
     // now has the aborted one's ID, or waits for the next send.
     const from = this.#persistedSkipFrom!;
-    const heir = this.#waiting[i];
+    const heir = this.#queue.parkedAt(i);
     if (heir === undefined) {
       this.#skipToDeclare = from;
       this.#skipDeclaringId = undefined;
@@ -511,26 +497,22 @@ export class DedupPublisherCore {
           continue;
         }
         if (
-          this.#batch.length === 0 &&
+          !this.#queue.hasBatch &&
           this.#segmentsToDelete.length === 0 &&
           !(this.#keyed?.hasDeletes ?? false) &&
           !this.#metaDirty
         ) {
           break;
         }
-        batch =
-          this.#batch.length <= this.#opts.maxBatch ? this.#batch : this.#batch.slice(0, this.#opts.maxBatch);
-        this.#batch = batch === this.#batch ? [] : this.#batch.slice(batch.length);
-        this.#committingCount = batch.length;
+        batch = this.#queue.beginCommit(this.#opts.maxBatch);
         try {
           await this.#commit(batch);
         } catch (err) {
-          this.#committingCount = 0;
+          this.#queue.endCommit(batch, false);
           this.#fail(asDedupError(err, 'DEDUP_STORE_CORRUPT', 'writing the store failed'), batch);
           break;
         }
-        this.#committingCount = 0;
-        for (const e of batch) this.#pending.push(e);
+        this.#queue.endCommit(batch, true);
         // After a reconnect the whole pending set (this batch included) goes out first, in ID
         // order: publishing this batch ahead of older re-sends would make the broker drop them.
         // A publisher closing meanwhile keeps the batch in the outbox and sends nothing more.
@@ -541,7 +523,7 @@ export class DedupPublisherCore {
     } catch (err) {
       // Nothing here may reject unhandled (the pump runs from a timer): a broken invariant stops
       // the publisher with an error its callers see; the outbox keeps what it holds.
-      this.#committingCount = 0;
+      this.#queue.endCommit(batch, false);
       this.#fail(
         new DedupError(
           'DEDUP_PUBLISHER_CLOSED',
@@ -642,28 +624,9 @@ export class DedupPublisherCore {
     }
   }
 
-  #takeWaiting(): Entry[] {
-    const taken = this.#waiting.slice(this.#waitingHead);
-    this.#waiting = [];
-    this.#waitingHead = 0;
-    return taken;
-  }
-
   /** Moves parked sends into the batch while there is room. */
   #refill(): void {
-    let moved = false;
-    while (
-      this.#waiting.length > this.#waitingHead &&
-      this.#batch.length + this.#committingCount + this.#pending.size < this.#opts.maxInFlight
-    ) {
-      this.#batch.push(this.#waiting[this.#waitingHead++]!);
-      moved = true;
-    }
-    if (this.#waitingHead > 1024 && this.#waitingHead * 2 > this.#waiting.length) {
-      this.#waiting = this.#waiting.slice(this.#waitingHead);
-      this.#waitingHead = 0;
-    }
-    if (moved) this.#schedulePump();
+    if (this.#queue.refill()) this.#schedulePump();
   }
 
   #onConfirmed(ids: readonly bigint[]): void {
@@ -846,7 +809,7 @@ export class DedupPublisherCore {
       { producer: this.producerName, target: this.#transport.target, err: error },
       'stream-dedup: publisher stopped',
     );
-    for (const e of [...extra, ...this.#takeWaiting(), ...this.#batch.splice(0), ...this.#pending.values()]) {
+    for (const e of [...extra, ...this.#queue.takeUnwritten(), ...this.#pending.values()]) {
       if (this.#droppedFrom === undefined || e.publishingId < this.#droppedFrom)
         this.#droppedFrom = e.publishingId;
       KeyedIds.settled(e, error);
@@ -902,13 +865,13 @@ export class DedupPublisherCore {
         : `publisher "${this.producerName}" closed before the broker confirmed this message; with reserve ` +
             `durability it is not re-sent: it may or may not be in the stream`,
     );
-    let unsent = [...this.#batch.splice(0), ...this.#takeWaiting()];
+    let unsent = this.#queue.takeUnwritten();
     if (unsent.length > 0 && this.durability === 'outbox' && this.#fatal === undefined) {
       // Accepted sends are not dropped: one last group commit puts them in the outbox, and the
       // next open() sends them.
       try {
         await this.#commit(unsent);
-        for (const e of unsent) this.#pending.push(e);
+        this.#queue.endCommit(unsent, true);
         unsent = [];
       } catch {
         // Not written: they are reported as never sent.
