@@ -7,11 +7,12 @@ import { observePublisher, type PublisherCounters } from '../telemetry/metrics.j
 import { Backoff, sleep } from '../util/backoff.js';
 import { Entry, type Segment } from './entry.js';
 import { forgetUnstoredKeys, KeyedIds, type StoredKeySegments } from './keyed.js';
-import { headersSize, idOf, validateHeaders, withSkip } from './message.js';
+import { headersSize, idOf, validateHeaders } from './message.js';
 import { resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
 import type { PendingQueue } from './pending.js';
 import { assertSameIdMode, reconcile, type ReconcilePlan } from './reconcile.js';
 import { SendQueue } from './send-queue.js';
+import { SkipDeclaration } from './skip.js';
 import type {
   DedupPublisherOptions,
   Durability,
@@ -92,14 +93,8 @@ export class DedupPublisherCore {
   #timer: NodeJS.Timeout | undefined;
   #watchTimer: NodeJS.Timeout | undefined;
   #reconnectWake: (() => void) | undefined;
-  /** A skip to declare on the next new ID (`x-dedup-skip-from`): the first ID skipped. */
-  #skipToDeclare: bigint | undefined;
-  /** The skip written in the store's meta until the message declaring it is confirmed. */
-  #persistedSkipFrom: bigint | undefined;
-  /** The ID of the message that declares the pending skip. */
-  #skipDeclaringId: bigint | undefined;
-  /** The meta changed (a declared skip was confirmed): the next pump writes it. */
-  #metaDirty = false;
+  /** A skip declared at open, until the message declaring it is confirmed. */
+  readonly #skip: SkipDeclaration;
   /** The lowest ID of the unconfirmed messages a fatal error let go (the store's lastId stays below it). */
   #droppedFrom: bigint | undefined;
   /** The highest ID written in an outbox commit, ever (meta.outboxHigh). */
@@ -134,8 +129,7 @@ export class DedupPublisherCore {
     this.#reservedUpTo = plan.reservedUpTo;
     this.#outboxHigh = plan.outboxHigh;
     // A skip is written with the first commit, which comes before the first new ID leaves.
-    this.#skipToDeclare = plan.skipFrom;
-    this.#persistedSkipFrom = plan.skipFrom;
+    this.#skip = new SkipDeclaration(plan.skipFrom);
     this.report = report;
     this.#opts = opts;
     this.#queue = new SendQueue(opts.maxInFlight);
@@ -389,11 +383,7 @@ export class DedupPublisherCore {
       return new RangeError(`publishing IDs of producer "${this.producerName}" are exhausted (2^64 - 1)`);
     }
     this.#lastAssigned = publishingId;
-    if (this.#skipToDeclare !== undefined && explicitId === undefined) {
-      headers = withSkip(headers, this.#skipToDeclare);
-      this.#skipToDeclare = undefined;
-      this.#skipDeclaringId = publishingId;
-    }
+    if (explicitId === undefined) headers = this.#skip.stamp(publishingId, headers);
     const entry = new Entry(publishingId, body, headers, key);
     if (key !== undefined) this.#keyed!.add(key, entry);
     return entry;
@@ -432,7 +422,6 @@ export class DedupPublisherCore {
   /** Closes the hole an aborted parked entry leaves at position `i` (it was taken out). */
   #renumberFrom(i: number, aborted: Entry): void {
     let id = aborted.publishingId;
-    const declares = this.#skipDeclaringId === id;
     for (let j = i, e = this.#queue.parkedAt(j); e !== undefined; e = this.#queue.parkedAt(++j)) {
       const next = e.publishingId;
       e.publishingId = id;
@@ -440,17 +429,8 @@ export class DedupPublisherCore {
       id = next;
     }
     this.#lastAssigned = id - 1n;
-    if (!declares) return;
-    // The skip (pending in the store until its declaration is confirmed) moves to the entry that
-    // now has the aborted one's ID, or waits for the next send.
-    const from = this.#persistedSkipFrom!;
-    const heir = this.#queue.parkedAt(i);
-    if (heir === undefined) {
-      this.#skipToDeclare = from;
-      this.#skipDeclaringId = undefined;
-    } else {
-      heir.headers = withSkip(heir.headers, from);
-    }
+    // A skip it declared moves to the entry that now has its ID, or waits for the next send.
+    this.#skip.moved(aborted.publishingId, this.#queue.parkedAt(i));
   }
 
   #settle(entry: Entry, outcome: Error | SendResult): void {
@@ -500,7 +480,7 @@ export class DedupPublisherCore {
           !this.#queue.hasBatch &&
           this.#segmentsToDelete.length === 0 &&
           !(this.#keyed?.hasDeletes ?? false) &&
-          !this.#metaDirty
+          !this.#skip.metaDirty
         ) {
           break;
         }
@@ -561,10 +541,10 @@ export class DedupPublisherCore {
         idMode: this.idMode,
         lastId: last,
         reservedUpTo: this.#reservedUpTo,
-        skipFrom: this.#persistedSkipFrom,
+        skipFrom: this.#skip.persisted,
         outboxHigh: this.#outboxHigh,
       };
-      this.#metaDirty = false;
+      this.#skip.metaDirty = false;
       await this.#state.commit({ meta, segment: batch, deleteSegments, keys, deleteKeySegments });
       this.#lastDurable = last;
     } else if (
@@ -572,7 +552,7 @@ export class DedupPublisherCore {
       deleteSegments.length > 0 ||
       deleteKeySegments.length > 0 ||
       (keys !== undefined && keys.length > 0) ||
-      this.#metaDirty
+      this.#skip.metaDirty
     ) {
       // Reserve a block past the batch before any of it leaves, so a restart skips it all. With
       // explicit IDs nothing is skipped (the caller chooses the IDs, and resumes after the broker's
@@ -591,13 +571,13 @@ export class DedupPublisherCore {
         lowest = this.#droppedFrom; // a fatal error let go of unconfirmed messages from here
       }
       const lastId = this.idMode === 'explicit' || lowest === undefined || lowest > last ? last : lowest - 1n;
-      this.#metaDirty = false;
+      this.#skip.metaDirty = false;
       await this.#state.commit({
         meta: {
           idMode: this.idMode,
           lastId,
           reservedUpTo: capped,
-          skipFrom: this.#persistedSkipFrom,
+          skipFrom: this.#skip.persisted,
           outboxHigh: this.#outboxHigh,
         },
         deleteSegments,
@@ -636,17 +616,12 @@ export class DedupPublisherCore {
       if (e.segment !== undefined && --e.segment.remaining === 0)
         this.#segmentsToDelete.push(e.segment.firstId);
       if (e.key !== undefined) KeyedIds.settled(e, id);
-      if (id === this.#skipDeclaringId) {
-        // The skip is in the stream: the store no longer needs to remember it.
-        this.#skipDeclaringId = undefined;
-        this.#persistedSkipFrom = undefined;
-        this.#metaDirty = true;
-      }
+      this.#skip.confirmed(id);
       this.counters.confirmed++;
       this.#settle(e, { publishingId: id, outcome: 'published' });
     }
     this.#refill();
-    if (this.#segmentsToDelete.length > 0 || this.#metaDirty) this.#schedulePump();
+    if (this.#segmentsToDelete.length > 0 || this.#skip.metaDirty) this.#schedulePump();
     if (this.inFlight === 0) for (const wake of this.#idle.splice(0)) wake();
   }
 
@@ -889,7 +864,7 @@ export class DedupPublisherCore {
     }
     // Delete segments confirmed since the last commit (a reserve life that recovered an outbox has
     // them too), so the next open re-sends less; and forget a skip whose declaration was confirmed.
-    if (this.#segmentsToDelete.length > 0 || this.#metaDirty) {
+    if (this.#segmentsToDelete.length > 0 || this.#skip.metaDirty) {
       await this.#commit([]).catch(() => undefined);
     }
     // A reconnect attempt in progress may still open a connection: let it finish, then close it.

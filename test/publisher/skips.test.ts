@@ -202,6 +202,53 @@ describe('skips (issue 16)', () => {
     }
   });
 
+  it('a declaring send aborted while it waits for room hands its declaration to the send that takes its ID', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const wires: WireTransport[] = [];
+    const open = async (more: Partial<DedupPublisherOptions>, losing = false) => {
+      const t = new WireTransport(broker, 'orders', 'p');
+      t.losing = losing;
+      wires.push(t);
+      return { t, core: await life(t, disk, more) };
+    };
+    // r1 reserves 2..11 and uses 1; r2 declares 2.. on 12, which is lost (the skip stays pending).
+    const r1 = await open({});
+    await r1.core.send(body('m1'));
+    await r1.core.close();
+    const r2 = await open({}, true);
+    const lost12 = r2.core.send(body('m12'));
+    while (r2.t.wire.length < 1) await tick();
+    await r2.core.close();
+    await expect(lost12).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    // o3 (outbox) declares it again on 23, lost too: 23 stays in the outbox with its declaration.
+    const o3 = await open({ durability: 'outbox' }, true);
+    const lost23 = o3.core.send(body('m23'));
+    while (o3.t.wire.length < 1) await tick();
+    await o3.core.close();
+    await expect(lost23).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    expect(o3.t.wire[0]).toMatchObject({ id: 23n, skipFrom: '2' });
+    // o4: the recovered 23 fills maxInFlight, so the next sends wait for room; the first of them
+    // declares the pending skip again, and is aborted: its successor takes its ID and declaration.
+    const o4 = await open({ durability: 'outbox', maxInFlight: 1 });
+    o4.t.faults.holdConfirms = true;
+    const abort = new AbortController();
+    const b = o4.core.send(body('b'), { signal: abort.signal });
+    const c = o4.core.send(body('c'));
+    abort.abort();
+    await expect(b).rejects.toMatchObject({ code: 'DEDUP_ABORTED' });
+    o4.t.faults.holdConfirms = false;
+    o4.t.releaseConfirms();
+    expect(await c).toEqual({ publishingId: 24n, outcome: 'published' });
+    expect(o4.t.wire.map((w) => [w.id, w.skipFrom])).toEqual([
+      [23n, '2'],
+      [24n, '2'],
+    ]);
+    while ((await storedSkip(disk)) !== undefined) await tick();
+    await o4.core.close();
+    expect(audit(broker, wires)).toMatchObject({ ok: true, gaps: 0 });
+  });
+
   it('readIdentity reads a declaration, and refuses one that is not below the message ID', () => {
     const h = (skip: unknown) => ({ 'x-dedup-producer': 'p', 'x-dedup-id': '12', [SKIP_HEADER]: skip });
     expect(readIdentity(h('4'))).toEqual({
