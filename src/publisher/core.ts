@@ -784,7 +784,12 @@ export class DedupPublisherCore {
       { producer: this.producerName, target: this.#transport.target, err: error },
       'stream-dedup: publisher stopped',
     );
-    for (const e of [...extra, ...this.#queue.takeUnwritten(), ...this.#pending.values()]) {
+    for (const e of [
+      ...extra,
+      ...this.#queue.takeParked(),
+      ...this.#queue.takeBatch(),
+      ...this.#pending.values(),
+    ]) {
       if (this.#droppedFrom === undefined || e.publishingId < this.#droppedFrom)
         this.#droppedFrom = e.publishingId;
       KeyedIds.settled(e, error);
@@ -840,7 +845,7 @@ export class DedupPublisherCore {
         : `publisher "${this.producerName}" closed before the broker confirmed this message; with reserve ` +
             `durability it is not re-sent: it may or may not be in the stream`,
     );
-    let unsent = this.#queue.takeUnwritten();
+    let unsent = [...this.#queue.takeBatch(), ...this.#queue.takeParked()];
     if (unsent.length > 0 && this.durability === 'outbox' && this.#fatal === undefined) {
       // Accepted sends are not dropped: one last group commit puts them in the outbox, and the
       // next open() sends them.

@@ -90,11 +90,16 @@ export class SendQueue {
     this.#parked.splice(i, 1);
   }
 
-  /** Takes every message not yet written out of the queue: the batch, then the parked ones. */
-  takeUnwritten(): Entry[] {
-    const taken = [...this.#batch.splice(0), ...this.#parked.slice(this.#parkedHead)];
+  /** Takes the parked messages out of the queue. */
+  takeParked(): Entry[] {
+    const taken = this.#parked.slice(this.#parkedHead);
     this.#parked = [];
     this.#parkedHead = 0;
     return taken;
+  }
+
+  /** Takes the batched messages out of the queue. */
+  takeBatch(): Entry[] {
+    return this.#batch.splice(0);
   }
 }

@@ -8,6 +8,7 @@ import { StreamVerifyingConsumer } from '../../src/transport/stream-consumer.js'
 import { silentLogger } from '../../src/telemetry/logger.js';
 import { memoryStore } from '../support/memory-store.js';
 import { useTempDir } from '../support/tmp.js';
+import { thrown } from '../support/thrown.js';
 
 // Every connection attempt either consumer makes goes through one of these: counted, never answered.
 const attempts = { stream: 0, amqp: 0 };
@@ -339,19 +340,19 @@ describe('verifying consumer options - resolved before any I/O', () => {
     );
   });
 
-  for (const [what, patch, error, message] of CORE_CASES) {
-    it(`${what} ${JSON.stringify(patch)}: ${error.name}`, () => {
-      const thrown = catchError(() => resolveVerifyingConsumerOptions({ ...base, ...patch }));
-      expect(thrown).toBeInstanceOf(error);
-      expect(thrown.message).toBe(message);
+  for (const [what, patch, kind, message] of CORE_CASES) {
+    it(`${what} ${JSON.stringify(patch)}: ${kind.name}`, () => {
+      const error = thrown(() => resolveVerifyingConsumerOptions({ ...base, ...patch }));
+      expect(error).toBeInstanceOf(kind);
+      expect((error as Error).message).toBe(message);
     });
   }
 
-  for (const [what, patch, error, message] of SUBSCRIPTION_CASES) {
-    it(`${what} ${JSON.stringify(patch)}: ${error.name}`, () => {
-      const thrown = catchError(() => resolveSubscriptionOptions(patch));
-      expect(thrown).toBeInstanceOf(error);
-      expect(thrown.message).toBe(message);
+  for (const [what, patch, kind, message] of SUBSCRIPTION_CASES) {
+    it(`${what} ${JSON.stringify(patch)}: ${kind.name}`, () => {
+      const error = thrown(() => resolveSubscriptionOptions(patch));
+      expect(error).toBeInstanceOf(kind);
+      expect((error as Error).message).toBe(message);
     });
   }
 });
@@ -383,49 +384,29 @@ describe('verifying consumer options - open() with a bad option does no I/O', ()
     await store.close();
   });
 
-  it('the stream consumer: neither the store nor a connection is opened', async () => {
-    const dir = await tempDir();
-    const path = join(dir, 'store');
-    const valid = { ...base, store: path, stream: 'ledger' };
-    for (const [what, patch, error, message] of [...CORE_CASES, ...SUBSCRIPTION_CASES, ...STREAM_CASES]) {
-      if (what === 'store') continue;
-      const opening = StreamVerifyingConsumer.open({ ...valid, ...patch });
-      await expect(opening, `${what} ${JSON.stringify(patch)}`).rejects.toThrow(error);
-      await expect(opening).rejects.toThrow(message);
-      expect(existsSync(path)).toBe(false);
-    }
-    expect(attempts.stream).toBe(0);
-    // The mock is in the way: with good options, a connection is attempted.
-    await expect(StreamVerifyingConsumer.open({ ...valid, store: await memoryStore() })).rejects.toThrow(
-      'no broker in unit tests',
-    );
-    expect(attempts.stream).toBe(1);
-  });
-
-  it('the AMQP consumer: neither the store nor a connection is opened', async () => {
-    const dir = await tempDir();
-    const path = join(dir, 'store');
-    const valid = { ...base, store: path, url: 'amqp://localhost', queue: 'orders' };
-    for (const [what, patch, error, message] of [...CORE_CASES, ...SUBSCRIPTION_CASES, ...AMQP_CASES]) {
-      if (what === 'store') continue;
-      const opening = AmqpVerifyingConsumer.open({ ...valid, ...patch });
-      await expect(opening, `${what} ${JSON.stringify(patch)}`).rejects.toThrow(error);
-      await expect(opening).rejects.toThrow(message);
-      expect(existsSync(path)).toBe(false);
-    }
-    expect(attempts.amqp).toBe(0);
-    await expect(AmqpVerifyingConsumer.open({ ...valid, store: await memoryStore() })).rejects.toThrow(
-      'no broker in unit tests',
-    );
-    expect(attempts.amqp).toBe(1);
-  });
-});
-
-function catchError(f: () => unknown): Error {
-  try {
-    f();
-  } catch (err) {
-    return err as Error;
+  for (const transport of ['stream', 'amqp'] as const) {
+    it(`the ${transport} consumer: neither the store nor a connection is opened`, async () => {
+      const path = join(await tempDir(), 'store');
+      const valid =
+        transport === 'stream'
+          ? { ...base, store: path, stream: 'ledger' }
+          : { ...base, store: path, url: 'amqp://localhost', queue: 'orders' };
+      const open = (options: object) =>
+        transport === 'stream'
+          ? StreamVerifyingConsumer.open(options as Parameters<typeof StreamVerifyingConsumer.open>[0])
+          : AmqpVerifyingConsumer.open(options as Parameters<typeof AmqpVerifyingConsumer.open>[0]);
+      const own = transport === 'stream' ? STREAM_CASES : AMQP_CASES;
+      for (const [what, patch, error, message] of [...CORE_CASES, ...SUBSCRIPTION_CASES, ...own]) {
+        if (what === 'store') continue;
+        const opening = open({ ...valid, ...patch });
+        await expect(opening, `${what} ${JSON.stringify(patch)}`).rejects.toThrow(error);
+        await expect(opening).rejects.toThrow(message);
+        expect(existsSync(path)).toBe(false);
+      }
+      expect(attempts[transport]).toBe(0);
+      // The mock is in the way: with good options, a connection is attempted.
+      await expect(open({ ...valid, store: await memoryStore() })).rejects.toThrow('no broker in unit tests');
+      expect(attempts[transport]).toBe(1);
+    });
   }
-  throw new Error('expected a throw');
-}
+});

@@ -2,16 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { DedupPublisherCore } from '../../src/publisher/core.js';
 import { memoryStore } from '../support/memory-store.js';
 import { ModelBroker, ModelTransport } from '../support/model-broker.js';
-
-/** What `f` throws. */
-function thrown(f: () => unknown): unknown {
-  try {
-    f();
-  } catch (err) {
-    return err;
-  }
-  throw new Error('expected a throw');
-}
+import { thrown } from '../support/thrown.js';
 
 const meta = { idMode: 'auto' as const, lastId: 1n, reservedUpTo: 0n };
 

@@ -8,18 +8,10 @@ import {
   publisherConnection,
   publisherSocket,
 } from '../../src/transport/stream-client-internals.js';
+import { thrown } from '../support/thrown.js';
 
 // The probes of rabbitmq-stream-js-client 1.0's private fields: what they find where the client
 // keeps them, and the clear refusal when a client version moved them.
-/** What `f` throws. */
-function thrown(f: () => unknown): unknown {
-  try {
-    f();
-  } catch (err) {
-    return err;
-  }
-  throw new Error('expected a throw');
-}
 
 const publisher = (connection: unknown): Publisher => ({ connection }) as unknown as Publisher;
 
