@@ -24,7 +24,10 @@ export interface ProducerInspection {
   readonly target: string;
   readonly producerName: string;
   readonly idMode: IdMode;
-  /** The highest publishing ID ever handed out. */
+  /**
+   * The store's meta.lastId: with an outbox, the highest ID handed out; written by a `reserve` block,
+   * the last ID below every message then unconfirmed (its reserved ceiling is `reservedUpTo`).
+   */
   readonly lastId: bigint;
   /** In `reserve` durability, the end of the reserved block (0 otherwise). */
   readonly reservedUpTo: bigint;
