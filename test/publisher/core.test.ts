@@ -1,8 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { DedupPublisherCore } from '../../src/publisher/core.js';
-import type { PublishTransport } from '../../src/publisher/types.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
-import { LossyTransport, ModelBroker, ModelTransport } from '../support/model-broker.js';
+import { blind, LossyTransport, ModelBroker, ModelTransport } from '../support/model-broker.js';
 
 async function setup(options: Partial<Parameters<typeof DedupPublisherCore.open>[1]> = {}) {
   const broker = new ModelBroker();
@@ -203,23 +202,9 @@ describe('explicit ids in reserve durability', () => {
 
   it('is refused at open() when the broker cannot report its last ID (AMQP 0-9-1), instead of resuming wrong', async () => {
     const model = new ModelTransport(new ModelBroker(), 'q', 'src');
-    let closed = false;
-    const blind: PublishTransport = {
-      target: 'q',
-      maxMessageBytes: model.maxMessageBytes,
-      connect: async (handlers) => {
-        await model.connect(handlers);
-        return undefined;
-      },
-      publish: (messages) => model.publish(messages),
-      queryLastId: () => Promise.resolve(undefined),
-      close: () => {
-        closed = true;
-        return Promise.resolve();
-      },
-    };
+    const transport = blind(model);
     const store = await memoryStore();
-    const opening = DedupPublisherCore.open(blind, {
+    const opening = DedupPublisherCore.open(transport, {
       producerName: 'src',
       store,
       durability: 'reserve',
@@ -227,9 +212,9 @@ describe('explicit ids in reserve durability', () => {
     });
     await expect(opening).rejects.toThrow(/durability 'outbox'/);
     await expect(opening).rejects.toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
-    expect(closed).toBe(true);
+    expect(model.closed).toBe(true);
     // The name is free again: the same options with an outbox open.
-    const ok = await DedupPublisherCore.open(blind, { producerName: 'src', store, idMode: 'explicit' });
+    const ok = await DedupPublisherCore.open(transport, { producerName: 'src', store, idMode: 'explicit' });
     await ok.close();
   });
 });

@@ -380,17 +380,22 @@ describe('maxInFlight (issue 15, item 10)', () => {
   });
 });
 
+/** A life whose only message (m1) is lost on the wire; it closes with m1 left in the outbox. */
+async function leaveInOutbox(broker: ModelBroker, disk: Disk): Promise<void> {
+  const first = new LossyTransport(broker, 'orders', 'p');
+  const a = await open(first, await memoryStore(disk), { closeTimeoutMs: 0 });
+  first.losing = true;
+  const lost = a.send(body('m1'));
+  while (first.lost < 1) await tick();
+  await a.close();
+  await expect(lost).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+}
+
 describe('the confirm-stall check (issue 15, also)', () => {
   it('replaces a connection that never confirms messages recovered from the outbox', async () => {
     const broker = new ModelBroker();
     const disk = memoryDisk();
-    const first = new LossyTransport(broker, 'orders', 'p');
-    const a = await open(first, await memoryStore(disk), { closeTimeoutMs: 0 });
-    first.losing = true;
-    const lost = a.send(body('m1'));
-    while (first.lost < 1) await tick();
-    await a.close();
-    await expect(lost).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    await leaveInOutbox(broker, disk);
     // The next life's first connection swallows the re-send too.
     const second = new LossyTransport(broker, 'orders', 'p');
     second.losing = true;
@@ -449,13 +454,7 @@ describe('hostile review of the fixes', () => {
   it('an open() that fails writing its adopted outbox stops the reconnect a cut started, and says DEDUP_STORE_CORRUPT', async () => {
     const broker = new ModelBroker();
     const disk = memoryDisk();
-    const first = new LossyTransport(broker, 'orders', 'p');
-    const a = await open(first, await memoryStore(disk), { closeTimeoutMs: 0 });
-    first.losing = true;
-    const lost = a.send(body('m1'));
-    while (first.lost < 1) await tick();
-    await a.close();
-    await expect(lost).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    await leaveInOutbox(broker, disk);
     broker.publish('orders', 'p', 5n, 'other writer'); // the broker is ahead: adopt
     const db = new ControlledDb(disk);
     db.hold = true;
