@@ -31,6 +31,40 @@ export class Entry implements OutgoingMessage {
     /** Keyed sends: the domain key. */
     readonly key: string | undefined,
   ) {}
+
+  /** Settles the caller's promise (at most once) and stops listening to its abort signal. */
+  settle(outcome: Error | SendResult): void {
+    const { resolve, reject } = this;
+    this.resolve = undefined;
+    this.reject = undefined;
+    const extra = this.extra;
+    if (extra?.onAbort !== undefined) {
+      extra.signal?.removeEventListener('abort', extra.onAbort);
+      extra.onAbort = undefined;
+    }
+    if (outcome instanceof Error) reject?.(outcome);
+    else resolve?.(outcome);
+  }
+
+  /**
+   * A promise for this entry's result, with its settlers stored in the entry. One shared executor
+   * takes them: `new Promise((resolve, reject) => ...)` would allocate a closure and its context
+   * for every send.
+   */
+  promise(): Promise<SendResult> {
+    const promise = new Promise<SendResult>(captureSettlers);
+    this.resolve = capturedResolve;
+    this.reject = capturedReject;
+    return promise;
+  }
+}
+
+// Written by `captureSettlers` and read right after `new Promise` (the executor runs synchronously).
+let capturedResolve: ((result: SendResult) => void) | undefined;
+let capturedReject: ((error: Error) => void) | undefined;
+function captureSettlers(resolve: (result: SendResult) => void, reject: (error: Error) => void): void {
+  capturedResolve = resolve;
+  capturedReject = reject;
 }
 
 /** What only some entries need. */

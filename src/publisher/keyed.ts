@@ -8,6 +8,7 @@ import type { KeyEntry, KeyRecord } from '../store/codec.js';
 import type { ProducerState } from '../store/store.js';
 import type { Entry, KeySegment, LiveKey } from './entry.js';
 import { KeyIndex } from './key-index.js';
+import type { SendResult } from './types.js';
 
 /** Key segments as the store returns them. */
 export type StoredKeySegments = ReadonlyArray<{
@@ -59,6 +60,25 @@ export class KeyedIds {
       lastAssigned - record.publishingId < BigInt(this.#retention.maxKeys) &&
       Date.now() - record.createdAtMs <= this.#retention.maxAgeMs
     );
+  }
+
+  /**
+   * A repeat of a retained key: resolves with the first send's ID and `outcome: 'duplicate'`,
+   * once that send is confirmed if it is still in flight. Undefined for a key not (or no longer)
+   * retained: it is published as new.
+   */
+  duplicate(key: string, lastAssigned: bigint): Promise<SendResult> | undefined {
+    const known = this.#index.get(key);
+    if (known === undefined || !this.retained(known, lastAssigned)) return undefined;
+    const inFlight = known.inFlight;
+    if (inFlight === undefined)
+      return Promise.resolve({ publishingId: known.publishingId, outcome: 'duplicate' });
+    return new Promise<SendResult>((resolve, reject) => {
+      ((inFlight.extra ??= {}).keyWaiters ??= []).push({
+        resolve: (publishingId) => resolve({ publishingId, outcome: 'duplicate' }),
+        reject,
+      });
+    });
   }
 
   /** A new key's record, for its first send `entry` (which points back to it). */

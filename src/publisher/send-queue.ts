@@ -75,17 +75,29 @@ export class SendQueue {
     return moved;
   }
 
-  /** The position of a parked entry (for {@link SendQueue.parkedAt}), or -1 when it is not parked. */
+  /** The position of a parked entry, or -1 when it is not parked. */
   parkedIndex(entry: Entry): number {
     return this.#parked.indexOf(entry, this.#parkedHead);
   }
 
-  /** The parked entry at a position; later positions hold later IDs. */
-  parkedAt(i: number): Entry | undefined {
-    return this.#parked[i];
+  /**
+   * Takes the parked entry at position `i` out of the queue, and closes the hole its ID leaves:
+   * each later parked entry (unwritten, unsent, unseen by any caller) takes the ID before it.
+   * Returns the entry that now has the removed ID, if any, and the last ID still handed out.
+   */
+  unparkAndRenumber(i: number): { heir: Entry | undefined; lastAssigned: bigint } {
+    const removed = this.#parked.splice(i, 1)[0]!;
+    let id = removed.publishingId;
+    for (let j = i, e = this.#parked[j]; e !== undefined; e = this.#parked[++j]) {
+      const next = e.publishingId;
+      e.publishingId = id;
+      if (e.keyRecord !== undefined && e.keyRecord.inFlight === e) e.keyRecord.publishingId = id;
+      id = next;
+    }
+    return { heir: this.#parked[i], lastAssigned: id - 1n };
   }
 
-  /** Takes the parked entry at a position out of the queue. */
+  /** Takes the parked entry at a position out of the queue, leaving the IDs as they are. */
   unpark(i: number): void {
     this.#parked.splice(i, 1);
   }

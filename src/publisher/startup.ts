@@ -1,0 +1,91 @@
+/**
+ * What `open()` reads and decides before the publisher core exists: the producer's stored state,
+ * the broker's last ID, the reconcile plan, and the outbox as entries to re-send. The core then
+ * re-sends or re-assigns them; the rules themselves are in reconcile.ts.
+ */
+import type { LoadedProducer, ProducerState } from '../store/store.js';
+import { Entry, type Segment } from './entry.js';
+import { asDedupError, storeWrite } from './errors.js';
+import { forgetUnstoredKeys, type KeyedIds, type StoredKeySegments } from './keyed.js';
+import type { ResolvedPublisherOptions } from './options.js';
+import { assertSameIdMode, reconcile, type ReconcilePlan } from './reconcile.js';
+import type { OpenReport, PublishTransport, TransportHandlers } from './types.js';
+
+/** The outcome of the open-time reads: where to start and what the outbox holds. */
+export interface Startup {
+  readonly plan: ReconcilePlan;
+  readonly segments: LoadedProducer['segments'];
+  readonly keySegments: StoredKeySegments;
+  readonly report: OpenReport;
+}
+
+/**
+ * Loads the producer's state, connects (declaring the producer) and reconciles. Keys of an outbox
+ * the broker never stored are forgotten here, before anything is sent (reconcile decides which).
+ */
+export async function startUp(
+  state: ProducerState,
+  transport: PublishTransport,
+  opts: ResolvedPublisherOptions,
+  handlers: TransportHandlers,
+): Promise<Startup> {
+  const loaded = await state.load();
+  assertSameIdMode(loaded.meta, opts.idMode, opts.producerName);
+  let brokerLast: bigint | undefined;
+  try {
+    brokerLast = await transport.connect(handlers);
+  } catch (err) {
+    throw asDedupError(
+      err,
+      'DEDUP_BROKER_UNREACHABLE',
+      `cannot connect to the broker for "${transport.target}"`,
+    );
+  }
+  const outbox = loaded.segments.flatMap((s) => s.entries);
+  const plan = reconcile({
+    producerName: opts.producerName,
+    target: transport.target,
+    idMode: opts.idMode,
+    durability: opts.durability,
+    onBrokerAhead: opts.onBrokerAhead,
+    meta: loaded.meta,
+    outboxSize: outbox.length,
+    outboxLast: outbox.length > 0 ? outbox[outbox.length - 1]!.publishingId : 0n,
+    brokerLast,
+  });
+  let keySegments: StoredKeySegments = opts.idMode === 'keyed' ? await state.loadKeySegments() : [];
+  if (plan.forgetKeysAbove !== undefined) {
+    keySegments = await storeWrite(forgetUnstoredKeys(state, keySegments, plan.forgetKeysAbove, outbox));
+  }
+  const adopt = plan.kind === 'adopt';
+  return {
+    plan,
+    segments: loaded.segments,
+    keySegments,
+    report: {
+      localLastId: plan.localLast,
+      brokerLastId: brokerLast,
+      resent: adopt ? 0 : outbox.length,
+      reassigned: adopt ? outbox.length : 0,
+    },
+  };
+}
+
+/** Resuming: the outbox as entries with their own IDs, each tied to its segment and key record. */
+export function recoveredEntries(segments: LoadedProducer['segments'], keyed: KeyedIds | undefined): Entry[] {
+  const entries: Entry[] = [];
+  for (const s of segments) {
+    const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
+    for (const e of s.entries) {
+      const entry = new Entry(e.publishingId, e.body, e.headers, e.key);
+      entry.segment = segment;
+      const record = e.key === undefined ? undefined : keyed?.get(e.key);
+      if (record !== undefined && record.publishingId === e.publishingId) {
+        record.inFlight = entry;
+        entry.keyRecord = record;
+      }
+      entries.push(entry);
+    }
+  }
+  return entries;
+}
