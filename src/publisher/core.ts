@@ -10,22 +10,21 @@ import {
   abortError,
   asDedupError,
   closedError,
-  closedUnconfirmedError,
-  closedUnwrittenError,
   internalError,
   nameConflictError,
   storeWrite,
   unreachableError,
 } from './errors.js';
 import { KeyedIds } from './keyed.js';
-import { headersSize, idOf, validateHeaders } from './message.js';
+import { assertFits, idOf, validateHeaders } from './message.js';
 import { resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
 import type { PendingQueue } from './pending.js';
 import { Reconnector } from './reconnect.js';
 import { SendQueue } from './send-queue.js';
 import { SkipDeclaration } from './skip.js';
+import { letGoAll, settleAtClose } from './shutdown.js';
 import { Watchdog } from './watchdog.js';
-import { recoveredEntries, startUp, type Startup } from './startup.js';
+import { logOpen, recoveredEntries, startUp, type Startup } from './startup.js';
 import type {
   DedupPublisherOptions,
   Durability,
@@ -131,20 +130,11 @@ export class DedupPublisherCore {
       connected: (brokerLast) => this.#reconnected(brokerLast),
       gaveUp: (err) => this.#fail(unreachableError(opts.reconnect.giveUpAfterMs, this.inFlight, err)),
     });
-    const keyed = this.#keyed;
-    this.#watchdog = new Watchdog(opts.producerName, this.#pending, opts, {
+    this.#watchdog = new Watchdog(opts, this.#pending, {
       active: () => this.#status === 'open',
-      stalled: (expired) => {
-        // A connection that stops confirming is treated as lost: reconnect and re-send.
-        this.#log.warn({ producer: this.producerName, expired }, 'stream-dedup: confirms timed out');
-        this.#onDisconnected(new Error('confirm timeout'), this.#epoch);
-      },
-      pruneKeys:
-        keyed === undefined
-          ? undefined
-          : () => {
-              if (keyed.prune(this.#lastAssigned)) this.#schedulePump(); // deletes ride the next commit
-            },
+      // A connection that stops confirming is treated as lost: reconnect and re-send.
+      stalled: () => this.#onDisconnected(new Error('confirm timeout'), this.#epoch),
+      pruneKeys: this.#keyed === undefined ? undefined : () => this.#pruneKeys(),
       queryLastId: () => transport.queryLastId(),
       ceiling: () => this.#ownCeiling(),
       conflict: (brokerLast) => this.#fail(this.#nameConflict(brokerLast)),
@@ -258,12 +248,7 @@ export class DedupPublisherCore {
     if (this.#fatal !== undefined) return Promise.reject(this.#fatal);
     if (this.#closeRequested || this.#status === 'closed')
       return Promise.reject(closedError(this.producerName));
-    const size = body.length + (headers === undefined ? 0 : headersSize(headers)) + this.#stampBytes;
-    if (size > this.#transport.maxMessageBytes) {
-      throw new RangeError(
-        `message of about ${size} bytes exceeds the broker's limit of ${this.#transport.maxMessageBytes} bytes`,
-      );
-    }
+    assertFits(body, headers, this.#stampBytes, this.#transport.maxMessageBytes);
     const signal = options.signal;
     if (signal?.aborted) return Promise.reject(abortError(signal));
     const id = idOf(options, this.idMode, this.#lastAssigned, this.producerName);
@@ -495,20 +480,14 @@ export class DedupPublisherCore {
   /** After open: metrics, the log line, the timers, and the first pump (re-sends go first). */
   #start(): void {
     this.#unobserve = observePublisher(this.counters, this.producerName, this.#transport.target);
-    const { localLastId, brokerLastId, resent, reassigned } = this.report;
-    this.#log.info(
-      {
-        producer: this.producerName,
-        target: this.#transport.target,
-        localLastId: localLastId.toString(),
-        brokerLastId: brokerLastId?.toString(),
-        resent,
-        reassigned,
-      },
-      'stream-dedup: publisher open',
-    );
+    logOpen(this.#log, this.producerName, this.#transport.target, this.report);
     this.#watchdog.start();
     this.#schedulePump();
+  }
+
+  /** Keyed mode: drops keys past the retention; their deletes ride the next commit. */
+  #pruneKeys(): void {
+    if (this.#keyed?.prune(this.#lastAssigned) === true) this.#schedulePump();
   }
 
   /** Stops for good: every waiting send rejects with `error`; the outbox keeps unconfirmed messages. */
@@ -519,17 +498,7 @@ export class DedupPublisherCore {
       { producer: this.producerName, target: this.#transport.target, err: error },
       'stream-dedup: publisher stopped',
     );
-    for (const e of [
-      ...extra,
-      ...this.#queue.takeParked(),
-      ...this.#queue.takeBatch(),
-      ...this.#pending.values(),
-    ]) {
-      this.#commits.letGo(e);
-      KeyedIds.settled(e, error);
-      e.settle(error);
-    }
-    this.#pending.clear();
+    letGoAll(this.#queue, this.#commits, error, extra);
     void this.close();
   }
 
@@ -564,31 +533,12 @@ export class DedupPublisherCore {
     this.#unobserve();
     // A group commit being written finishes first: its messages are then in the outbox.
     while (this.#pumping) await new Promise<void>((resolve) => this.#idle.push(resolve));
-    let unsent = [...this.#queue.takeBatch(), ...this.#queue.takeParked()];
-    if (unsent.length > 0 && this.durability === 'outbox' && this.#fatal === undefined) {
-      // Accepted sends are not dropped: one last group commit puts them in the outbox, and the
-      // next open() sends them.
-      try {
-        await this.#commits.write(unsent, this.#lastAssigned);
-        this.#queue.endCommit(unsent, true);
-        unsent = [];
-      } catch {
-        // Not written: they are reported as never sent.
-      }
-    }
-    const unwritten = this.#fatal ?? closedUnwrittenError(this.producerName);
-    for (const e of unsent) {
-      this.#keyed?.forget(e, unwritten);
-      e.settle(unwritten);
-    }
-    const unconfirmed = this.#fatal ?? closedUnconfirmedError(this.producerName, this.durability);
-    for (const e of this.#pending.values()) {
-      KeyedIds.settled(e, unconfirmed);
-      e.settle(unconfirmed);
-    }
-    // Delete segments confirmed since the last commit (a reserve life that recovered an outbox has
-    // them too), so the next open re-sends less; and forget a skip whose declaration was confirmed.
-    if (this.#commits.hasWork) await this.#commits.write([], this.#lastAssigned).catch(() => undefined);
+    await settleAtClose(this.#queue, this.#commits, this.#keyed, {
+      producerName: this.producerName,
+      durability: this.durability,
+      lastAssigned: this.#lastAssigned,
+      fatal: this.#fatal,
+    });
     // A reconnect attempt in progress may still open a connection: let it finish, then close it.
     await reconnecting;
     await this.#transport.close();

@@ -75,6 +75,19 @@ export function validateHeaders(headers: SendOptions['headers']): Headers | unde
   return copy;
 }
 
+/** Throws a RangeError when the message, with `stampBytes` of identity stamps, exceeds `maxBytes`. */
+export function assertFits(
+  body: Uint8Array,
+  headers: Headers | undefined,
+  stampBytes: number,
+  maxBytes: number,
+): void {
+  const size = body.length + headersSize(headers) + stampBytes;
+  if (size > maxBytes) {
+    throw new RangeError(`message of about ${size} bytes exceeds the broker's limit of ${maxBytes} bytes`);
+  }
+}
+
 /** About how many bytes the headers add to a message on the wire. */
 export function headersSize(headers: Headers | undefined): number {
   if (headers === undefined) return 0;

@@ -4,6 +4,7 @@
  * re-sends or re-assigns them; the rules themselves are in reconcile.ts.
  */
 import type { LoadedProducer, ProducerState } from '../store/store.js';
+import type { Logger } from '../telemetry/logger.js';
 import { Entry, type Segment } from './entry.js';
 import { asDedupError, storeWrite } from './errors.js';
 import { forgetUnstoredKeys, type KeyedIds, type StoredKeySegments } from './keyed.js';
@@ -88,4 +89,19 @@ export function recoveredEntries(segments: LoadedProducer['segments'], keyed: Ke
     }
   }
   return entries;
+}
+
+/** The log line of an open publisher: where it starts and what it re-sends. */
+export function logOpen(log: Logger, producer: string, target: string, report: OpenReport): void {
+  log.info(
+    {
+      producer,
+      target,
+      localLastId: report.localLastId.toString(),
+      brokerLastId: report.brokerLastId?.toString(),
+      resent: report.resent,
+      reassigned: report.reassigned,
+    },
+    'stream-dedup: publisher open',
+  );
 }

@@ -3,6 +3,7 @@
  * messages re-sent), keys past their retention, and the broker's last ID moving above this
  * producer's own (another writer under the name).
  */
+import type { Logger } from '../telemetry/logger.js';
 import type { Entry } from './entry.js';
 import { confirmTimeoutError } from './errors.js';
 import type { PendingQueue } from './pending.js';
@@ -11,8 +12,8 @@ import type { PendingQueue } from './pending.js';
 export interface WatchdogHooks {
   /** Connected and not closing: the only state in which the checks mean anything. */
   active(): boolean;
-  /** `count` sent messages went unconfirmed past the timeout: replace the connection. */
-  stalled(count: number): void;
+  /** Sent messages went unconfirmed past the timeout: replace the connection. */
+  stalled(): void;
   /** Keyed mode: drop keys past the retention. */
   pruneKeys?: (() => void) | undefined;
   /** The broker's last ID for the name, when the transport can tell. */
@@ -26,9 +27,13 @@ export class Watchdog {
   readonly #timers: NodeJS.Timeout[] = [];
 
   constructor(
-    private readonly producerName: string,
+    private readonly opts: {
+      readonly producerName: string;
+      readonly logger: Logger;
+      readonly confirmTimeoutMs: number;
+      readonly watchIntervalMs: number;
+    },
     private readonly pending: PendingQueue<Entry>,
-    private readonly opts: { readonly confirmTimeoutMs: number; readonly watchIntervalMs: number },
     private readonly hooks: WatchdogHooks,
   ) {}
 
@@ -64,9 +69,16 @@ export class Watchdog {
       // Every stalled message counts, also those recovered from the outbox and those whose caller
       // was already told: a connection that stops confirming only them must be replaced too.
       expired++;
-      if (e.reject !== undefined) e.settle(confirmTimeoutError(this.producerName, e.publishingId, timeoutMs));
+      if (e.reject !== undefined)
+        e.settle(confirmTimeoutError(this.opts.producerName, e.publishingId, timeoutMs));
     }
-    if (expired > 0) this.hooks.stalled(expired);
+    if (expired > 0) {
+      this.opts.logger.warn(
+        { producer: this.opts.producerName, expired },
+        'stream-dedup: confirms timed out',
+      );
+      this.hooks.stalled();
+    }
   }
 
   async #watch(): Promise<void> {
