@@ -7,6 +7,7 @@ import { encodeHighestState } from './codec.js';
 import {
   assertSkippedFrom,
   assertTrackerId,
+  checkAboveHighest,
   DUPLICATE,
   HIGHEST_SPEC,
   NEW,
@@ -57,12 +58,9 @@ export class HighestTracker implements SequenceTracker {
     // The in-order case first. For IDs below 2^63 V8 compiles `id - highest === 1n` to machine
     // arithmetic: no allocation, no call (a stored `highest + 1n` would cost both).
     if (typeof id === 'bigint' && id - this.#highest === 1n && this.#hasNext) return NEW;
-    assertTrackerId(id);
     const highest = this.#highest;
-    if (id > highest) {
-      if (highest === 0n) return NEW;
-      return { outcome: 'new', skipped: { from: highest + 1n, to: id - 1n } };
-    }
+    const above = checkAboveHighest(id, highest);
+    if (above !== undefined) return above;
     return id === highest ? DUPLICATE : STALE;
   }
 

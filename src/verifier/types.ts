@@ -200,6 +200,19 @@ export const STALE: CheckResult = Object.freeze({ outcome: 'stale' });
 /** @internal */
 export const NO_GAPS: RecordResult = Object.freeze({ confirmedGaps: Object.freeze([]) });
 
+/**
+ * `check` of an ID above the tracker's highest (after the in-order fast path each tracker
+ * inlines): `new`, with the skipped range when it jumps; undefined at or below the highest, where
+ * each policy answers its own way. Throws unless `id` is an ID.
+ * @internal
+ */
+export function checkAboveHighest(id: unknown, highest: bigint): CheckResult | undefined {
+  assertTrackerId(id);
+  if (id <= highest) return undefined;
+  if (highest === 0n) return NEW;
+  return { outcome: 'new', skipped: { from: highest + 1n, to: id - 1n } };
+}
+
 /** The error `record` throws for an ID that `check` would not call `new`. @internal */
 export function notNewError(id: bigint, outcome: Outcome): RangeError {
   return new RangeError(`id ${id} is ${outcome}: record only IDs that check() reports as new`);

@@ -7,6 +7,7 @@ import { HighestTracker } from './highest.js';
 import {
   assertSkippedFrom,
   assertTrackerId,
+  checkAboveHighest,
   checkPolicySpec,
   DUPLICATE,
   MAX_DECLARED_RANGES,
@@ -98,12 +99,9 @@ export class WindowTracker implements SequenceTracker {
     // The in-order case first: for IDs below 2^63 V8 compiles `id - highest === 1n` to machine
     // arithmetic (no allocation, no call).
     if (typeof id === 'bigint' && id - this.#highest === 1n && this.#hasNext) return NEW;
-    assertTrackerId(id);
     const highest = this.#highest;
-    if (id > highest) {
-      if (highest === 0n) return NEW;
-      return { outcome: 'new', skipped: { from: highest + 1n, to: id - 1n } };
-    }
+    const above = checkAboveHighest(id, highest);
+    if (above !== undefined) return above;
     const offset = Number(highest - id); // exact whenever it matters: compared with size <= 2^20
     if (offset >= this.#size) return STALE;
     let pos = this.#pos - offset;
