@@ -81,7 +81,7 @@ export class GroupCommitter {
   async write(
     batch: readonly Entry[],
     lastAssigned: bigint,
-    asOutbox = this.opts.durability === 'outbox',
+    asOutbox: boolean = this.opts.durability === 'outbox',
   ): Promise<void> {
     this.keyed?.prune(lastAssigned);
     const deleteSegments = this.#segmentsToDelete;

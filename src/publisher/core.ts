@@ -1,3 +1,9 @@
+/**
+ * The publisher's life (docs/design.md §4): open, send, the pump that writes each group commit
+ * before its messages leave, confirms, lost connections, fatal errors and close. Each part that
+ * is an idea of its own lives beside it: startup, reconcile, commit, send-queue, keyed, skip,
+ * reconnect, watchdog, shutdown, errors.
+ */
 import type { DedupError } from '../errors.js';
 import { MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
 import type { Headers, IdMode } from '../store/codec.js';
