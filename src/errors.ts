@@ -49,7 +49,15 @@ export type DedupErrorCode =
    */
   | 'DEDUP_STORE_CLOSED'
   /** A verifying consumer was used after `close()`. @remarks Since 0.2.0 */
-  | 'DEDUP_CONSUMER_CLOSED';
+  | 'DEDUP_CONSUMER_CLOSED'
+  /**
+   * A super stream's partitions are not the ones the store last saw for the producer (another
+   * count, other names or another order), or its bindings route a key to a stream that is not one
+   * of them. Routing would move keys to other partitions, away from their per-partition IDs,
+   * outboxes and keys: the publisher refuses rather than reroute silently. Nothing was sent.
+   * @remarks Since 0.3.0
+   */
+  | 'DEDUP_PARTITIONS_CHANGED';
 
 /**
  * Every operational failure stream-dedup reports is a `DedupError` with a stable {@link DedupErrorCode}.

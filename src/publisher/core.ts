@@ -134,12 +134,17 @@ export class DedupPublisherCore {
       stillReconnecting: () => this.#status === 'reconnecting',
       handlers: () => this.#handlers(this.#epoch),
       connected: (brokerLast) => this.#reconnected(brokerLast),
+      refused: (error) => this.#fail(error),
       gaveUp: (err) => this.#fail(unreachableError(opts.reconnect.giveUpAfterMs, this.inFlight, err)),
     });
     this.#watchdog = new Watchdog(opts, this.#pending, {
       active: () => this.#status === 'open',
       // A connection that stops confirming is treated as lost: reconnect and re-send.
-      stalled: () => this.#onDisconnected(new Error('confirm timeout'), this.#epoch),
+      stalled: (expired) => {
+        const target = transport.target;
+        this.#log.warn({ producer: this.producerName, target, expired }, 'stream-dedup: confirms timed out');
+        this.#onDisconnected(new Error('confirm timeout'), this.#epoch);
+      },
       pruneKeys: this.#keyed === undefined ? undefined : () => this.#pruneKeys(),
       queryLastId: () => transport.queryLastId(),
       ceiling: () => this.#ownCeiling(),

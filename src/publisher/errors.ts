@@ -5,6 +5,22 @@
 import { DedupError } from '../errors.js';
 import type { Durability } from './types.js';
 
+const PERMANENT = new WeakSet<Error>();
+
+/**
+ * Marks a transport's connect failure that no retry can fix (the stream was deleted): a publisher
+ * reconnecting stops with it at once instead of retrying for `giveUpAfterMs`.
+ */
+export function permanentFailure<E extends Error>(err: E): E {
+  PERMANENT.add(err);
+  return err;
+}
+
+/** Whether {@link permanentFailure} marked `err`. */
+export function isPermanentFailure(err: unknown): err is DedupError {
+  return err instanceof Error && PERMANENT.has(err);
+}
+
 /** `err` as a DedupError: itself when it is one, else wrapped with `code` and `message`. */
 export function asDedupError(err: unknown, code: DedupError['code'], message: string): DedupError {
   if (err instanceof DedupError) return err;

@@ -3,7 +3,9 @@
  * confirming) it connects again with backoff, until it succeeds, the publisher stops, or
  * `giveUpAfterMs` passes. What a new connection means (re-send, name conflict) is the core's call.
  */
+import type { DedupError } from '../errors.js';
 import { Backoff, sleep } from '../util/backoff.js';
+import { isPermanentFailure } from './errors.js';
 import type { PublishTransport, ReconnectOptions, TransportHandlers } from './types.js';
 
 /** What the loop asks of the publisher core. */
@@ -14,6 +16,8 @@ export interface ReconnectHooks {
   handlers(): TransportHandlers;
   /** Connected; the broker's last ID for the name (undefined when the transport cannot tell). */
   connected(brokerLast: bigint | undefined): void;
+  /** The broker refused for good (the stream was deleted): no retry can help. */
+  refused(error: DedupError): void;
   /** No connection for `giveUpAfterMs`: the last attempt's error. */
   gaveUp(lastError: unknown): void;
 }
@@ -55,6 +59,10 @@ export class Reconnector {
         if (this.hooks.stillReconnecting()) this.hooks.connected(brokerLast);
         return;
       } catch (err) {
+        if (isPermanentFailure(err)) {
+          this.hooks.refused(err);
+          return;
+        }
         // Whatever the last attempt failed at (connecting, or declaring the producer, as on a
         // shared client whose connection is gone), giving up is one condition with one code.
         if (performance.now() - started > this.options.giveUpAfterMs) {

@@ -3,7 +3,6 @@
  * messages re-sent), keys past their retention, and the broker's last ID moving above this
  * producer's own (another writer under the name).
  */
-import type { Logger } from '../telemetry/logger.js';
 import type { Entry } from './entry.js';
 import { confirmTimeoutError } from './errors.js';
 import type { PendingQueue } from './pending.js';
@@ -12,8 +11,8 @@ import type { PendingQueue } from './pending.js';
 export interface WatchdogHooks {
   /** Connected and not closing: the only state in which the checks mean anything. */
   active(): boolean;
-  /** Sent messages went unconfirmed past the timeout: replace the connection. */
-  stalled(): void;
+  /** `expired` sent messages went unconfirmed past the timeout: replace the connection. */
+  stalled(expired: number): void;
   /** Keyed mode: drop keys past the retention. */
   pruneKeys?: (() => void) | undefined;
   /** The broker's last ID for the name, when the transport can tell. */
@@ -29,7 +28,6 @@ export class Watchdog {
   constructor(
     private readonly opts: {
       readonly producerName: string;
-      readonly logger: Logger;
       readonly confirmTimeoutMs: number;
       readonly watchIntervalMs: number;
     },
@@ -72,13 +70,7 @@ export class Watchdog {
       if (e.reject !== undefined)
         e.settle(confirmTimeoutError(this.opts.producerName, e.publishingId, timeoutMs));
     }
-    if (expired > 0) {
-      this.opts.logger.warn(
-        { producer: this.opts.producerName, expired },
-        'stream-dedup: confirms timed out',
-      );
-      this.hooks.stalled();
-    }
+    if (expired > 0) this.hooks.stalled(expired);
   }
 
   async #watch(): Promise<void> {

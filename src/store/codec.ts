@@ -300,3 +300,43 @@ export function decodeKeySegment(input: Uint8Array, what = 'key segment'): KeyEn
   if (o !== buf.length) throw corrupt(what, `${buf.length - o} trailing bytes`);
   return entries;
 }
+
+const PARTITION_LIST_VERSION = 1;
+
+/**
+ * Encodes a super stream's partition list, in the broker's order (hash routing depends on it).
+ * Layout: u8 version, u16 count, then per partition u16 length and the name in UTF-8.
+ */
+export function encodePartitionList(partitions: readonly string[]): Buffer {
+  const names = partitions.map((p) => Buffer.from(p, 'utf8'));
+  const buf = Buffer.allocUnsafe(3 + names.reduce((n, b) => n + 2 + b.length, 0));
+  buf.writeUInt8(PARTITION_LIST_VERSION, 0);
+  buf.writeUInt16BE(names.length, 1);
+  let o = 3;
+  for (const name of names) {
+    buf.writeUInt16BE(name.length, o);
+    o += 2 + name.copy(buf, o + 2);
+  }
+  return buf;
+}
+
+/** @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a well-formed partition list. */
+export function decodePartitionList(input: Uint8Array, what = 'partition list'): string[] {
+  const buf = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
+  if (buf.length < 3) throw corrupt(what, 'truncated header');
+  if (buf.readUInt8(0) !== PARTITION_LIST_VERSION) throw corrupt(what, `unknown version ${buf.readUInt8(0)}`);
+  const count = buf.readUInt16BE(1);
+  if (count === 0) throw corrupt(what, 'no partitions');
+  const out: string[] = [];
+  let o = 3;
+  for (let i = 0; i < count; i++) {
+    if (o + 2 > buf.length) throw corrupt(what, `partition ${i} truncated`);
+    const len = buf.readUInt16BE(o);
+    o += 2;
+    if (len === 0 || o + len > buf.length) throw corrupt(what, `partition ${i} has a bad length`);
+    out.push(buf.toString('utf8', o, o + len));
+    o += len;
+  }
+  if (o !== buf.length) throw corrupt(what, `${buf.length - o} trailing bytes`);
+  return out;
+}

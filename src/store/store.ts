@@ -4,9 +4,11 @@ import { measureUtf8 } from '../identity/utf8.js';
 import {
   decodeKeySegment,
   decodeMeta,
+  decodePartitionList,
   decodeSegment,
   encodeKeySegment,
   encodeMeta,
+  encodePartitionList,
   encodeSegment,
   type KeyEntry,
   type OutboxEntry,
@@ -185,6 +187,53 @@ export class DedupStore {
     return out;
   }
 
+  /**
+   * The partitions, in the broker's order, that a super stream producer was last opened with;
+   * `undefined` before its first open.
+   *
+   * @throws DedupError `DEDUP_STORE_CORRUPT` for a record that cannot be decoded;
+   *   `DEDUP_STORE_CLOSED` after {@link DedupStore.close}.
+   * @internal The super stream publisher's.
+   */
+  async readPartitions(superStream: string, producerName: string): Promise<string[] | undefined> {
+    const key = superStreamKey(superStream, producerName);
+    const raw = await this.#use('cannot read the super stream record', () => this.#db.get(key));
+    return raw === undefined ? undefined : decodePartitionList(raw, key);
+  }
+
+  /**
+   * Records the partitions a super stream producer opens with (one small record per super stream
+   * and producer name, beside the partitions' own producer state).
+   *
+   * @throws DedupError `DEDUP_STORE_CLOSED` after {@link DedupStore.close}.
+   * @throws RangeError for an empty list or a name with a lone UTF-16 surrogate.
+   * @internal The super stream publisher's.
+   */
+  writePartitions(superStream: string, producerName: string, partitions: readonly string[]): Promise<void> {
+    if (partitions.length === 0 || partitions.length > 0xffff)
+      throw new RangeError('a super stream has 1 to 65535 partitions');
+    for (const p of partitions) refuseLoneSurrogate(p, 'a partition name');
+    const op = {
+      type: 'put' as const,
+      key: superStreamKey(superStream, producerName),
+      value: encodePartitionList(partitions),
+    };
+    return this.#use('cannot write the super stream record', () =>
+      this.#db.batch([op], { sync: this.#sync }),
+    );
+  }
+
+  /** One database call, failing with `DEDUP_STORE_CLOSED` once the store is closed (before or during it). */
+  async #use<T>(what: string, operation: () => Promise<T>): Promise<T> {
+    if (this.#closing !== undefined) throw storeClosed(what);
+    try {
+      return await operation();
+    } catch (err) {
+      if (this.#closing !== undefined && !(err instanceof DedupError)) throw storeClosed(what, err);
+      throw err;
+    }
+  }
+
   /** The raw database, for the verifier and consumer state that share this store. @internal */
   get db(): KeyValueDb {
     return this.#db;
@@ -233,6 +282,16 @@ const KEY_SEGMENT_INFIX = '/k/';
 /** `p:` + length-prefixed target and name: injective, and one producer's keys share a prefix. */
 function producerPrefix(target: string, producerName: string): string {
   return `p:${target.length}:${target}${producerName.length}:${producerName}`;
+}
+
+/**
+ * `s:` + length-prefixed super stream and producer name: the partition list a super stream
+ * producer last opened with. Apart from `p:`, so `listProducers` never meets it.
+ */
+function superStreamKey(superStream: string, producerName: string): string {
+  refuseLoneSurrogate(superStream, 'superStream');
+  refuseLoneSurrogate(producerName, 'producerName');
+  return `s:${superStream.length}:${superStream}${producerName.length}:${producerName}`;
 }
 
 function parseProducerPrefix(prefix: string): { target: string; producerName: string } | undefined {

@@ -7,6 +7,7 @@ import { once } from 'node:events';
 import type { Socket } from 'node:net';
 import type { Client, ClientParams, Publisher } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
+import { permanentFailure } from '../publisher/errors.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../publisher/types.js';
 import { publisherConnection, publisherSocket } from './stream-client-internals.js';
 import { PublishFrameEncoder } from './stream-frames.js';
@@ -17,6 +18,7 @@ import {
   errorText,
   explainDeclareFailure,
   openThroughEndpoints,
+  StreamDoesNotExistError,
   StreamNotAvailableError,
   withTimeout,
   type StreamConnectionOptions,
@@ -165,6 +167,17 @@ export class StreamTransport implements PublishTransport {
     } catch (caught) {
       const err = await explainDeclareFailure(client, this.target, caught);
       await this.#teardown();
+      if (err instanceof StreamDoesNotExistError && this.#connected) {
+        // Deleted while the publisher was open: no reconnect brings it back.
+        throw permanentFailure(
+          new DedupError(
+            'DEDUP_BROKER_REFUSED',
+            `stream "${this.target}" no longer exists (deleted while producer "${this.#producerName}" was open); ` +
+              `stopped; the outbox keeps what it holds`,
+            { cause: err },
+          ),
+        );
+      }
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',
         `the broker refused producer "${this.#producerName}" on stream "${this.target}": ${errorText(err)}`,

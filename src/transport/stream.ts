@@ -12,3 +12,10 @@ export type { StreamDedupPublisherOptions } from './stream-options.js';
 export { StreamVerifyingConsumer, type StreamVerifyingConsumerOptions } from './stream-consumer.js';
 export { readStreamToEnd, type StreamRecord } from './stream-ops.js';
 export type { StreamConnectionOptions, StreamTlsOptions } from './util.js';
+export { SuperStreamDedupPublisher } from '../superstream/publisher.js';
+export type {
+  RoutingKeyFunction,
+  SuperStreamDedupPublisherOptions,
+  SuperStreamRouting,
+  SuperStreamSendResult,
+} from '../superstream/options.js';

@@ -21,6 +21,11 @@ export class StreamNotAvailableError extends Error {
   override readonly name = 'StreamNotAvailableError';
 }
 
+/** The stream does not exist (the broker's metadata says so: response code 2). */
+export class StreamDoesNotExistError extends Error {
+  override readonly name = 'StreamDoesNotExistError';
+}
+
 /**
  * True when the stream was not available (RabbitMQ's response code 6, which the client reports
  * only in an error's message, or a {@link StreamNotAvailableError}), anywhere in the cause chain.
@@ -61,7 +66,8 @@ export async function explainDeclareFailure(client: Client, stream: string, err:
     5_000,
     'querying metadata',
   ).catch(() => []);
-  if (info?.responseCode === 2) return new Error('the stream does not exist', { cause: err });
+  if (info?.responseCode === 2)
+    return new StreamDoesNotExistError('the stream does not exist', { cause: err });
   return new StreamNotAvailableError(
     `the stream has no ${info?.leader === undefined ? 'leader' : 'member'} available right now (a leader election?)`,
     { cause: err },
