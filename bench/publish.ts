@@ -14,7 +14,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as amqpConnect } from 'amqplib';
 import { AmqpDedupPublisher } from 'stream-dedup/amqp';
-import { StreamDedupPublisher } from 'stream-dedup/stream';
+import { connect as streamConnect } from 'rabbitmq-stream-js-client';
+import { StreamDedupPublisher, SuperStreamDedupPublisher } from 'stream-dedup/stream';
 import type { Durability } from 'stream-dedup';
 import { CONNECTION, connectClient, measureInChild, median, report, uniqueName, type Row } from './common.js';
 
@@ -127,6 +128,82 @@ async function dedup(
   }
 }
 
+/** Partitions of the super-stream cases. */
+const PARTITIONS = 3;
+/** The routing keys of the super-stream cases: one per message, spread over the partitions by hash. */
+const routingKeys = (): string[] => Array.from({ length: COUNT }, (_, i) => `order-${i}`);
+
+/**
+ * The raw client's super stream publisher (hash routing on the message id), every message
+ * confirmed: its partition publishers are declared lazily and confirms heard on the client.
+ */
+async function rawSuper(): Promise<number> {
+  const superStream = uniqueName('bench-raw-super');
+  let confirmed = 0;
+  let done!: () => void;
+  const all = new Promise<void>((resolve) => (done = resolve));
+  const client = await streamConnect({
+    ...CONNECTION,
+    addressResolver: { enabled: false },
+    listeners: {
+      publish_confirm: ({ publishingIds }) => {
+        confirmed += publishingIds.length;
+        if (confirmed >= COUNT) done();
+      },
+    },
+  });
+  await client.createSuperStream({ streamName: superStream, arguments: {} }, undefined, PARTITIONS);
+  try {
+    const publisher = await client.declareSuperStreamPublisher(
+      { superStream, publisherRef: 'bench-raw-super', routingStrategy: 'hash' },
+      (_content, opts) => opts.messageProperties?.messageId,
+    );
+    const keys = routingKeys();
+    const t0 = performance.now();
+    for (let i = 0; i < COUNT; i++)
+      await publisher.send(body, { messageProperties: { messageId: keys[i]! } });
+    await all;
+    const seconds = (performance.now() - t0) / 1000;
+    await publisher.close();
+    return COUNT / seconds;
+  } finally {
+    await client.deleteSuperStream({ streamName: superStream });
+    await client.close();
+  }
+}
+
+/** SuperStreamDedupPublisher, outbox, hash routing on a header: at most WINDOW sends outstanding. */
+async function dedupSuper(): Promise<number> {
+  const dir = await mkdtemp(join(tmpdir(), 'bench-dedup-super-'));
+  const superStream = uniqueName('bench-dedup-super');
+  const client = await connectClient();
+  await client.createSuperStream({ streamName: superStream, arguments: {} }, undefined, PARTITIONS);
+  try {
+    const pub = await SuperStreamDedupPublisher.open({
+      connection: CONNECTION,
+      superStream,
+      producerName: 'bench-dedup-super',
+      store: join(dir, 'store'),
+      routing: { kind: 'hash', key: (_body, headers) => String(headers?.k) },
+    });
+    const keys = routingKeys();
+    const t0 = performance.now();
+    const ring: Array<Promise<unknown>> = new Array<Promise<unknown>>(WINDOW);
+    for (let i = 0; i < COUNT; i++) {
+      if (i >= WINDOW) await ring[i % WINDOW];
+      ring[i % WINDOW] = pub.send(body, { headers: { k: keys[i]! } });
+    }
+    await Promise.all(ring.filter((p) => p !== undefined));
+    const seconds = (performance.now() - t0) / 1000;
+    await pub.close();
+    return COUNT / seconds;
+  } finally {
+    await client.deleteSuperStream({ streamName: superStream });
+    await client.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 const AMQP_URL = `amqp://${CONNECTION.username}:${CONNECTION.password}@${CONNECTION.hostname}:${process.env.RABBITMQ_AMQP_PORT ?? 5672}`;
 
 /** Raw amqplib: a confirm channel into a stream queue, every publish confirmed. */
@@ -209,6 +286,13 @@ const cases: Array<{ name: string; run: () => Promise<number>; target?: number; 
   {
     name: 'dedup outbox, keyed sends, 10 000 kept',
     run: () => dedup('outbox', { ids: 'keyed', maxKeys: 10_000 }),
+  },
+  { name: 'raw super stream publisher, 3 partitions', run: rawSuper },
+  {
+    name: 'dedup super stream outbox, 3 partitions',
+    run: dedupSuper,
+    target: 1.0,
+    baseline: 'raw super stream publisher, 3 partitions',
   },
   { name: 'raw amqplib confirm channel', run: rawAmqp },
   { name: 'dedup amqp outbox', run: dedupAmqp, target: 0.9, baseline: 'raw amqplib confirm channel' },
