@@ -1,26 +1,28 @@
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
-import { connect, type Client } from 'rabbitmq-stream-js-client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runCrashScenario } from '../../src/cli/crash.js';
 import { formatReport } from '../../src/testing.js';
 import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { BROKER, uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
+import {
+  CLUSTER_CONNECTION as connection,
+  CLUSTER_PORTS as PORTS,
+  clusterScript as script,
+  leaderNode,
+  useCluster,
+  withAdmin,
+} from '../support/cluster.js';
 import { useTempDir } from '../support/tmp.js';
 
 // docs/design.md §3 measured it once by hand; here it is a test: a 3-replica stream on the three-node
 // cluster that scripts/rabbitmq.sh starts (stream ports 5561-5563, all on 127.0.0.1) keeps its
 // promise through leader kill -9s, a rolling restart of every node and producer SIGKILLs.
-const run = promisify(execFile);
-const root = fileURLToPath(new URL('../../', import.meta.url));
-const PORTS = [5561, 5562, 5563];
-const endpoints = PORTS.map((port) => ({ hostname: BROKER.host, port }));
-const connection = { username: BROKER.username, password: BROKER.password, vhost: BROKER.vhost, endpoints };
+// The cluster's setup (ports, start, admin client, leader lookup) is shared: test/support/cluster.ts.
 // The test command runs a bounded version; `npm run soak:cluster` runs a long one.
 const SOAK = process.env.STREAM_DEDUP_SOAK === '1';
 const LEADER_KILLS = SOAK ? 10 : 2;
@@ -29,44 +31,10 @@ const CONSUMER_KILLS = SOAK ? 20 : 4;
 const CONSUMER_NAME = 'cluster-effects';
 const ENDPOINTS_ENV = PORTS.map((p) => `${BROKER.host}:${p}`).join(',');
 const consumerFixture = fileURLToPath(new URL('../fixtures/effects-consumer.ts', import.meta.url));
-const script = (...args: string[]): Promise<unknown> =>
-  run('bash', ['scripts/rabbitmq.sh', ...args], { cwd: root });
 
-beforeAll(async () => {
-  // Starts (or finds) the cluster; fails loudly when it cannot (not root, no chroot).
-  await script('cluster');
-}, 180_000);
-afterAll(async () => {
-  await script('node-start', '1');
-  await script('node-start', '2');
-  await script('node-start', '3');
-}, 180_000);
+// Starts (or finds) the cluster; fails loudly when it cannot (not root, no chroot).
+useCluster();
 const tempDir = useTempDir();
-
-/** Runs `fn` with a client on the first node that answers (nodes go down in this test). */
-async function withAdmin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
-  let lastError: unknown;
-  for (const port of PORTS) {
-    let client: Client | undefined;
-    try {
-      client = await connect({ ...connection, hostname: BROKER.host, port });
-      return await fn(client);
-    } catch (err) {
-      lastError = err;
-    } finally {
-      await client?.close().catch(() => undefined);
-    }
-  }
-  throw lastError instanceof Error ? lastError : new Error('no node answered');
-}
-
-/** Which node (1..3) leads the stream now, and how many replicas it has. */
-function leaderNode(stream: string): Promise<{ node: number; replicas: number }> {
-  return withAdmin(async (client) => {
-    const [meta] = await client.queryMetadata({ streams: [stream] });
-    return { node: (meta?.leader?.port ?? 0) - 5560, replicas: meta?.replicas?.length ?? 0 };
-  });
-}
 
 /**
  * Runs the effects consumer (test/fixtures/effects-consumer.ts) as a child process: until

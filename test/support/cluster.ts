@@ -1,0 +1,71 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { connect, type Client } from 'rabbitmq-stream-js-client';
+import { afterAll, beforeAll } from 'vitest';
+import { BROKER } from './broker.js';
+
+// The three-node cluster that scripts/rabbitmq.sh starts (`cluster`), on its own ports, all on
+// 127.0.0.1: node i (1..3) has stream port 5560+i and AMQP 0-9-1 port 5680+i. The single broker on
+// 5552/5672 is another node, not part of it.
+const run = promisify(execFile);
+const root = fileURLToPath(new URL('../../', import.meta.url));
+
+/** The cluster's stream ports, node 1 to 3. */
+export const CLUSTER_PORTS = [5561, 5562, 5563] as const;
+/** The cluster's AMQP 0-9-1 ports, node 1 to 3. */
+export const CLUSTER_AMQP_PORTS = [5681, 5682, 5683] as const;
+/** Every node's stream port, as `connection.endpoints`. */
+export const CLUSTER_ENDPOINTS = CLUSTER_PORTS.map((port) => ({ hostname: BROKER.host, port }));
+/** Connection parameters with every node as an endpoint. */
+export const CLUSTER_CONNECTION = {
+  username: BROKER.username,
+  password: BROKER.password,
+  vhost: BROKER.vhost,
+  endpoints: CLUSTER_ENDPOINTS,
+};
+
+/** Runs scripts/rabbitmq.sh with these arguments (`cluster`, `node-kill N`, `node-start N`, …). */
+export const clusterScript = (...args: string[]): Promise<unknown> =>
+  run('bash', ['scripts/rabbitmq.sh', ...args], { cwd: root });
+
+/**
+ * Starts (or finds) the cluster before the file's tests — failing loudly when it cannot (not root,
+ * no chroot) — and, after them, starts every node again that a test left down. The cluster is
+ * left running, for the next file or run.
+ */
+export function useCluster(): void {
+  beforeAll(async () => {
+    await clusterScript('cluster');
+  }, 180_000);
+  afterAll(async () => {
+    await clusterScript('node-start', '1');
+    await clusterScript('node-start', '2');
+    await clusterScript('node-start', '3');
+  }, 180_000);
+}
+
+/** Runs `fn` with a client on the first node that answers (nodes go down in these tests). */
+export async function withAdmin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
+  let lastError: unknown;
+  for (const port of CLUSTER_PORTS) {
+    let client: Client | undefined;
+    try {
+      client = await connect({ ...CLUSTER_CONNECTION, hostname: BROKER.host, port });
+      return await fn(client);
+    } catch (err) {
+      lastError = err;
+    } finally {
+      await client?.close().catch(() => undefined);
+    }
+  }
+  throw lastError instanceof Error ? lastError : new Error('no node answered');
+}
+
+/** Which node (1..3) leads the stream now, and how many replicas it has. */
+export function leaderNode(stream: string): Promise<{ node: number; replicas: number }> {
+  return withAdmin(async (client) => {
+    const [meta] = await client.queryMetadata({ streams: [stream] });
+    return { node: (meta?.leader?.port ?? 0) - 5560, replicas: meta?.replicas?.length ?? 0 };
+  });
+}
