@@ -4,7 +4,14 @@
  */
 import { readIdentity } from '../identity/headers.js';
 import type { IdRange } from '../verifier/types.js';
-import { formatTable, plural, printable, toJson } from './output.js';
+
+// The text and JSON forms live in audit-format.ts; importers of the engine find them here too.
+export {
+  formatAuditDetails,
+  formatAuditJson,
+  formatAuditReport,
+  formatAuditVerdict,
+} from './audit-format.js';
 
 /** One message of the stream, as `readStreamToEnd` returns it (the body is not needed). */
 export interface AuditRecord {
@@ -351,115 +358,6 @@ function splitByRanges(
  */
 export function auditExitCode(report: AuditReport): 0 | 1 {
   return report.ok ? 0 : 1;
-}
-
-/** The `--json` output: one object, bigints as decimal strings. */
-export function formatAuditJson(stream: string, report: AuditReport): string {
-  return toJson({ stream, ...report });
-}
-
-/** The human-readable report: a summary line, a table per producer, the problems, a verdict. */
-export function formatAuditReport(stream: string, report: AuditReport): string {
-  const lines: string[] = [];
-  lines.push(
-    `stream ${JSON.stringify(stream)}: ${plural(report.messages, 'message')}, ` +
-      `${plural(report.producers.length, 'producer')}, ${report.unidentified.count} without identity`,
-  );
-  if (report.producers.length > 0) {
-    lines.push('');
-    lines.push(
-      formatTable(
-        [
-          'producer',
-          'messages',
-          'first id',
-          'last id',
-          'duplicates',
-          'missing ids',
-          'gaps',
-          'skipped ids',
-          'out of order',
-        ],
-        report.producers.map((p) => [
-          printable(p.producerName),
-          String(p.messages),
-          String(p.firstId),
-          String(p.lastId),
-          String(p.duplicates),
-          String(p.missingIds),
-          String(p.gaps),
-          String(p.skippedIds),
-          String(p.outOfOrder),
-        ]),
-        ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
-      ),
-    );
-  }
-  const details: string[] = [];
-  for (const p of report.producers) {
-    const name = printable(p.producerName);
-    if (p.duplicates > 0) {
-      const shown = p.duplicateSamples.map(
-        (d) => `id ${d.publishingId} at offset ${d.offset} (first at ${d.firstOffset})`,
-      );
-      details.push(`${name}: ${plural(p.duplicates, 'duplicate')}: ${more(shown, p.duplicates)}`);
-    }
-    if (p.gaps > 0) {
-      const shown = p.gapRanges.map((r) => (r.from === r.to ? `${r.from}` : `${r.from}..${r.to}`));
-      details.push(
-        `${name}: ${plural(p.missingIds, 'missing id')} in ${plural(p.gaps, 'gap')}: ${more(shown, p.gaps)}`,
-      );
-    }
-    if (p.skippedIds > 0n) {
-      const shown = p.skippedRanges.map((r) => (r.from === r.to ? `${r.from}` : `${r.from}..${r.to}`));
-      details.push(
-        `${name}: ${plural(p.skippedIds, 'skipped id')}, declared by the producer (not lost): ${shown.join(', ')}` +
-          (p.skippedRanges.length < 10 ? '' : ', …'),
-      );
-    }
-    if (p.contradictions > 0) {
-      const shown = p.contradictionSamples.map(
-        (c) =>
-          `id ${c.publishingId} at offset ${c.offset} (declared skipped at offset ${c.declaredAt}: ${c.declared.from}..${c.declared.to})`,
-      );
-      details.push(
-        `${name}: ${plural(p.contradictions, 'message')} inside a declared skip: ${more(shown, p.contradictions)}`,
-      );
-    }
-    if (p.outOfOrder > 0) {
-      const shown = p.outOfOrderSamples.map(
-        (o) => `id ${o.publishingId} at offset ${o.offset} after ${o.previousMaxId}`,
-      );
-      details.push(`${name}: ${p.outOfOrder} out of order: ${more(shown, p.outOfOrder)}`);
-    }
-  }
-  const u = report.unidentified;
-  if (u.count > 0) {
-    const shown = u.samples.map((s) => `offset ${s.offset} (${s.reason})`);
-    details.push(
-      `${plural(u.count, 'message')} without identity (${u.missing} missing, ${u.malformed} malformed): ` +
-        more(shown, u.count),
-    );
-  }
-  if (details.length > 0) lines.push('', ...details);
-  lines.push('');
-  lines.push(
-    report.ok
-      ? `audit: OK — no duplicates, no gaps, nothing out of order${
-          report.skippedIds > 0n ? ` (${plural(report.skippedIds, 'declared skipped id')})` : ''
-        }`
-      : `audit: FAILED — ${plural(report.duplicates, 'duplicate')}, ` +
-          `${plural(report.missingIds, 'missing id')} in ${plural(report.gaps, 'gap')}, ` +
-          `${report.outOfOrder} out of order` +
-          (report.contradictions > 0 ? `, ${plural(report.contradictions, 'contradicted skip')}` : ''),
-  );
-  return lines.join('\n');
-}
-
-/** The samples, then how many more there are. */
-function more(shown: readonly string[], total: number): string {
-  const rest = total - shown.length;
-  return shown.join(', ') + (rest > 0 ? `${shown.length > 0 ? ', ' : ''}… ${rest} more` : '');
 }
 
 function compareBigInt(a: bigint, b: bigint): number {

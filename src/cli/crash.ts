@@ -10,11 +10,10 @@ import type { Durability } from '../publisher/types.js';
 import { readStreamToEnd } from '../transport/stream.js';
 import { connectionFromEnv } from './env.js';
 
-/** Options of {@link runCrashScenario}. */
-export interface CrashScenarioOptions {
+/** What every crash scenario takes: the producer processes and how they are killed. */
+export interface CrashRunOptions {
   /** The command that starts this CLI (for example `[process.execPath, 'dist/cli/main.js']`). */
   readonly cli: readonly string[];
-  readonly stream: string;
   readonly producerName: string;
   /** How many runs are SIGKILLed mid-way; one last run then finishes. */
   readonly kills: number;
@@ -23,20 +22,34 @@ export interface CrashScenarioOptions {
   /**
    * When to kill a run: `{ afterMs: [min, max] }`, a random delay once the producer is open (kills
    * may land anywhere, or not at all when the run finishes first); or `{ afterAcked: [min, max] }`,
-   * a random fraction of `perRun` acknowledged (a kill that always lands mid-way).
+   * a random fraction of `perRun` acknowledged (a kill that always lands mid-way); or
+   * `{ afterOpeningMs: [min, max] }`, a random delay once the producer starts `open()` (kills that
+   * land while it reconciles with the broker and queues its outbox, or soon after). A list: the
+   * runs take its moments in turn (for example a kill while publishing, which leaves an outbox,
+   * then one while the next `open()` re-sends it).
    * @defaultValue `{ afterMs: [50, 600] }`
    */
-  readonly kill?:
-    { readonly afterMs: readonly [number, number] } | { readonly afterAcked: readonly [number, number] };
+  readonly kill?: KillMoment | readonly KillMoment[];
   readonly durability?: Durability;
-  /** The producer's transport. @defaultValue 'stream' */
-  readonly transport?: 'stream' | 'amqp';
   /** Keyed sends, resuming from the first key after every kill. @defaultValue false */
   readonly keyed?: boolean;
   /** Awaited after the last run, before the stream is read back (for example: faults settling). */
   readonly beforeRead?: () => Promise<unknown>;
   /** Called with a line of progress. */
   readonly onProgress?: (line: string) => void;
+}
+
+/** When to kill a run: see {@link CrashRunOptions.kill}. */
+export type KillMoment =
+  | { readonly afterMs: readonly [number, number] }
+  | { readonly afterAcked: readonly [number, number] }
+  | { readonly afterOpeningMs: readonly [number, number] };
+
+/** Options of {@link runCrashScenario}. */
+export interface CrashScenarioOptions extends CrashRunOptions {
+  readonly stream: string;
+  /** The producer's transport. @defaultValue 'stream' */
+  readonly transport?: 'stream' | 'amqp';
 }
 
 /** What {@link runCrashScenario} measured. */
@@ -61,46 +74,12 @@ export interface CrashScenarioResult {
  * every acknowledged message exactly once, nothing twice, IDs increasing.
  */
 export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashScenarioResult> {
-  const dir = await mkdtemp(join(tmpdir(), 'stream-dedup-crash-'));
-  const log = join(dir, 'history.log');
-  const store = join(dir, 'store');
-  const kill = o.kill ?? { afterMs: [50, 600] as const };
-  const between = ([min, max]: readonly [number, number]): number => min + Math.random() * (max - min);
-  let resent = 0;
-  let kills = 0;
-  let runs = 0;
-  const progress = (run: number, outcome: { killed: boolean; resent: number }): void => {
-    runs = run;
-    o.onProgress?.(
-      `run ${run}: ${outcome.killed ? 'killed (SIGKILL)' : 'finished'}` +
-        `${outcome.resent > 0 ? `, re-sent ${outcome.resent} outbox messages on open` : ''}`,
+  return withCrashDir(async ({ store, log }) => {
+    const { runs, kills, resent } = await runKillLoop(
+      o,
+      ['--stream', o.stream, '--transport', o.transport ?? 'stream'],
+      { store, log },
     );
-  };
-  try {
-    // Runs until `kills` runs were really killed mid-way (a run may finish before its kill time),
-    // then one last run that finishes.
-    let run = 0;
-    while (kills < o.kills) {
-      run++;
-      if (run > o.kills * 5 + 5)
-        throw new Error(`only ${kills} of ${o.kills} kills landed in ${run - 1} runs`);
-      const outcome = await runOnce(o, {
-        run,
-        store,
-        log,
-        kill:
-          'afterMs' in kill
-            ? { afterMs: between(kill.afterMs) }
-            : { afterAcked: Math.max(1, Math.floor(between(kill.afterAcked) * o.perRun)) },
-      });
-      resent += outcome.resent;
-      if (outcome.killed) kills++;
-      progress(run, outcome);
-    }
-    run++;
-    const last = await runOnce(o, { run, store, log, kill: undefined });
-    resent += last.resent;
-    progress(run, last);
     await o.beforeRead?.();
     const records = await readStreamToEnd(connectionFromEnv(), o.stream);
     const text = await readFile(log, 'utf8');
@@ -130,28 +109,101 @@ export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashSc
       resent,
       acknowledgedLabels: acknowledged,
     };
+  });
+}
+
+/**
+ * Runs `fn` with a fresh temporary folder's store and history log paths, then removes the folder.
+ * @internal
+ */
+export async function withCrashDir<T>(fn: (paths: { store: string; log: string }) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(tmpdir(), 'stream-dedup-crash-'));
+  try {
+    return await fn({ store: join(dir, 'store'), log: join(dir, 'history.log') });
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
 }
 
+/**
+ * Runs producer processes on one store and log until `kills` of them were really SIGKILLed
+ * mid-way (a run may finish before its kill time), then one last run that finishes. `target` are
+ * the `_produce` arguments naming where to publish.
+ * @internal
+ */
+export async function runKillLoop(
+  o: CrashRunOptions,
+  target: readonly string[],
+  files: { readonly store: string; readonly log: string },
+): Promise<{ runs: number; kills: number; killsDuringOpen: number; resent: number }> {
+  const listed: readonly KillMoment[] = [o.kill ?? []].flat();
+  const moments: readonly KillMoment[] = listed.length > 0 ? listed : [{ afterMs: [50, 600] }];
+  const between = ([min, max]: readonly [number, number]): number => min + Math.random() * (max - min);
+  let resent = 0;
+  let kills = 0;
+  let killsDuringOpen = 0;
+  const progress = (
+    run: number,
+    outcome: { killed: boolean; resent: number; duringOpen: boolean },
+    kill?: KillAt,
+  ): void => {
+    const when =
+      kill === undefined
+        ? ''
+        : 'afterMs' in kill
+          ? ` ${Math.round(kill.afterMs)} ms after open`
+          : 'afterOpeningMs' in kill
+            ? ` ${Math.round(kill.afterOpeningMs)} ms after open() began`
+            : ` at ${kill.afterAcked} acked`;
+    o.onProgress?.(
+      `run ${run}: ${outcome.killed ? `killed (SIGKILL${when}${outcome.duringOpen ? ', before open() returned' : ''})` : 'finished'}` +
+        `${outcome.resent > 0 ? `, re-sent ${outcome.resent} outbox messages on open` : ''}`,
+    );
+  };
+  let run = 0;
+  while (kills < o.kills) {
+    run++;
+    if (run > o.kills * 5 + 5) throw new Error(`only ${kills} of ${o.kills} kills landed in ${run - 1} runs`);
+    const kill = moments[(run - 1) % moments.length]!;
+    const at: KillAt =
+      'afterMs' in kill
+        ? { afterMs: between(kill.afterMs) }
+        : 'afterOpeningMs' in kill
+          ? { afterOpeningMs: between(kill.afterOpeningMs) }
+          : { afterAcked: Math.max(1, Math.floor(between(kill.afterAcked) * o.perRun)) };
+    const outcome = await runOnce(o, target, { run, ...files, kill: at });
+    resent += outcome.resent;
+    if (outcome.killed) kills++;
+    if (outcome.duringOpen) killsDuringOpen++;
+    progress(run, outcome, at);
+  }
+  run++;
+  const last = await runOnce(o, target, { run, ...files, kill: undefined });
+  resent += last.resent;
+  progress(run, last);
+  return { runs: run, kills, killsDuringOpen, resent };
+}
+
+/** One run's kill moment. */
+type KillAt = { afterMs: number } | { afterAcked: number } | { afterOpeningMs: number };
+
 async function runOnce(
-  o: CrashScenarioOptions,
+  o: CrashRunOptions,
+  target: readonly string[],
   r: {
     run: number;
     store: string;
     log: string;
-    kill: { afterMs: number } | { afterAcked: number } | undefined;
+    kill: KillAt | undefined;
   },
-): Promise<{ killed: boolean; resent: number }> {
+): Promise<{ killed: boolean; resent: number; duringOpen: boolean }> {
   const [cmd, ...args] = o.cli;
   const child = spawn(
     cmd!,
     [
       ...args,
       '_produce',
-      '--stream',
-      o.stream,
+      ...target,
       '--producer',
       o.producerName,
       '--store',
@@ -164,8 +216,6 @@ async function runOnce(
       r.log,
       '--durability',
       o.durability ?? 'outbox',
-      '--transport',
-      o.transport ?? 'stream',
       ...(o.keyed === true ? ['--keyed'] : []),
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
@@ -173,17 +223,25 @@ async function runOnce(
   let resent = 0;
   let killed = false;
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  let opened = false;
+  let duringOpen = false;
   const killNow = (): void => {
-    if (!killed) killed = child.kill('SIGKILL');
+    if (!killed && child.exitCode === null) {
+      killed = child.kill('SIGKILL');
+      duringOpen = killed && !opened;
+    }
   };
   for await (const line of createInterface({ input: child.stdout })) {
-    let msg: { ready?: boolean; resent?: number; acked?: number };
+    let msg: { opening?: boolean; ready?: boolean; resent?: number; acked?: number };
     try {
       msg = JSON.parse(line) as typeof msg;
     } catch {
       continue; // not one of the producer's progress lines (a warning of Node's, say)
     }
+    if (msg.opening === true && r.kill !== undefined && 'afterOpeningMs' in r.kill)
+      setTimeout(killNow, r.kill.afterOpeningMs);
     if (msg.ready === true) {
+      opened = true;
       resent = msg.resent ?? 0;
       if (r.kill !== undefined && 'afterMs' in r.kill) setTimeout(killNow, r.kill.afterMs);
     }
@@ -198,5 +256,5 @@ async function runOnce(
   }
   const code = await exited;
   if (!killed && code !== 0) throw new Error(`producer run ${r.run} exited with code ${code}`);
-  return { killed, resent };
+  return { killed, resent, duringOpen };
 }

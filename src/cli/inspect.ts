@@ -1,11 +1,11 @@
 /**
- * `stream-dedup inspect`: what a LevelDB store holds — producers with their IDs and outbox,
- * verifying consumers with their committed offsets, and verifier scopes. Reading needs an opened
- * {@link DedupStore} (and so its lock); formatting is pure.
+ * `stream-dedup inspect`: what a LevelDB store holds — producers with their IDs and outbox, super
+ * stream producers with the same per partition, verifying consumers with their committed offsets,
+ * and verifier scopes. Reading needs an opened {@link DedupStore} (and so its lock); the rest is pure.
  */
 import { DedupError } from '../errors.js';
 import { decodeScopeKey } from '../identity/scope-key.js';
-import { decodeSegment, type IdMode } from '../store/codec.js';
+import { decodePartitionList, decodeSegment, type IdMode } from '../store/codec.js';
 import {
   consumerOfOffsetKey,
   decodeOffset,
@@ -16,7 +16,7 @@ import {
 } from '../store/consumer-keys.js';
 import type { DedupStore } from '../store/store.js';
 import type { PolicySpec } from '../verifier/index.js';
-import { formatTable, plural, printable, toJson } from './output.js';
+import { CliError, formatTable, plural, printable, toJson } from './output.js';
 
 /** One producer's state in the store. */
 export interface ProducerInspection {
@@ -61,16 +61,35 @@ export interface ScopeInspection {
   readonly lastSeen: string | undefined;
 }
 
+/** One partition of a super stream producer: its name and the producer's state there. */
+export interface PartitionInspection {
+  readonly partition: string;
+  /** `undefined` while nothing was ever sent to this partition (no state written yet). */
+  readonly state: ProducerInspection | undefined;
+}
+
+/** A super stream producer: the partitions it last opened with (the store's `s:` record), each with its state. */
+export interface SuperStreamInspection {
+  readonly superStream: string;
+  readonly producerName: string;
+  /** In the broker's order, as recorded. */
+  readonly partitions: readonly PartitionInspection[];
+}
+
 /** What {@link inspectStore} found. */
 export interface StoreInspection {
+  /** Producers of streams and queues; a super stream's partitions are under {@link StoreInspection.superStreams}. */
   readonly producers: readonly ProducerInspection[];
+  readonly superStreams: readonly SuperStreamInspection[];
   readonly consumers: readonly ConsumerInspection[];
   readonly scopes: readonly ScopeInspection[];
 }
 
 /**
- * Reads the producers, verifying consumers and verifier scopes of an opened store, each list
- * sorted by name. Writes nothing.
+ * Reads the producers, super stream producers, verifying consumers and verifier scopes of an
+ * opened store, each list sorted by name (a super stream's partitions in their recorded order).
+ * A partition's state appears under its super stream producer only, not among the producers.
+ * Writes nothing.
  *
  * The engine of `stream-dedup inspect`, whose command line is the public interface.
  *
@@ -79,7 +98,7 @@ export interface StoreInspection {
  */
 export async function inspectStore(store: DedupStore): Promise<StoreInspection> {
   const db = store.db;
-  const producers: ProducerInspection[] = [];
+  const allProducers: ProducerInspection[] = [];
   for (const { target, producerName, meta } of await store.listProducers()) {
     // The key layout of store.ts: `p:` + length-prefixed target and name, segments under `/o/`.
     const prefix = `p:${target.length}:${target}${producerName.length}:${producerName}`;
@@ -94,7 +113,7 @@ export async function inspectStore(store: DedupStore): Promise<StoreInspection> 
       outboxFirstId ??= entries[0]!.publishingId;
       outboxLastId = entries[entries.length - 1]!.publishingId;
     }
-    producers.push({
+    allProducers.push({
       target,
       producerName,
       idMode: meta.idMode,
@@ -106,6 +125,8 @@ export async function inspectStore(store: DedupStore): Promise<StoreInspection> 
       outboxLastId,
     });
   }
+
+  const { superStreams, producers } = await readSuperStreams(db, allProducers);
 
   const consumers: ConsumerInspection[] = [];
   for await (const [key, value] of db.iterator(OFFSET_KEYS)) {
@@ -142,7 +163,88 @@ export async function inspectStore(store: DedupStore): Promise<StoreInspection> 
       (s) => s.producer,
     ),
   );
-  return { producers, consumers, scopes };
+  superStreams.sort(
+    byKeys(
+      (x) => x.superStream,
+      (x) => x.producerName,
+    ),
+  );
+  return { producers, superStreams, consumers, scopes };
+}
+
+/**
+ * The `s:` records (store.ts: `s:` + length-prefixed super stream and producer name, the value a
+ * partition list), each partition with its producer state; and the producers left, of no partition.
+ */
+async function readSuperStreams(
+  db: DedupStore['db'],
+  all: readonly ProducerInspection[],
+): Promise<{ superStreams: SuperStreamInspection[]; producers: ProducerInspection[] }> {
+  const byKey = new Map(all.map((p) => [stateKey(p.target, p.producerName), p]));
+  const superStreams: SuperStreamInspection[] = [];
+  for await (const [key, value] of db.iterator({ gte: 's:', lt: 's;' })) {
+    const names = parseSuperStreamKey(key);
+    if (names === undefined) throw corrupt(key, 'not a super stream record key');
+    const partitions = decodePartitionList(value, JSON.stringify(key.slice(0, 120))).map((partition) => {
+      const state = byKey.get(stateKey(partition, names.producerName));
+      byKey.delete(stateKey(partition, names.producerName));
+      return { partition, state };
+    });
+    superStreams.push({ ...names, partitions });
+  }
+  return { superStreams, producers: [...byKey.values()] };
+}
+
+function stateKey(target: string, producerName: string): string {
+  return `${target.length}:${target}${producerName}`;
+}
+
+/** The names in `s:<length>:<super stream><length>:<producer>`, or `undefined` for any other key. */
+function parseSuperStreamKey(key: string): { superStream: string; producerName: string } | undefined {
+  const m = /^s:(0|[1-9][0-9]{0,8}):/.exec(key);
+  if (m === null) return undefined;
+  const start = m[0].length;
+  const superStream = key.slice(start, start + Number(m[1]));
+  const rest = key.slice(start + Number(m[1]));
+  const m2 = /^(0|[1-9][0-9]{0,8}):/.exec(rest);
+  if (superStream.length !== Number(m[1]) || m2 === null) return undefined;
+  const producerName = rest.slice(m2[0].length);
+  return producerName.length === Number(m2[1]) ? { superStream, producerName } : undefined;
+}
+
+/**
+ * Keeps what the store holds about one producer name: its producers and super stream producers,
+ * the verifier scopes of that producer and the consumers that have one (`inspect --producer`).
+ *
+ * @throws CliError (exit code 4) when the store has nothing of that name, listing the names it has.
+ */
+export function selectProducer(path: string, inspection: StoreInspection, name: string): StoreInspection {
+  const producers = inspection.producers.filter((p) => p.producerName === name);
+  const superStreams = inspection.superStreams.filter((x) => x.producerName === name);
+  const scopes = inspection.scopes.filter((x) => x.producer === name);
+  if (producers.length === 0 && superStreams.length === 0 && scopes.length === 0) {
+    const known = [
+      ...new Set([
+        ...inspection.producers.map((p) => p.producerName),
+        ...inspection.superStreams.map((x) => x.producerName),
+        ...inspection.scopes.map((x) => x.producer),
+      ]),
+    ].sort();
+    throw new CliError(
+      `store ${path} has no producer named ${JSON.stringify(name)} (no producer state, super stream ` +
+        `record or verifier scope; ${
+          known.length === 0 ? 'it has none' : `it has ${known.map((k) => JSON.stringify(k)).join(', ')}`
+        })`,
+      4,
+    );
+  }
+  const consumers = new Set(scopes.map((x) => x.consumer));
+  return {
+    producers,
+    superStreams,
+    consumers: inspection.consumers.filter((c) => consumers.has(c.consumerName)),
+    scopes,
+  };
 }
 
 /** The `--json` output: one object, bigints as decimal strings. */
@@ -152,7 +254,7 @@ export function formatInspectionJson(path: string, inspection: StoreInspection):
 
 /** The human-readable listing: one table per kind of state. */
 export function formatInspection(path: string, inspection: StoreInspection): string {
-  const { producers, consumers, scopes } = inspection;
+  const { producers, superStreams, consumers, scopes } = inspection;
   const lines: string[] = [`store ${path}`, ''];
   lines.push(`producers: ${producers.length === 0 ? 'none' : producers.length}`);
   if (producers.length > 0) {
@@ -172,6 +274,7 @@ export function formatInspection(path: string, inspection: StoreInspection): str
       ),
     );
   }
+  lines.push(...formatSuperStreams(superStreams));
   lines.push('', `verifying consumers: ${consumers.length === 0 ? 'none' : consumers.length}`);
   if (consumers.length > 0) {
     lines.push(
@@ -199,7 +302,11 @@ export function formatInspection(path: string, inspection: StoreInspection): str
       ),
     );
   }
-  const outbox = producers.reduce((n, p) => n + p.outboxMessages, 0);
+  const states = [
+    ...producers,
+    ...superStreams.flatMap((x) => x.partitions.flatMap((p) => (p.state === undefined ? [] : [p.state]))),
+  ];
+  const outbox = states.reduce((n, p) => n + p.outboxMessages, 0);
   if (outbox > 0) {
     lines.push(
       '',
@@ -207,6 +314,48 @@ export function formatInspection(path: string, inspection: StoreInspection): str
     );
   }
   return lines.join('\n');
+}
+
+/** The super stream producers: one row per partition, with the producer's state there. */
+function formatSuperStreams(superStreams: readonly SuperStreamInspection[]): string[] {
+  const lines = ['', `super stream producers: ${superStreams.length === 0 ? 'none' : superStreams.length}`];
+  if (superStreams.length === 0) return lines;
+  const rows = superStreams.flatMap((x) =>
+    x.partitions.map(({ partition, state: p }) => [
+      printable(x.superStream),
+      printable(x.producerName),
+      printable(partition),
+      ...(p === undefined
+        ? ['-', '-', '-', '-', '-']
+        : [
+            p.idMode,
+            String(p.lastId),
+            String(p.reservedUpTo),
+            String(p.outboxMessages),
+            p.outboxFirstId === undefined ? '-' : `${p.outboxFirstId}..${p.outboxLastId}`,
+          ]),
+    ]),
+  );
+  lines.push(
+    formatTable(
+      [
+        'super stream',
+        'producer',
+        'partition',
+        'id mode',
+        'last id',
+        'reserved up to',
+        'outbox',
+        'outbox ids',
+      ],
+      rows,
+      ['left', 'left', 'left', 'left', 'right', 'right', 'right', 'left'],
+    ),
+  );
+  if (superStreams.some((x) => x.partitions.some((p) => p.state === undefined))) {
+    lines.push('(a partition with "-" has no state yet: the producer never sent to it)');
+  }
+  return lines;
 }
 
 /** Decodes a record, naming its key when it cannot be decoded. */

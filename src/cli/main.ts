@@ -6,11 +6,19 @@ import { parseArgs } from 'node:util';
 import { DedupError } from '../errors.js';
 import { DedupStore } from '../store/store.js';
 import { readStreamToEnd } from '../transport/stream.js';
+import {
+  auditSuperStream,
+  chooseAuditTarget,
+  formatSuperStreamAuditJson,
+  formatSuperStreamAuditReport,
+  lookUpName,
+  type ForcedKind,
+} from './audit-superstream.js';
 import { auditExitCode, auditRecords, formatAuditJson, formatAuditReport } from './audit.js';
 import { demo } from './demo.js';
 import { connectionFromEnv } from './env.js';
-import { formatInspection, formatInspectionJson, inspectStore } from './inspect.js';
-import { plural, progressReporter } from './output.js';
+import { formatInspection, formatInspectionJson, inspectStore, selectProducer } from './inspect.js';
+import { CliError, plural, progressReporter } from './output.js';
 import { produce } from './produce.js';
 import { packageVersion } from './version.js';
 
@@ -21,9 +29,15 @@ Usage:
                                                 producer name: messages, duplicates (an id seen again),
                                                 gaps (missing id ranges), out-of-order ids, first/last id;
                                                 and the messages without identity
-  stream-dedup inspect <store-folder> [--json]  list a LevelDB store: producers (ids, outbox), verifying
-                                                consumers (committed offsets) and verifier scopes; needs
-                                                the store's lock, so stop the processes using it first
+  stream-dedup audit <super-stream> [--json]    the same for each partition of a super stream (recognised
+                                                by the broker's partitions query), then the sums; a name
+                                                that is both needs --stream or --super-stream
+  stream-dedup inspect <store-folder> [--json] [--producer NAME]
+                                                list a LevelDB store: producers (ids, outbox), super
+                                                stream producers (the same per partition), verifying
+                                                consumers (committed offsets) and verifier scopes, or only
+                                                what concerns producer NAME; needs the store's lock, so
+                                                stop the processes using it first
   stream-dedup demo [--kills N] [--per-run N] [--keep]
                                                 publish (--per-run ≥ 100 messages a run), get SIGKILLed
                                                 mid-way --kills times, restart, recover, then audit the
@@ -50,9 +64,10 @@ Environment (defaults in parentheses):
   RABBITMQ_TLS_SERVERNAME          the name to verify in the broker's certificate (default: the host)
   STREAM_DEDUP_DEBUG               1: print the stack of an error, not only its one-line message
 Exit codes: 0 ok; 1 the audit found a problem: duplicates, gaps, ids out of order or a contradicted
-skip (each alone is enough; declared skips and messages without identity are reported but do not
-fail it); 2 usage; 3 broker unreachable
-or refused (for example the stream does not exist); 4 store locked, corrupt or missing.`;
+skip (each alone is enough, in any partition of a super stream; declared skips and messages without
+identity are reported but do not fail it); 2 usage; 3 broker unreachable or refused (for example
+no stream or super stream has the name); 4 store locked, corrupt or missing, or it has no producer
+of the --producer name.`;
 
 /** The command that starts this CLI again (under tsx when running from source). */
 function selfCommand(): string[] {
@@ -74,6 +89,7 @@ async function main(argv: string[]): Promise<number> {
         args: rest,
         options: {
           stream: { type: 'string' },
+          'super-stream': { type: 'string' },
           producer: { type: 'string' },
           store: { type: 'string' },
           run: { type: 'string' },
@@ -87,6 +103,7 @@ async function main(argv: string[]): Promise<number> {
       });
       await produce({
         stream: values.stream!,
+        superStream: values['super-stream'],
         producerName: values.producer!,
         store: values.store!,
         run: Number(values.run),
@@ -116,21 +133,37 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+/** Options of one command beyond `--json` and `--help`, as `parseArgs` takes them. */
+type ExtraOptions = Record<string, { readonly type: 'string' | 'boolean' }>;
+
 /**
- * Parses `<command> <what> [--json] [--help]`: the positional and the flag, `'help'`, or
- * `undefined` after a usage error (printed on stderr).
+ * Parses `<command> <what> [--json] [--help]` and the command's own options: the positional, the
+ * flag and the other options' values, `'help'`, or `undefined` after a usage error (printed on stderr).
  */
 function parseCommand(
   command: string,
   args: string[],
   what: string,
-): { readonly target: string; readonly json: boolean } | 'help' | undefined {
-  const usage = `usage: stream-dedup ${command} <${what}> [--json]   (stream-dedup help for more)`;
+  extra: ExtraOptions = {},
+  extraUsage = '',
+):
+  | {
+      readonly target: string;
+      readonly json: boolean;
+      readonly values: Readonly<Record<string, string | boolean | undefined>>;
+    }
+  | 'help'
+  | undefined {
+  const usage = `usage: stream-dedup ${command} <${what}> [--json]${extraUsage}   (stream-dedup help for more)`;
   let parsed;
   try {
     parsed = parseArgs({
       args,
-      options: { json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } },
+      options: {
+        ...extra,
+        json: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h' },
+      },
       allowPositionals: true,
       strict: true,
     });
@@ -139,29 +172,73 @@ function parseCommand(
     return undefined;
   }
   if (parsed.values.help === true) return 'help';
-  const [target, ...extra] = parsed.positionals;
-  if (target === undefined || target.length === 0 || extra.length > 0) {
+  const [target, ...extraPositionals] = parsed.positionals;
+  if (target === undefined || target.length === 0 || extraPositionals.length > 0) {
     console.error(`${command}: expects exactly one argument, <${what}>\n${usage}`);
     return undefined;
   }
-  return { target, json: parsed.values.json };
+  return { target, json: parsed.values.json === true, values: parsed.values };
 }
 
 async function audit(args: string[]): Promise<number> {
-  const parsed = parseCommand('audit', args, 'stream');
+  const parsed = parseCommand(
+    'audit',
+    args,
+    'stream',
+    { stream: { type: 'boolean' }, 'super-stream': { type: 'boolean' } },
+    ' [--stream | --super-stream]',
+  );
   if (parsed === 'help') return help();
   if (parsed === undefined) return 2;
-  const { target: stream, json } = parsed;
+  const { target: name, json, values } = parsed;
+  if (values.stream === true && values['super-stream'] === true) {
+    console.error('audit: --stream and --super-stream exclude each other');
+    return 2;
+  }
+  const forced: ForcedKind | undefined =
+    values.stream === true ? 'stream' : values['super-stream'] === true ? 'super-stream' : undefined;
   const progress = progressReporter();
   const connection = connectionFromEnv();
-  progress(`audit: reading stream "${stream}" from ${connection.hostname}:${connection.port} …`);
-  const started = performance.now();
-  let records;
   try {
-    records = await readStreamToEnd(connection, stream);
+    // --stream reads the stream as before detection existed: no extra query.
+    const target =
+      forced === 'stream'
+        ? ({ kind: 'stream', stream: name } as const)
+        : chooseAuditTarget(name, await lookUpName(connection, name), forced);
+    if (target.kind === 'stream') return await auditStream(name, json, connection, progress);
+    const { partitions } = target;
+    progress(
+      `audit: super stream "${name}" has ${plural(partitions.length, 'partition')}: ${partitions.join(', ')}`,
+    );
+    const report = await auditSuperStream(
+      name,
+      partitions,
+      async (partition) => {
+        progress(`audit: reading partition "${partition}" …`);
+        return readStreamToEnd(connection, partition);
+      },
+      {
+        onPartition: ({ partition, report: r }) =>
+          progress(`audit: ${partition}: ${plural(r.messages, 'message')}, ${r.ok ? 'ok' : 'FAILED'}`),
+      },
+    );
+    console.log(json ? formatSuperStreamAuditJson(report) : formatSuperStreamAuditReport(report));
+    return report.ok ? 0 : 1;
   } catch (err) {
     return reportError(err);
   }
+}
+
+/** `audit <stream>`: one stream, read from its first message. */
+async function auditStream(
+  stream: string,
+  json: boolean,
+  connection: ReturnType<typeof connectionFromEnv>,
+  progress: (line: string) => void,
+): Promise<number> {
+  progress(`audit: reading stream "${stream}" from ${connection.hostname}:${connection.port} …`);
+  const started = performance.now();
+  const records = await readStreamToEnd(connection, stream);
   progress(
     `audit: read ${plural(records.length, 'message')} in ${((performance.now() - started) / 1000).toFixed(1)} s`,
   );
@@ -171,10 +248,17 @@ async function audit(args: string[]): Promise<number> {
 }
 
 async function inspect(args: string[]): Promise<number> {
-  const parsed = parseCommand('inspect', args, 'store-folder');
+  const parsed = parseCommand(
+    'inspect',
+    args,
+    'store-folder',
+    { producer: { type: 'string' } },
+    ' [--producer NAME]',
+  );
   if (parsed === 'help') return help();
   if (parsed === undefined) return 2;
-  const { target: path, json } = parsed;
+  const { target: path, json, values } = parsed;
+  const producer = typeof values.producer === 'string' ? values.producer : undefined;
   // DedupStore.open creates a missing store: refuse first, so a typo does not leave a new one behind.
   if (!existsSync(path)) {
     console.error(`error: no store at ${path}: the folder does not exist`);
@@ -204,10 +288,12 @@ async function inspect(args: string[]): Promise<number> {
     return reportError(err);
   }
   try {
-    const inspection = await inspectStore(store);
+    const all = await inspectStore(store);
+    const inspection = producer === undefined ? all : selectProducer(path, all, producer);
     console.log(json ? formatInspectionJson(path, inspection) : formatInspection(path, inspection));
     return 0;
   } catch (err) {
+    if (err instanceof CliError) return reportError(err);
     // LevelDB's own read errors (I/O, corruption) are store problems too.
     return reportError(
       err instanceof DedupError
@@ -228,6 +314,10 @@ function help(): number {
 
 /** One line on stderr, not a stack trace, for the errors users meet; returns the exit code. */
 function reportError(err: unknown): number {
+  if (err instanceof CliError) {
+    console.error(`error: ${err.message}`);
+    return err.exitCode;
+  }
   if (!(err instanceof DedupError)) throw err;
   console.error(`error: ${err.code}: ${err.message.replace(/\s*\n\s*/g, ' ')}`);
   return exitCodeOf(err);

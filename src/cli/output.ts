@@ -60,3 +60,19 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 export function printable(name: string): string {
   return name.length === 0 || CONTROL.test(name) ? JSON.stringify(name) : name;
 }
+
+/**
+ * A failure of the command line's input that no library error describes (a name that is both a
+ * stream and a super stream, a producer the store does not hold): `main.ts` prints its message as
+ * one line and exits with {@link CliError.exitCode}.
+ */
+export class CliError extends Error {
+  /** The process exit code: 2 for usage, 4 for the store (see `stream-dedup help`). */
+  readonly exitCode: number;
+
+  constructor(message: string, exitCode: number) {
+    super(message);
+    this.name = 'CliError';
+    this.exitCode = exitCode;
+  }
+}

@@ -1,19 +1,29 @@
 import { openSync, writeSync } from 'node:fs';
 import { DedupError } from '../errors.js';
 import { AmqpDedupPublisher } from '../transport/amqp.js';
-import { StreamDedupPublisher } from '../transport/stream.js';
+import { StreamDedupPublisher, SuperStreamDedupPublisher } from '../transport/stream.js';
 import type { Durability } from '../publisher/types.js';
 import { amqpSocketOptionsFromEnv, amqpUrlFromEnv, connectionFromEnv } from './env.js';
 
 /** Options of the producer process that the demo and the crash tests kill and restart. */
 export interface ProduceOptions {
+  /** The stream (or stream queue) to publish to; not used with `superStream`. */
   readonly stream: string;
+  /**
+   * Publish to this super stream instead (stream transport only): hash routing, the routing key
+   * being the message's label, carried in its {@link ROUTE_HEADER} header (in keyed mode the key,
+   * which is the label, routes). Acknowledgements are logged as `k <label> <partition> <id>`.
+   */
+  readonly superStream?: string | undefined;
   readonly producerName: string;
   readonly store: string;
   /** Labels are `<run>-<i>`: unique across runs, so every body names one logical message. */
   readonly run: number;
   readonly count: number;
-  /** Append-only log: `a <label>` before a send, `k <label>` once it resolved. */
+  /**
+   * Append-only log: `a <label>` before a send, `k <label>` once it resolved (on a super stream
+   * `k <label> <partition> <publishingId>`).
+   */
   readonly log: string;
   readonly durability: Durability;
   readonly concurrency: number;
@@ -26,11 +36,25 @@ export interface ProduceOptions {
   readonly keyed: boolean;
 }
 
+/** The header that carries a super stream message's routing key (its label) in `produce`. */
+export const ROUTE_HEADER = 'route-key';
+
+/** The part of a publisher `produce` uses, single stream or super stream. */
+interface Producer {
+  /** Resolves once confirmed; the partition and ID are logged with the acknowledgement. */
+  send(label: string): Promise<{ partition?: string; publishingId: bigint }>;
+  close(): Promise<void>;
+  /** What open() found and did (summed over the partitions of a super stream, and per partition). */
+  readonly openReport: Record<string, unknown>;
+  /** The last publishing ID (per partition on a super stream), for the closing line. */
+  last(): Record<string, unknown>;
+}
+
 /**
  * Publishes `count` uniquely labelled messages, logging each attempt before the send and each
- * acknowledgement after it (synchronous appends: they survive a SIGKILL). Prints one JSON line
- * `{"ready":…}` on stdout once open, so a parent knows when killing it is interesting, then
- * `{"acked":n}` every hundredth of `count`.
+ * acknowledgement after it (synchronous appends: they survive a SIGKILL). Prints JSON lines on
+ * stdout, so a parent knows when killing it is interesting: `{"opening":true}` before `open()`,
+ * `{"ready":…}` once open, then `{"acked":n}` every hundredth of `count`.
  */
 export async function produce(o: ProduceOptions): Promise<void> {
   const fd = openSync(o.log, 'a');
@@ -40,24 +64,61 @@ export async function produce(o: ProduceOptions): Promise<void> {
     durability: o.durability,
     idMode: o.keyed ? ('keyed' as const) : ('auto' as const),
   };
-  const open = (): Promise<AmqpDedupPublisher | StreamDedupPublisher> =>
-    o.transport === 'amqp'
-      ? AmqpDedupPublisher.open({
-          ...common,
-          url: amqpUrlFromEnv(),
-          socketOptions: amqpSocketOptionsFromEnv(),
-          queue: o.stream,
-          declareQueue: true,
-        })
-      : StreamDedupPublisher.open({
-          ...common,
-          connection: connectionFromEnv(),
-          stream: o.stream,
-          createStream: true,
-        });
+  const open = async (): Promise<Producer> => {
+    if (o.superStream !== undefined) {
+      if (o.transport !== 'stream')
+        throw new TypeError('a super stream is published over the stream transport');
+      const pub = await SuperStreamDedupPublisher.open({
+        ...common,
+        connection: connectionFromEnv(),
+        superStream: o.superStream,
+        // Keyed: the domain key (the label) routes by the same hash.
+        ...(o.keyed
+          ? {}
+          : { routing: { kind: 'hash', key: (_body, headers) => headers?.[ROUTE_HEADER] as string } }),
+      });
+      const reports = [...pub.openReports.values()];
+      return {
+        send: (label) =>
+          pub.send(Buffer.from(label), {
+            headers: { [ROUTE_HEADER]: label },
+            ...(o.keyed ? { key: label } : {}),
+          }),
+        close: () => pub.close(),
+        openReport: {
+          resent: reports.reduce((n, r) => n + r.resent, 0),
+          partitions: Object.fromEntries([...pub.openReports].map(([p, r]) => [p, jsonable(r)])),
+        },
+        last: () => ({ lastPublishingIds: jsonable(Object.fromEntries(pub.lastPublishingIds)) }),
+      };
+    }
+    const pub =
+      o.transport === 'amqp'
+        ? await AmqpDedupPublisher.open({
+            ...common,
+            url: amqpUrlFromEnv(),
+            socketOptions: amqpSocketOptionsFromEnv(),
+            queue: o.stream,
+            declareQueue: true,
+          })
+        : await StreamDedupPublisher.open({
+            ...common,
+            connection: connectionFromEnv(),
+            stream: o.stream,
+            createStream: true,
+          });
+    return {
+      send: (label) => pub.send(Buffer.from(label), o.keyed ? { key: label } : {}),
+      close: () => pub.close(),
+      openReport: jsonable(pub.openReport),
+      last: () => ({ lastPublishingId: pub.lastPublishingId.toString() }),
+    };
+  };
+  // A parent that wants to kill while open() reconciles starts its clock here.
+  process.stdout.write(`${JSON.stringify({ opening: true })}\n`);
   // As an application would: while a cluster elects a new leader, open() is refused for a while.
   const deadline = performance.now() + 60_000;
-  let pub: AmqpDedupPublisher | StreamDedupPublisher;
+  let pub: Producer;
   for (;;) {
     try {
       pub = await open();
@@ -70,7 +131,7 @@ export async function produce(o: ProduceOptions): Promise<void> {
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
   }
-  process.stdout.write(`${JSON.stringify({ ready: true, ...jsonable(pub.openReport) })}\n`);
+  process.stdout.write(`${JSON.stringify({ ready: true, ...pub.openReport })}\n`);
   let next = 1;
   let acked = 0;
   // About a hundred progress lines per run: a parent can kill on observed progress, not on a timer.
@@ -79,16 +140,17 @@ export async function produce(o: ProduceOptions): Promise<void> {
     while (next <= o.count) {
       const label = o.keyed ? `k-${next++}` : `${o.run}-${next++}`;
       writeSync(fd, `a ${label}\n`);
-      await pub.send(Buffer.from(label), o.keyed ? { key: label } : {});
-      writeSync(fd, `k ${label}\n`);
+      const sent = await pub.send(label);
+      writeSync(
+        fd,
+        sent.partition === undefined ? `k ${label}\n` : `k ${label} ${sent.partition} ${sent.publishingId}\n`,
+      );
       if (++acked % every === 0) process.stdout.write(`${JSON.stringify({ acked })}\n`);
     }
   };
   await Promise.all(Array.from({ length: o.concurrency }, worker));
   await pub.close();
-  process.stdout.write(
-    `${JSON.stringify({ done: true, lastPublishingId: pub.lastPublishingId.toString() })}\n`,
-  );
+  process.stdout.write(`${JSON.stringify({ done: true, ...pub.last() })}\n`);
 }
 
 function jsonable(o: object): Record<string, unknown> {

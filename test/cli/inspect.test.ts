@@ -3,8 +3,10 @@ import {
   formatInspection,
   formatInspectionJson,
   inspectStore,
+  selectProducer,
   type StoreInspection,
 } from '../../src/cli/inspect.js';
+import { CliError } from '../../src/cli/output.js';
 import { VerifyingConsumerCore } from '../../src/consumer/core.js';
 import { identityHeaders } from '../../src/identity/headers.js';
 import type { DedupStore } from '../../src/store/store.js';
@@ -127,7 +129,7 @@ describe('cli inspect - reading a store', () => {
 
   it('an empty store has nothing to list', async () => {
     const store = await memoryStore();
-    expect(await inspectStore(store)).toEqual({ producers: [], consumers: [], scopes: [] });
+    expect(await inspectStore(store)).toEqual({ producers: [], superStreams: [], consumers: [], scopes: [] });
     await store.close();
   });
 
@@ -175,6 +177,7 @@ describe('cli inspect - output', () => {
         outboxLastId: 103n,
       },
     ],
+    superStreams: [],
     consumers: [{ consumerName: 'projection', committedOffset: 12n }],
     scopes: [
       {
@@ -208,6 +211,8 @@ describe('cli inspect - output', () => {
         'orders   orders-svc   auto           40               0       0  -',
         'billing  billing-svc  explicit      103           20000       3  100..103',
         '',
+        'super stream producers: none',
+        '',
         'verifying consumers: 1',
         'consumer    committed offset',
         'projection                12',
@@ -223,8 +228,8 @@ describe('cli inspect - output', () => {
   });
 
   it('says "none" for empty sections', () => {
-    expect(formatInspection('s', { producers: [], consumers: [], scopes: [] })).toBe(
-      'store s\n\nproducers: none\n\nverifying consumers: none\n\nverifier scopes: none',
+    expect(formatInspection('s', { producers: [], superStreams: [], consumers: [], scopes: [] })).toBe(
+      'store s\n\nproducers: none\n\nsuper stream producers: none\n\nverifying consumers: none\n\nverifier scopes: none',
     );
   });
 
@@ -256,6 +261,7 @@ describe('cli inspect - output', () => {
           outboxLastId: '103',
         },
       ],
+      superStreams: [],
       consumers: [{ consumerName: 'projection', committedOffset: '12' }],
       scopes: [
         {
@@ -278,5 +284,184 @@ describe('cli inspect - output', () => {
         },
       ],
     });
+  });
+});
+
+/**
+ * A store with a super stream producer "billing" on "invoices" (3 partitions: state on -0 with an
+ * outbox, none on -1, state on -2), beside a plain producer of the same name and one of a partition
+ * under another name.
+ */
+async function withSuperStream(): Promise<DedupStore> {
+  const store = await memoryStore();
+  await store.writePartitions('invoices', 'billing', ['invoices-0', 'invoices-1', 'invoices-2']);
+  const p0 = store.claimProducer('invoices-0', 'billing');
+  await p0.commit({
+    meta: { idMode: 'auto', lastId: 12n, reservedUpTo: 0n },
+    segment: [entry(11n), entry(12n)],
+  });
+  p0.release();
+  const p2 = store.claimProducer('invoices-2', 'billing');
+  await p2.commit({ meta: { idMode: 'auto', lastId: 9n, reservedUpTo: 0n } });
+  p2.release();
+  const plain = store.claimProducer('ledger', 'billing');
+  await plain.commit({ meta: { idMode: 'explicit', lastId: 70n, reservedUpTo: 0n } });
+  plain.release();
+  const other = store.claimProducer('invoices-1', 'someone-else');
+  await other.commit({ meta: { idMode: 'auto', lastId: 1n, reservedUpTo: 0n } });
+  other.release();
+  return store;
+}
+
+const state = (target: string, producerName: string, extra: Partial<Record<string, unknown>> = {}) => ({
+  target,
+  producerName,
+  idMode: 'auto',
+  reservedUpTo: 0n,
+  outboxMessages: 0,
+  outboxSegments: 0,
+  outboxFirstId: undefined,
+  outboxLastId: undefined,
+  ...extra,
+});
+
+describe('cli inspect - super stream producers', () => {
+  it("lists each partition's state under its super stream producer (the s: record's order), and only there", async () => {
+    const store = await withSuperStream();
+    const inspection = await inspectStore(store);
+    await store.close();
+    expect(inspection.superStreams).toEqual([
+      {
+        superStream: 'invoices',
+        producerName: 'billing',
+        partitions: [
+          {
+            partition: 'invoices-0',
+            state: state('invoices-0', 'billing', {
+              lastId: 12n,
+              outboxMessages: 2,
+              outboxSegments: 1,
+              outboxFirstId: 11n,
+              outboxLastId: 12n,
+            }),
+          },
+          { partition: 'invoices-1', state: undefined },
+          { partition: 'invoices-2', state: state('invoices-2', 'billing', { lastId: 9n }) },
+        ],
+      },
+    ]);
+    // A partition's state under another producer name, and the name's plain stream, stay producers.
+    expect(inspection.producers).toEqual([
+      state('invoices-1', 'someone-else', { lastId: 1n }),
+      state('ledger', 'billing', { idMode: 'explicit', lastId: 70n }),
+    ]);
+  });
+
+  it('the human listing: one row per partition, "-" where the producer never sent, the outbox of every partition counted', async () => {
+    const store = await withSuperStream();
+    const text = formatInspection('/s', await inspectStore(store));
+    await store.close();
+    expect(text).toContain(
+      [
+        'super stream producers: 1',
+        'super stream  producer  partition   id mode  last id  reserved up to  outbox  outbox ids',
+        'invoices      billing   invoices-0  auto          12               0       2  11..12',
+        'invoices      billing   invoices-1  -              -               -       -  -',
+        'invoices      billing   invoices-2  auto           9               0       0  -',
+        '(a partition with "-" has no state yet: the producer never sent to it)',
+      ].join('\n'),
+    );
+    expect(text).toContain('2 messages in the outbox');
+  });
+
+  it('--json: the partitions with their state, null where there is none', async () => {
+    const store = await withSuperStream();
+    const json = JSON.parse(formatInspectionJson('/s', await inspectStore(store))) as {
+      superStreams: unknown;
+    };
+    await store.close();
+    expect(json.superStreams).toEqual([
+      {
+        superStream: 'invoices',
+        producerName: 'billing',
+        partitions: [
+          {
+            partition: 'invoices-0',
+            state: {
+              target: 'invoices-0',
+              producerName: 'billing',
+              idMode: 'auto',
+              lastId: '12',
+              reservedUpTo: '0',
+              outboxMessages: 2,
+              outboxSegments: 1,
+              outboxFirstId: '11',
+              outboxLastId: '12',
+            },
+          },
+          { partition: 'invoices-1', state: null },
+          expect.objectContaining({ partition: 'invoices-2' }),
+        ],
+      },
+    ]);
+  });
+
+  it('refuses an s: record or key it cannot decode with DEDUP_STORE_CORRUPT, naming the key', async () => {
+    for (const [key, value] of [
+      ['s:8:invoices7:billing', Buffer.from([1, 0])],
+      ['s:8:invoices7:billing', Buffer.from([1, 0, 0])],
+      ['s:8:invoices9:billing', Buffer.from([1, 0, 1, 0, 1, 0x61])],
+      ['s:99:short', Buffer.from([1, 0, 1, 0, 1, 0x61])],
+    ] as const) {
+      const store = await memoryStore();
+      await store.db.batch([{ type: 'put', key, value }]);
+      const err = await inspectStore(store).catch((e: unknown) => e);
+      expect(err, key).toMatchObject({ name: 'DedupError', code: 'DEDUP_STORE_CORRUPT' });
+      expect((err as Error).message).toContain(`store record "${key}"`);
+      await store.close();
+    }
+  });
+});
+
+describe('cli inspect --producer', () => {
+  it('keeps one producer name: its producers, super stream producers, scopes and their consumers', async () => {
+    const store = await withSuperStream();
+    const billing = selectProducer('/s', await inspectStore(store), 'billing');
+    await store.close();
+    expect(billing.producers.map((p) => p.target)).toEqual(['ledger']);
+    expect(billing.superStreams.map((x) => x.superStream)).toEqual(['invoices']);
+    expect(billing.consumers).toEqual([]);
+
+    const populatedStore = await populated();
+    const orders = selectProducer('/s', await inspectStore(populatedStore), 'orders-svc');
+    await populatedStore.close();
+    expect(orders.producers.map((p) => p.producerName)).toEqual(['orders-svc']);
+    expect(orders.scopes.map((x) => [x.consumer, x.producer])).toEqual([
+      ['projection', 'orders-svc'],
+      ['projection', 'orders-svc'],
+    ]);
+    expect(orders.consumers.map((c) => c.consumerName)).toEqual(['projection']);
+  });
+
+  it('a name the store does not hold is a CliError with exit code 4 that lists the names it has', async () => {
+    const store = await withSuperStream();
+    const inspection = await inspectStore(store);
+    await store.close();
+    const err = (() => {
+      try {
+        selectProducer('/var/s', inspection, 'bililng');
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(err).toBeInstanceOf(CliError);
+    expect(err).toMatchObject({ exitCode: 4 });
+    expect((err as Error).message).toBe(
+      'store /var/s has no producer named "bililng" (no producer state, super stream record or verifier ' +
+        'scope; it has "billing", "someone-else")',
+    );
+    expect(() =>
+      selectProducer('/e', { producers: [], superStreams: [], consumers: [], scopes: [] }, 'x'),
+    ).toThrow(/has no producer named "x" .*it has none\)$/);
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatTable, plural, printable, progressReporter, toJson } from '../../src/cli/output.js';
+import { CliError, formatTable, plural, printable, progressReporter, toJson } from '../../src/cli/output.js';
 
 describe('cli output', () => {
   it('toJson writes bigints as decimal strings and undefined as null', () => {
@@ -45,5 +45,13 @@ describe('cli output', () => {
     };
     expect(written(true)).toBe('audit: reading\n');
     expect(written(false)).toBe('');
+  });
+});
+
+describe('cli errors', () => {
+  it('CliError carries the exit code the CLI ends with', () => {
+    const err = new CliError('no such producer', 4);
+    expect(err).toBeInstanceOf(Error);
+    expect(err).toMatchObject({ name: 'CliError', message: 'no such producer', exitCode: 4 });
   });
 });

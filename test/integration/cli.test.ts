@@ -200,7 +200,7 @@ describe('cli - demo', () => {
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
     // Every run but the last was killed mid-way: four kills in five runs, none finished early.
-    expect(run.stdout.match(/killed \(SIGKILL\)/g)).toHaveLength(4);
+    expect(run.stdout.match(/killed \(SIGKILL\b/g)).toHaveLength(4);
     expect(run.stdout).toMatch(/demo: 5 runs, 4 kills/);
     expect(run.stdout).toMatch(/audit: OK — 0 lost, 0 duplicated/);
     const stream = /deleted stream "([^"]+)"/.exec(run.stdout)?.[1];
@@ -217,7 +217,7 @@ describe('cli - usage', () => {
     runs.forEach((run, i) => expect(run.code, usageErrors[i]!.join(' ')).toBe(2));
     expect(runs[0]!.stderr).toBe(
       'audit: expects exactly one argument, <stream>\n' +
-        'usage: stream-dedup audit <stream> [--json]   (stream-dedup help for more)\n',
+        'usage: stream-dedup audit <stream> [--json] [--stream | --super-stream]   (stream-dedup help for more)\n',
     );
     expect(help.code).toBe(0);
     expect(help.stdout).toContain('stream-dedup audit <stream> [--json]');
