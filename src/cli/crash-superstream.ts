@@ -8,6 +8,7 @@ import { checkHistory, type HistoryReport, type OrderViolation } from '../histor
 import { readIdentity } from '../identity/headers.js';
 import { Locator } from '../superstream/partitions.js';
 import { readStreamToEnd } from '../transport/stream.js';
+import { auditRecords, type AuditReport } from './audit.js';
 import { runKillLoop, withCrashDir, type CrashRunOptions } from './crash.js';
 import { connectionFromEnv } from './env.js';
 
@@ -35,6 +36,8 @@ export interface PartitionCrashReport {
   readonly acknowledged: number;
   /** The highest publishing ID in the partition (undefined when it is empty). */
   readonly lastId: bigint | undefined;
+  /** What `stream-dedup audit` says of the partition: declared skips apart from gaps. */
+  readonly audit: AuditReport;
 }
 
 /** What {@link runSuperStreamCrashScenario} measured. */
@@ -101,8 +104,10 @@ export async function runSuperStreamCrashScenario(
     });
     await o.beforeRead?.();
     const read = new Map<string, Observed[]>();
+    const audits = new Map<string, AuditReport>();
     for (const partition of partitions) {
       const records = await readStreamToEnd(connectionFromEnv(), partition);
+      audits.set(partition, auditRecords(records));
       read.set(
         partition,
         records.map((r) => {
@@ -147,6 +152,7 @@ export async function runSuperStreamCrashScenario(
           (max, id) => (max === undefined || id > max ? id : max),
           undefined,
         ),
+        audit: audits.get(partition)!,
       });
     }
     const idMismatches: string[] = [];
