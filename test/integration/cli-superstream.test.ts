@@ -5,31 +5,20 @@ import { SuperStreamDedupPublisher } from '../../src/transport/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { runCli, type CliRun } from '../support/cli.js';
 import { useClient } from '../support/stream.js';
+import { useSuperStreams } from '../support/superstream.js';
 import { useTempDir } from '../support/tmp.js';
 
 const client = useClient();
 const tempDir = useTempDir();
-const createdSuperStreams: string[] = [];
+const superStream = useSuperStreams(client);
 const createdStreams: string[] = [];
 
 afterAll(async () => {
-  for (const name of createdSuperStreams)
-    await client()
-      .deleteSuperStream({ streamName: name })
-      .catch(() => undefined);
   for (const stream of createdStreams)
     await client()
       .deleteStream({ stream })
       .catch(() => undefined);
 });
-
-/** A new super stream of 3 partitions, `<name>-0` … `<name>-2`. */
-async function superStream(prefix: string): Promise<string> {
-  const name = uniqueName(prefix);
-  await client().createSuperStream({ streamName: name, arguments: {} }, undefined, 3);
-  createdSuperStreams.push(name);
-  return name;
-}
 
 /** Runs the CLI from source with the test broker in its environment; resolves once it exited. */
 function cli(args: readonly string[]): Promise<CliRun> {

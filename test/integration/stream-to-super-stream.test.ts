@@ -11,6 +11,7 @@ import { checkHistory, formatReport } from '../../src/testing.js';
 import { readIdentity } from '../../src/identity/headers.js';
 import { BROKER, uniqueName } from '../support/broker.js';
 import { connectClient, readAll } from '../support/stream.js';
+import { jsClientRouter } from '../support/superstream.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const superStreams: string[] = [];
@@ -61,17 +62,6 @@ async function runProcessor(
   if (signal === 'SIGKILL') return { end: 'killed', ready };
   if (code !== 0) throw new Error(`processor exited with ${code}`);
   return { end: 'done', ready };
-}
-
-/** The partition the JavaScript client's own super stream publisher routes `key` to (hash strategy). */
-async function jsClientRouter(name: string): Promise<(key: string) => Promise<string>> {
-  const publisher = await client.declareSuperStreamPublisher(
-    { superStream: name, routingStrategy: 'hash' },
-    (content) => content,
-  );
-  // routeMessage is private in its types; it is what its send() calls (no publisher is declared by it).
-  const routing = publisher as unknown as { routeMessage(content: Buffer, opts: object): Promise<string> };
-  return (key) => routing.routeMessage(Buffer.from(key), {});
 }
 
 const CUSTOMERS = 40;
@@ -128,7 +118,7 @@ describe('example stream-to-super-stream: publishingId = source offset + 1 in th
       expect(last.end).toBe('done');
       if (new Set(Object.values(last.ready?.accepted ?? {})).size > 1) uneven++;
 
-      const route = await jsClientRouter(target);
+      const route = await jsClientRouter(client, target);
       const partitionOf = new Map<string, string>();
       for (let c = 0; c < CUSTOMERS; c++) partitionOf.set(`c-${c}`, await route(`c-${c}`));
       const observed: Array<{

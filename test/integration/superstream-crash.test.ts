@@ -1,35 +1,16 @@
-import type { Client } from 'rabbitmq-stream-js-client';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   runSuperStreamCrashScenario,
   type SuperStreamCrashResult,
   type SuperStreamCrashScenarioOptions,
 } from '../../src/cli/crash-superstream.js';
 import { formatReport } from '../../src/testing.js';
-import { uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
 import { useClient } from '../support/stream.js';
+import { jsClientRouter, useSuperStreams } from '../support/superstream.js';
 
 const client = useClient();
-const created: string[] = [];
-
-afterAll(async () => {
-  for (const name of created)
-    await client()
-      .deleteSuperStream({ streamName: name })
-      .catch(() => undefined);
-});
-
-/** The partition the JavaScript client's own super stream publisher routes a key to (hash strategy). */
-async function jsClientRouter(c: Client, name: string): Promise<(key: string) => Promise<string>> {
-  const publisher = await c.declareSuperStreamPublisher(
-    { superStream: name, routingStrategy: 'hash' },
-    (content) => content,
-  );
-  // routeMessage is private in its types; it is what its send() calls (no publisher is declared by it).
-  const routing = publisher as unknown as { routeMessage(content: Buffer, opts: object): Promise<string> };
-  return (key) => routing.routeMessage(Buffer.from(key), {});
-}
+const superStream = useSuperStreams(client);
 
 /**
  * Creates a 3-partition super stream and runs the crash scenario on it, printing one summary line
@@ -39,9 +20,7 @@ async function crash(
   label: string,
   o: Pick<SuperStreamCrashScenarioOptions, 'durability' | 'kills' | 'perRun' | 'kill'>,
 ): Promise<SuperStreamCrashResult> {
-  const name = uniqueName(`ss-crash-${o.durability}`);
-  await client().createSuperStream({ streamName: name, arguments: {} }, undefined, 3);
-  created.push(name);
+  const name = await superStream(`ss-crash-${o.durability}`);
   const started = performance.now();
   const progress: string[] = [];
   const result = await runSuperStreamCrashScenario({

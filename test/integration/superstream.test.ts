@@ -1,6 +1,5 @@
 import { join } from 'node:path';
-import type { Client } from 'rabbitmq-stream-js-client';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
@@ -9,27 +8,13 @@ import { SuperStreamDedupPublisher } from '../../src/superstream/publisher.js';
 import { readStreamToEnd, type StreamRecord } from '../../src/transport/stream-ops.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { useClient } from '../support/stream.js';
+import { jsClientRouter, useSuperStreams } from '../support/superstream.js';
 import { thrown } from '../support/thrown.js';
 import { useTempDir } from '../support/tmp.js';
 
 const client = useClient();
 const tempDir = useTempDir();
-const created: string[] = [];
-
-afterAll(async () => {
-  for (const name of created)
-    await client()
-      .deleteSuperStream({ streamName: name })
-      .catch(() => undefined);
-});
-
-/** A new super stream of `partitions` partitions (`<name>-0` …, or `<name>-<bindingKey>`). */
-async function superStream(prefix: string, partitions = 3, bindingKeys?: string[]): Promise<string> {
-  const name = uniqueName(prefix);
-  await client().createSuperStream({ streamName: name, arguments: {} }, bindingKeys, partitions);
-  created.push(name);
-  return name;
-}
+const superStream = useSuperStreams(client);
 
 async function setup(
   prefix: string,
@@ -48,17 +33,6 @@ async function setup(
       ...extra,
     },
   };
-}
-
-/** The partition the JavaScript client's own super stream publisher routes `key` to (hash strategy). */
-async function jsClientRouter(c: Client, name: string): Promise<(key: string) => Promise<string>> {
-  const publisher = await c.declareSuperStreamPublisher(
-    { superStream: name, routingStrategy: 'hash' },
-    (content) => content,
-  );
-  // routeMessage is private in its types; it is what its send() calls (no publisher is declared by it).
-  const routing = publisher as unknown as { routeMessage(content: Buffer, opts: object): Promise<string> };
-  return (key) => routing.routeMessage(Buffer.from(key), {});
 }
 
 async function readPartitions(partitions: readonly string[]): Promise<Map<string, StreamRecord[]>> {
