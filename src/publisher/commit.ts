@@ -55,6 +55,15 @@ export class GroupCommitter {
     return this.#segmentsToDelete.length > 0 || (this.keyed?.hasDeletes ?? false) || this.skip.metaDirty;
   }
 
+  /**
+   * Whether confirms left something to clear: whole confirmed segments (so that a restart re-sends
+   * less) or a skip whose declaration was confirmed. What a confirm wakes the pump for, and what
+   * `close()` still writes; key deletes are left to the next commit.
+   */
+  get hasConfirmWork(): boolean {
+    return this.#segmentsToDelete.length > 0 || this.skip.metaDirty;
+  }
+
   /** The broker confirmed `entry`: its segment goes with the next commit once all of it is confirmed. */
   confirmed(entry: Entry): void {
     if (entry.segment !== undefined && --entry.segment.remaining === 0) {

@@ -103,6 +103,7 @@ export class DedupPublisherCore {
   readonly #closedPromise: Promise<DedupError | undefined>;
   #resolveClosed!: (value: DedupError | undefined) => void;
   readonly #idle: Array<() => void> = [];
+  readonly #failureListeners: Array<(error: DedupError) => void> = [];
 
   private constructor(
     transport: PublishTransport,
@@ -243,6 +244,14 @@ export class DedupPublisherCore {
   /** True after `close()` or a fatal error. */
   get isClosed(): boolean {
     return this.#closeRequested || this.#status === 'closed';
+  }
+
+  /**
+   * Calls `listener` once, at the moment a fatal error stops the publisher (before it has closed):
+   * a publisher made of several cores stops the others at once.
+   */
+  onFailure(listener: (error: DedupError) => void): void {
+    this.#failureListeners.push(listener);
   }
 
   /** Resolves when the publisher has closed: with the error that closed it, or `undefined` after `close()`. */
@@ -437,7 +446,7 @@ export class DedupPublisherCore {
       this.counters.confirmed++;
       e.settle({ publishingId: id, outcome: 'published' });
     }
-    if (this.#queue.refill() || this.#commits.hasWork) this.#schedulePump();
+    if (this.#queue.refill() || this.#commits.hasConfirmWork) this.#schedulePump();
     if (this.inFlight === 0) for (const wake of this.#idle.splice(0)) wake();
   }
 
@@ -511,6 +520,7 @@ export class DedupPublisherCore {
     );
     letGoAll(this.#queue, this.#commits, error, extra);
     void this.close();
+    for (const listener of this.#failureListeners.splice(0)) listener(error);
   }
 
   /**
@@ -548,7 +558,7 @@ export class DedupPublisherCore {
       producerName: this.producerName,
       durability: this.durability,
       lastAssigned: this.#lastAssigned,
-      fatal: this.#fatal,
+      fatal: () => this.#fatal,
     });
     // A reconnect attempt in progress may still open a connection: let it finish, then close it.
     await reconnecting;

@@ -11,7 +11,7 @@ const PERMANENT = new WeakSet<Error>();
  * Marks a transport's connect failure that no retry can fix (the stream was deleted): a publisher
  * reconnecting stops with it at once instead of retrying for `giveUpAfterMs`.
  */
-export function permanentFailure<E extends Error>(err: E): E {
+export function permanentFailure(err: DedupError): DedupError {
   PERMANENT.add(err);
   return err;
 }

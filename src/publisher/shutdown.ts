@@ -39,12 +39,13 @@ export async function settleAtClose(
     readonly producerName: string;
     readonly durability: Durability;
     readonly lastAssigned: bigint;
-    readonly fatal: DedupError | undefined;
+    /** The error that stopped the publisher, if any: read after each await (a reconnect may fail meanwhile). */
+    fatal(): DedupError | undefined;
   },
 ): Promise<void> {
-  const { producerName, durability, lastAssigned, fatal } = life;
+  const { producerName, durability, lastAssigned } = life;
   let unsent = [...queue.takeBatch(), ...queue.takeParked()];
-  if (unsent.length > 0 && durability === 'outbox' && fatal === undefined) {
+  if (unsent.length > 0 && durability === 'outbox' && life.fatal() === undefined) {
     try {
       await commits.write(unsent, lastAssigned);
       queue.endCommit(unsent, true);
@@ -53,16 +54,16 @@ export async function settleAtClose(
       // Not written: they are reported as never sent.
     }
   }
-  const unwritten = fatal ?? closedUnwrittenError(producerName);
+  const unwritten = life.fatal() ?? closedUnwrittenError(producerName);
   for (const e of unsent) {
     keyed?.forget(e, unwritten);
     e.settle(unwritten);
   }
-  const unconfirmed = fatal ?? closedUnconfirmedError(producerName, durability);
+  const unconfirmed = life.fatal() ?? closedUnconfirmedError(producerName, durability);
   for (const e of queue.pending.values()) {
     KeyedIds.settled(e, unconfirmed);
     e.settle(unconfirmed);
   }
   // The next open re-sends less (a reserve life that recovered an outbox has segments too).
-  if (commits.hasWork) await commits.write([], lastAssigned).catch(() => undefined);
+  if (commits.hasConfirmWork) await commits.write([], lastAssigned).catch(() => undefined);
 }

@@ -38,7 +38,8 @@ export type RoutingKeyFunction = (
  *   `idMode: 'keyed'` the domain key (`send()`'s `key`) is the routing key and `key` is left out.
  * - `key`: the super stream exchange's bindings (the broker's route query) route the routing key,
  *   as with the clients' "routing key" strategy; results are cached per routing key. Not with
- *   `idMode: 'keyed'`.
+ *   `idMode: 'keyed'`. The store pins the partition list, not the bindings: a binding changed to
+ *   send a key to another existing partition is not detected.
  */
 export type SuperStreamRouting =
   | { readonly kind: 'hash'; readonly key?: RoutingKeyFunction }

@@ -6,6 +6,7 @@
 import type { Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import type { DedupStore } from '../store/store.js';
+import { Backoff, sleep } from '../util/backoff.js';
 import { connectStreamClient } from '../transport/stream-probe.js';
 import {
   EndpointRotation,
@@ -44,13 +45,25 @@ export class Locator {
   readonly #shared: Client | undefined;
   readonly #endpoints: EndpointRotation | undefined;
   readonly #timeoutMs: number;
+  readonly #retry: RouteRetry | undefined;
   #own: Promise<Client> | undefined;
   #closed = false;
+  /** Ends a retry's backoff wait early (close()). */
+  #wake: (() => void) | undefined;
 
-  constructor(connection: StreamConnectionOptions | Client | undefined, timeoutMs: number) {
+  /**
+   * `retry`: how route queries ride out a lost connection (backoff, then give up), as the
+   * partitions' publishers ride out theirs; without it a query is tried on one new connection.
+   */
+  constructor(
+    connection: StreamConnectionOptions | Client | undefined,
+    timeoutMs: number,
+    retry?: RouteRetry,
+  ) {
     this.#shared = isStreamClient(connection) ? connection : undefined;
     this.#endpoints = isStreamClient(connection) ? undefined : new EndpointRotation(connection ?? {});
     this.#timeoutMs = timeoutMs;
+    this.#retry = retry;
   }
 
   /**
@@ -86,8 +99,10 @@ export class Locator {
    * @throws DedupError `DEDUP_BROKER_REFUSED` or `DEDUP_BROKER_UNREACHABLE`.
    */
   route(superStream: string, routingKey: string): Promise<string[]> {
-    return this.#query(`routing key "${routingKey}" on super stream "${superStream}"`, (c) =>
-      c.routeQuery({ superStream, routingKey }),
+    return this.#query(
+      `routing key "${routingKey}" on super stream "${superStream}"`,
+      (c) => c.routeQuery({ superStream, routingKey }),
+      this.#retry,
     );
   }
 
@@ -97,26 +112,36 @@ export class Locator {
    */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#wake?.();
     await this.#drop();
   }
 
-  /** Closes our own connection; the next query opens another. */
-  async #drop(): Promise<void> {
+  /**
+   * Closes our own connection (only if it is still `used`, when given: a query that failed on an
+   * older connection must not close the one a retry opened since); the next query opens another.
+   */
+  async #drop(used?: Client): Promise<void> {
     const own = this.#own;
-    this.#own = undefined;
     if (own === undefined) return;
+    if (used !== undefined && (await own.catch(() => undefined)) !== used) return;
+    if (this.#own !== own) return;
+    this.#own = undefined;
     const client = await own.catch(() => undefined);
     await withTimeout(client?.close() ?? Promise.resolve(), 5_000, 'closing the client').catch(
       () => undefined,
     );
   }
 
-  async #query<T>(what: string, ask: (client: Client) => Promise<T>): Promise<T> {
-    // Our own connection may have died since the last query (a broker restart): one more try on
-    // a new one. The application's Client is the application's to restart.
+  async #query<T>(what: string, ask: (client: Client) => Promise<T>, retry?: RouteRetry): Promise<T> {
+    // Our own connection may have died since the last query (a broker restart): try again on a
+    // new one — once, or with `retry` until its giveUpAfterMs. The application's Client is the
+    // application's to restart.
+    const started = performance.now();
+    const backoff = retry === undefined ? undefined : new Backoff(retry);
     for (let attempt = 1; ; attempt++) {
-      const client = this.#shared ?? (await this.#connect());
+      let client: Client | undefined;
       try {
+        client = this.#shared ?? (await this.#connect());
         return await withTimeout(ask(client), this.#timeoutMs, what);
       } catch (err) {
         if (responseCode(err) !== undefined) {
@@ -124,9 +149,14 @@ export class Locator {
             cause: err,
           });
         }
-        if (this.#shared === undefined) await this.#drop();
-        if (this.#shared === undefined && attempt < 2) continue;
-        throw new DedupError('DEDUP_BROKER_UNREACHABLE', `${what} failed: ${errorText(err)}`, { cause: err });
+        // A refusal (credentials, permissions) is not a lost connection: no retry helps.
+        if (err instanceof DedupError && err.code === 'DEDUP_BROKER_REFUSED') throw err;
+        if (this.#closed || this.#shared !== undefined) throw unreachable(what, err);
+        if (client !== undefined) await this.#drop(client);
+        const retrying = retry !== undefined && performance.now() - started < retry.giveUpAfterMs;
+        if (attempt >= 2 && !retrying) throw unreachable(what, err);
+        if (attempt >= 2) await sleep(backoff!.next(), (wake) => (this.#wake = wake));
+        this.#wake = undefined;
       }
     }
   }
@@ -148,6 +178,18 @@ export class Locator {
     });
     return connecting;
   }
+}
+
+/** How route queries retry: the publishers' reconnect options. */
+export interface RouteRetry {
+  readonly initialDelayMs: number;
+  readonly maxDelayMs: number;
+  readonly giveUpAfterMs: number;
+}
+
+function unreachable(what: string, err: unknown): DedupError {
+  if (err instanceof DedupError && err.code !== 'DEDUP_BROKER_UNREACHABLE') return err;
+  return new DedupError('DEDUP_BROKER_UNREACHABLE', `${what} failed: ${errorText(err)}`, { cause: err });
 }
 
 /**
@@ -173,7 +215,7 @@ export async function checkRecordedPartitions(
   throw new DedupError(
     'DEDUP_PARTITIONS_CHANGED',
     `super stream "${superStream}" has ${partitions.length} partitions [${partitions.join(', ')}], but producer ` +
-      `"${producerName}" last opened it with ${recorded.length} [${recorded.join(', ')}] (the store's record): ` +
+      `"${producerName}" first opened it with ${recorded.length} [${recorded.join(', ')}] (the store's record): ` +
       `routing would move keys to other partitions, away from their IDs, outboxes and keys. ` +
       `Re-partitioning is not supported; nothing was sent`,
   );

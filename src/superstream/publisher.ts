@@ -25,7 +25,7 @@ const NO_OPTIONS: SendOptions = Object.freeze({});
 /**
  * A dedup publisher for one producer name on a RabbitMQ super stream: every partition has its own
  * publishing IDs, outbox (or reserved blocks) and, in keyed mode, key index — each partition is a
- * `StreamDedupPublisher` of its own under the same name, all in one store — and a routing in front
+ * publisher core of its own (what a `StreamDedupPublisher` is made of) under the same name, all in one store — and a routing in front
  * chooses the partition of every message.
  *
  * - `open()` discovers the partitions (the broker's partitions query), refuses a list that differs
@@ -93,11 +93,8 @@ export class SuperStreamDedupPublisher {
     this.#ownedStore = ownedStore;
     this.#route = makeRouter(opts, this.partitions, locator);
     this.#closedPromise = new Promise((resolve) => (this.#resolveClosed = resolve));
-    for (const [partition, core] of cores) {
-      void core.closed().then((error) => {
-        if (error !== undefined) this.#partitionFailed(partition, error);
-      });
-    }
+    // At the failure itself, not once that partition has closed: the others stop taking sends now.
+    for (const [partition, core] of cores) core.onFailure((error) => this.#partitionFailed(partition, error));
   }
 
   /**
@@ -116,7 +113,7 @@ export class SuperStreamDedupPublisher {
     const opts = resolveSuperStreamOptions(options);
     const { publisher } = opts;
     // Before the store: it checks TLS options, which may throw.
-    const locator = new Locator(opts.connection, opts.connectTimeoutMs);
+    const locator = new Locator(opts.connection, opts.connectTimeoutMs, publisher.reconnect);
     const ownedStore =
       typeof publisher.store === 'string'
         ? await DedupStore.open(publisher.store, { sync: publisher.sync })
@@ -168,9 +165,12 @@ export class SuperStreamDedupPublisher {
    * @throws TypeError when the body is not bytes, the routing function throws (the error is the
    *   cause) or returns something else than a string; RangeError when it returns an empty string.
    *   Nothing is sent then. Otherwise as `StreamDedupPublisher.send`.
-   * @throws DedupError (rejection) as `StreamDedupPublisher.send`; `DEDUP_ID_MODE_MISMATCH` for a
-   *   keyed send without a key; with `routing.kind: 'key'`, `DEDUP_BROKER_REFUSED` when no binding
-   *   matches the routing key and `DEDUP_PARTITIONS_CHANGED` when it leads to no known partition.
+   * @throws DedupError (rejection) as `StreamDedupPublisher.send`, its message naming the partition;
+   *   `DEDUP_ID_MODE_MISMATCH` for a keyed send without a key; with `routing.kind: 'key'`,
+   *   `DEDUP_BROKER_REFUSED` when no binding matches the routing key, `DEDUP_PARTITIONS_CHANGED` when
+   *   it leads to no known partition, and `DEDUP_BROKER_UNREACHABLE` when the route query found no
+   *   broker for `reconnect.giveUpAfterMs`. A send queued behind a route query reports what
+   *   `StreamDedupPublisher.send` would throw (bad headers, too large) as a rejection.
    */
   send(body: Uint8Array, options: SendOptions = NO_OPTIONS): Promise<SuperStreamSendResult> {
     assertBody(body);
@@ -200,6 +200,8 @@ export class SuperStreamDedupPublisher {
     body: Uint8Array,
     options: SendOptions = NO_OPTIONS,
   ): Promise<SuperStreamSendResult> {
+    if (this.#keyed)
+      throw new TypeError("sendTo() is not available with idMode 'keyed': the domain key routes");
     if (!this.#cores.has(partition)) {
       outOfRange(
         'partition',
@@ -207,8 +209,6 @@ export class SuperStreamDedupPublisher {
         partition,
       );
     }
-    if (this.#keyed)
-      throw new TypeError("sendTo() is not available with idMode 'keyed': the domain key routes");
     assertBody(body);
     const stopped = this.#stopped();
     if (stopped !== undefined) return Promise.reject(stopped);
@@ -319,7 +319,12 @@ export class SuperStreamDedupPublisher {
     return this.#cores
       .get(partition)!
       .send(body, options)
-      .then((r) => ({ partition, publishingId: r.publishingId, outcome: r.outcome }));
+      .then(
+        (r) => ({ partition, publishingId: r.publishingId, outcome: r.outcome }),
+        (err: unknown) => {
+          throw namePartition(err, partition, this.superStream);
+        },
+      );
   }
 
   /** One partition stopped on an error: the whole publisher closes with it. */

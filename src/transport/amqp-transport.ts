@@ -6,7 +6,8 @@
 import { once } from 'node:events';
 import type { ChannelModel, ConfirmChannel, Options } from 'amqplib';
 import { DedupError } from '../errors.js';
-import { identityHeaders } from '../identity/headers.js';
+import { ID_HEADER, identityHeaders } from '../identity/headers.js';
+import { permanentFailure } from '../publisher/errors.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../publisher/types.js';
 import { connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
 import type { AmqpDedupPublisherOptions } from './amqp-options.js';
@@ -29,6 +30,10 @@ export class AmqpTransport implements PublishTransport {
   #lost: Promise<never> | undefined;
   #markLost: ((error: Error) => void) | undefined;
   #generation = 0;
+  /** Connected once: later connects are reconnections. */
+  #connected = false;
+  /** IDs the broker returned as unroutable on the current channel, until their ack arrives. */
+  readonly #returned = new Set<string>();
 
   constructor(options: AmqpDedupPublisherOptions) {
     if (typeof options.queue !== 'string' || options.queue.length === 0 || options.queue.length > 255) {
@@ -75,16 +80,35 @@ export class AmqpTransport implements PublishTransport {
       const channel = await model.createConfirmChannel();
       channel.on('error', () => undefined);
       channel.on('close', () => fail(new Error('AMQP channel closed')));
-      if (this.#declare) {
+      // Published `mandatory`: a message no queue takes (the queue was deleted) comes back here
+      // before its ack, which would otherwise confirm a message that was dropped.
+      channel.on('return', (message: { properties: { headers?: Record<string, unknown> } }) => {
+        const id = message.properties.headers?.[ID_HEADER];
+        if (generation === this.#generation && typeof id === 'string') this.#returned.add(id);
+      });
+      // Declared only at open(): a queue deleted while the publisher runs stops it (below) rather
+      // than coming back empty under the same name.
+      if (this.#declare && !this.#connected) {
         await channel.assertQueue(this.target, { durable: true, arguments: { 'x-queue-type': 'stream' } });
       } else {
         await channel.checkQueue(this.target);
       }
       this.#channel = channel;
       this.#handlers = handlers;
+      this.#connected = true;
       return undefined;
     } catch (err) {
       await this.#teardown();
+      if (this.#connected && (err as { code?: unknown } | null)?.code === 404) {
+        throw permanentFailure(
+          new DedupError(
+            'DEDUP_BROKER_REFUSED',
+            `queue "${this.target}" no longer exists (deleted while producer "${this.#producerName}" was open); ` +
+              `stopped; the outbox keeps what it holds`,
+            { cause: err },
+          ),
+        );
+      }
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',
         `the broker refused queue "${this.target}": ${errorText(err)}`,
@@ -115,10 +139,15 @@ export class AmqpTransport implements PublishTransport {
       const hasRoom = channel.sendToQueue(
         this.target,
         body,
-        { headers, persistent: true },
+        { headers, persistent: true, mandatory: true },
         (err: unknown) => {
           if (generation !== this.#generation) return;
-          if (err === null || err === undefined) handlers.confirmed([id]);
+          if (this.#returned.size > 0 && this.#returned.delete(String(id))) {
+            // Acked, but returned unroutable: not stored. The reconnect finds out why.
+            const error = new Error(`publishing ID ${id} was returned: no queue "${this.target}" took it`);
+            markLost(error);
+            handlers.disconnected(error);
+          } else if (err === null || err === undefined) handlers.confirmed([id]);
           else {
             // A nack: the broker did not take it. Treat the channel as unusable: everything
             // unconfirmed is re-sent on a fresh one.
@@ -142,6 +171,7 @@ export class AmqpTransport implements PublishTransport {
 
   async #teardown(): Promise<void> {
     this.#generation++;
+    this.#returned.clear();
     this.#markLost?.(new Error('connection closed by the publisher'));
     const model = this.#model;
     this.#model = undefined;

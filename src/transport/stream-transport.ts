@@ -134,7 +134,9 @@ export class StreamTransport implements PublishTransport {
     this.#client = client;
     try {
       this.#maxFrameSize = client.maxFrameSize > 0 ? client.maxFrameSize : this.#maxFrameSize;
-      if (this.#createStream) {
+      // Only at open(): a stream deleted while the publisher runs must stop it (below), not come
+      // back empty under the same name with IDs that continue where the old one ended.
+      if (this.#createStream && !this.#connected) {
         // An existing stream declared with other arguments (replicas, retention) answers
         // PRECONDITION_FAILED: it exists, which is all we need; declaring the publisher below
         // reports a stream that really is missing.
@@ -167,7 +169,13 @@ export class StreamTransport implements PublishTransport {
       }
       this.#encoder = new PublishFrameEncoder(publisherId, this.#producerName, this.#maxFrameSize);
       this.#socket = publisherSocket(publisher);
-      return await publisher.getLastPublishingId();
+      // Bounded: the client never rejects a request whose connection closed, and a reconnect
+      // that hangs here would hold close() forever.
+      return await withTimeout(
+        publisher.getLastPublishingId(),
+        this.#connectTimeoutMs,
+        `querying the last publishing ID of "${this.#producerName}" on stream "${this.target}"`,
+      );
     } catch (caught) {
       const err = await explainDeclareFailure(client, this.target, caught);
       await this.#teardown();

@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import { connect as amqpConnect } from 'amqplib';
 import { describe, expect, it } from 'vitest';
 import { ID_HEADER, PRODUCER_HEADER, readIdentity } from '../../src/identity/headers.js';
 import { AmqpDedupPublisher } from '../../src/transport/amqp.js';
@@ -56,5 +57,32 @@ describe('amqp publisher', () => {
         store,
       }),
     ).rejects.toMatchObject({ code: 'DEDUP_BROKER_UNREACHABLE' });
+  });
+
+  it('a queue deleted while open: the publisher stops with DEDUP_BROKER_REFUSED, and declareQueue does not re-create it', async () => {
+    const queue = uniqueName('amqp-deleted');
+    const url = AMQP_URL;
+    const pub = await AmqpDedupPublisher.open({
+      url,
+      queue,
+      declareQueue: true,
+      producerName: 'amqp-deleted-producer',
+      store: join(await tempDir(), 'store'),
+      reconnect: { initialDelayMs: 20, maxDelayMs: 100, giveUpAfterMs: 120_000 },
+    });
+    expect((await pub.send(Buffer.from('m-1'))).publishingId).toBe(1n);
+    const model = await amqpConnect(url);
+    const channel = await model.createChannel();
+    channel.on('error', () => undefined); // the 404 below closes it: expected
+    await channel.deleteQueue(queue);
+    // Deleting the queue closes the publisher's channel: it reconnects, and finds no queue.
+    const late = pub.send(Buffer.from('m-2')).catch((err: unknown) => err);
+    const closedWith = await pub.closed();
+    expect(closedWith?.code).toBe('DEDUP_BROKER_REFUSED');
+    expect(closedWith?.message).toContain(`queue "${queue}" no longer exists`);
+    expect(await late).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
+    // Not re-created: checking it closes the channel with 404.
+    await expect(channel.checkQueue(queue)).rejects.toMatchObject({ code: 404 });
+    await model.close().catch(() => undefined);
   });
 });

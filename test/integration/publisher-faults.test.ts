@@ -172,22 +172,31 @@ describe('publisher - connection loss and broker outage', () => {
 });
 
 describe('publisher - the stream deleted while open', () => {
-  it('stops at once with DEDUP_BROKER_REFUSED naming the stream, not after giveUpAfterMs of retries', async () => {
-    const o = await options('deleted');
-    // Retrying for the default two minutes would outlast the test: the stop must come from the refusal.
-    const pub = await StreamDedupPublisher.open({
-      ...o,
-      reconnect: { ...o.reconnect, giveUpAfterMs: 120_000 },
-    });
-    expect((await pub.send(Buffer.from('m-1'))).publishingId).toBe(1n);
-    await client.deleteStream({ stream: o.stream });
-    const started = performance.now();
-    // Whatever the client hears first (the deletion, or a publish error), the next connect finds no stream.
-    const late = pub.send(Buffer.from('m-2')).catch((err: unknown) => err);
-    const closedWith = await pub.closed();
-    expect(closedWith?.code).toBe('DEDUP_BROKER_REFUSED');
-    expect(closedWith?.message).toContain(`stream "${o.stream}" no longer exists`);
-    expect(await late).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
-    expect(performance.now() - started).toBeLessThan(30_000);
-  });
+  // createStream: true declares the stream at open() only: a reconnect must not bring it back
+  // empty under the same name, with IDs going on where the deleted one ended.
+  it.each([false, true])(
+    'createStream %s: stops at once with DEDUP_BROKER_REFUSED naming the stream, not after giveUpAfterMs of retries',
+    async (createStream) => {
+      const o = await options(`deleted-${createStream}`);
+      // Retrying for two minutes would outlast the test: the stop must come from the refusal.
+      const pub = await StreamDedupPublisher.open({
+        ...o,
+        createStream,
+        reconnect: { ...o.reconnect, giveUpAfterMs: 120_000 },
+      });
+      expect((await pub.send(Buffer.from('m-1'))).publishingId).toBe(1n);
+      await client.deleteStream({ stream: o.stream });
+      const started = performance.now();
+      // Whatever the client hears first (the deletion, or a publish error), the next connect finds no stream.
+      const late = pub.send(Buffer.from('m-2')).catch((err: unknown) => err);
+      const closedWith = await pub.closed();
+      expect(closedWith?.code).toBe('DEDUP_BROKER_REFUSED');
+      expect(closedWith?.message).toContain(`stream "${o.stream}" no longer exists`);
+      expect(await late).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
+      expect(performance.now() - started).toBeLessThan(30_000);
+      // Nothing re-created it: the broker's metadata says "does not exist" (response code 2).
+      const [metadata] = await client.queryMetadata({ streams: [o.stream] });
+      expect(metadata?.responseCode).toBe(2);
+    },
+  );
 });

@@ -1,12 +1,13 @@
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
 import type { SuperStreamDedupPublisherOptions } from '../../src/superstream/options.js';
 import { SuperStreamDedupPublisher } from '../../src/superstream/publisher.js';
 import { readStreamToEnd, type StreamRecord } from '../../src/transport/stream-ops.js';
-import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
+import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
+import { FaultProxy } from '../support/proxy.js';
 import { useClient } from '../support/stream.js';
 import { jsClientRouter, useSuperStreams } from '../support/superstream.js';
 import { thrown } from '../support/thrown.js';
@@ -158,6 +159,39 @@ describe('super stream publisher - routing and per-partition IDs', () => {
         .map((r) => r.body.toString())
         .sort(),
     ).toEqual(['0', '1', '2', '3', '4', '5']);
+  });
+
+  it('key routing rides out a broker outage: a new routing key waits for the broker instead of failing', async () => {
+    const name = await superStream('ss-bind-outage', 3, ['eu', 'us', 'ap']);
+    const proxy = await FaultProxy.start(BROKER.host, BROKER.streamPort);
+    try {
+      const pub = await SuperStreamDedupPublisher.open({
+        // Every connection (route queries and partitions alike) goes through the proxy.
+        connection: {
+          ...STREAM_CONNECTION,
+          port: proxy.port,
+          addressResolver: { enabled: true, endpoint: { host: '127.0.0.1', port: proxy.port } },
+        },
+        superStream: name,
+        producerName: 'outage-producer',
+        store: join(await tempDir(), 'store'),
+        routing: { kind: 'key', key: (_body, headers) => String(headers?.region) },
+        reconnect: { initialDelayMs: 20, maxDelayMs: 100 },
+        connectTimeoutMs: 1_000,
+      });
+      expect((await pub.send(Buffer.from('before'), { headers: { region: 'eu' } })).publishingId).toBe(1n);
+      // The broker looks down: every connection cut, new ones refused.
+      proxy.refuse(true);
+      proxy.cut();
+      const during = pub.send(Buffer.from('during'), { headers: { region: 'us' } });
+      // The outage lasts until the route query (and the partitions) were refused a few times.
+      await vi.waitFor(() => expect(proxy.refused).toBeGreaterThan(3), { timeout: 10_000 });
+      proxy.refuse(false);
+      await expect(during).resolves.toMatchObject({ partition: `${name}-us`, publishingId: 1n });
+      await pub.close();
+    } finally {
+      await proxy.close();
+    }
   });
 
   it('sends reach a partition in call order while a route query is under way (explicit IDs)', async () => {

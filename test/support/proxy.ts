@@ -10,6 +10,8 @@ export class FaultProxy {
   #refusing = false;
   #stalled = false;
   connections = 0;
+  /** Connections closed at once while refusing. */
+  refused = 0;
 
   private constructor(server: net.Server) {
     this.#server = server;
@@ -32,6 +34,7 @@ export class FaultProxy {
 
   #accept(client: net.Socket, host: string, port: number): void {
     if (this.#refusing) {
+      this.refused++;
       client.destroy();
       return;
     }
