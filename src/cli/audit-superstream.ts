@@ -8,7 +8,13 @@ import { DedupError } from '../errors.js';
 import { connectStreamClient } from '../transport/stream-probe.js';
 import { EndpointRotation, errorText, withTimeout, type StreamConnectionOptions } from '../transport/util.js';
 import { formatAuditDetails, formatAuditVerdict } from './audit-format.js';
-import { auditRecords, type AuditOptions, type AuditRecord, type AuditReport } from './audit.js';
+import {
+  auditRecords,
+  type AuditOptions,
+  type AuditRecord,
+  type AuditReport,
+  type AuditSums,
+} from './audit.js';
 import { CliError, formatTable, plural, printable, toJson } from './output.js';
 
 /** What `audit <name>` reads: one stream, or every partition of a super stream. */
@@ -134,19 +140,13 @@ export interface ProducerTotal {
 }
 
 /** What {@link auditSuperStream} found: per partition, and the sums. */
-export interface SuperStreamAuditReport {
+export interface SuperStreamAuditReport extends AuditSums {
   readonly superStream: string;
   /** In the broker's partition order. */
   readonly partitions: readonly PartitionAudit[];
   /** Sums over the partitions, under the names a stream's report uses. */
   readonly messages: number;
   readonly unidentified: { readonly count: number; readonly missing: number; readonly malformed: number };
-  readonly duplicates: number;
-  readonly missingIds: bigint;
-  readonly gaps: number;
-  readonly skippedIds: bigint;
-  readonly outOfOrder: number;
-  readonly contradictions: number;
   /** Per producer name, sorted by name. */
   readonly producerTotals: readonly ProducerTotal[];
   /** The partitions whose own audit failed, in partition order. */

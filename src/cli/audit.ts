@@ -111,19 +111,22 @@ export interface UnidentifiedAudit {
 }
 
 /** What {@link auditRecords} found. */
-export interface AuditReport {
-  /** Every message read. */
-  readonly messages: number;
-  /** Per producer name, sorted by name. */
-  readonly producers: readonly ProducerAudit[];
-  readonly unidentified: UnidentifiedAudit;
-  /** Sums over the producers. */
+/** The counts an audit sums, over the producers of a stream (or over a super stream's partitions). */
+export interface AuditSums {
   readonly duplicates: number;
   readonly missingIds: bigint;
   readonly gaps: number;
   readonly skippedIds: bigint;
   readonly outOfOrder: number;
   readonly contradictions: number;
+}
+
+export interface AuditReport extends AuditSums {
+  /** Every message read. */
+  readonly messages: number;
+  /** Per producer name, sorted by name. */
+  readonly producers: readonly ProducerAudit[];
+  readonly unidentified: UnidentifiedAudit;
   /**
    * No duplicates, no gaps, nothing out of order, no contradicted skip. Declared skips and
    * messages without identity do not count.

@@ -9,18 +9,8 @@ import {
 import { auditRecords, formatAuditJson, type AuditRecord } from '../../src/cli/audit.js';
 import { CliError } from '../../src/cli/output.js';
 import { identityHeaders, SKIP_HEADER } from '../../src/identity/headers.js';
+import { ids, records } from '../support/audit-records.js';
 
-/** Stream records, offsets 0, 1, 2, … in the order given: `[producer, id]` or `undefined` for no identity. */
-function records(...messages: Array<readonly [string, number] | undefined>): AuditRecord[] {
-  return messages.map((m, i) => ({
-    offset: BigInt(i),
-    applicationProperties: m === undefined ? { other: 'x' } : identityHeaders(m[0], BigInt(m[1])),
-    messageAnnotations: {},
-  }));
-}
-
-const ids = (producer: string, ...xs: number[]): Array<readonly [string, number]> =>
-  xs.map((x) => [producer, x] as const);
 
 const PARTITIONS = ['orders-0', 'orders-1', 'orders-2'];
 

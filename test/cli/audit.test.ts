@@ -7,18 +7,8 @@ import {
   type AuditRecord,
 } from '../../src/cli/audit.js';
 import { identityHeaders } from '../../src/identity/headers.js';
+import { ids, records } from '../support/audit-records.js';
 
-/** Stream records, offsets 0, 1, 2, … in the order given: `[producer, id]` or `undefined` for no identity. */
-function records(...messages: Array<readonly [string, number] | undefined>): AuditRecord[] {
-  return messages.map((m, i) => ({
-    offset: BigInt(i),
-    applicationProperties: m === undefined ? { other: 'x' } : identityHeaders(m[0], BigInt(m[1])),
-    messageAnnotations: {},
-  }));
-}
-
-const ids = (producer: string, ...xs: number[]): Array<readonly [string, number]> =>
-  xs.map((x) => [producer, x] as const);
 
 describe('cli audit - analysis', () => {
   it('a clean producer: every id once, in order, no gaps: ok and exit code 0', () => {

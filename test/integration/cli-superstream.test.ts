@@ -2,8 +2,8 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { SuperStreamDedupPublisher } from '../../src/transport/stream.js';
-import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
-import { runCli, type CliRun } from '../support/cli.js';
+import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
+import { runCliOnBroker, type CliRun } from '../support/cli.js';
 import { useClient } from '../support/stream.js';
 import { useSuperStreams } from '../support/superstream.js';
 import { useTempDir } from '../support/tmp.js';
@@ -20,16 +20,7 @@ afterAll(async () => {
       .catch(() => undefined);
 });
 
-/** Runs the CLI from source with the test broker in its environment; resolves once it exited. */
-function cli(args: readonly string[]): Promise<CliRun> {
-  return runCli(args, {
-    RABBITMQ_HOST: BROKER.host,
-    RABBITMQ_STREAM_PORT: String(BROKER.streamPort),
-    RABBITMQ_USER: BROKER.username,
-    RABBITMQ_PASSWORD: BROKER.password,
-    RABBITMQ_VHOST: BROKER.vhost,
-  });
-}
+const cli = runCliOnBroker;
 
 /** A one-line error, as the CLI prints for the failures users meet: no stack trace. */
 function expectOneErrorLine(run: CliRun, pattern: RegExp): void {

@@ -9,8 +9,8 @@ import { describe, expect, it } from 'vitest';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
 import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
-import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
-import { runCli, type CliRun } from '../support/cli.js';
+import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
+import { runCliOnBroker, type CliRun } from '../support/cli.js';
 import { useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
 
@@ -18,17 +18,7 @@ const holder = fileURLToPath(new URL('../fixtures/hold-store.ts', import.meta.ur
 const client = useClient();
 const tempDir = useTempDir();
 
-/** Runs the CLI from source with the test broker in its environment; resolves once it exited. */
-function cli(args: readonly string[], env: Record<string, string> = {}): Promise<CliRun> {
-  return runCli(args, {
-    RABBITMQ_HOST: BROKER.host,
-    RABBITMQ_STREAM_PORT: String(BROKER.streamPort),
-    RABBITMQ_USER: BROKER.username,
-    RABBITMQ_PASSWORD: BROKER.password,
-    RABBITMQ_VHOST: BROKER.vhost,
-    ...env,
-  });
-}
+const cli = runCliOnBroker;
 
 /** A one-line error, as the CLI prints for the failures users meet: no stack trace. */
 function expectOneErrorLine(run: CliRun, pattern: RegExp): void {

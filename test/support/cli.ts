@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
+import { BROKER } from './broker.js';
 
 /** Starts the CLI from source, as the crash tests' producer processes. */
 export const CLI_FROM_SOURCE: readonly string[] = [
@@ -33,4 +34,19 @@ export async function runCli(
   child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
   const [code] = (await once(child, 'close')) as [number | null];
   return { code, stdout, stderr };
+}
+
+/** Runs the CLI from source with the test broker in its environment (plus `env`); resolves once it exited. */
+export function runCliOnBroker(
+  args: readonly string[],
+  env: Readonly<Record<string, string>> = {},
+): Promise<CliRun> {
+  return runCli(args, {
+    RABBITMQ_HOST: BROKER.host,
+    RABBITMQ_STREAM_PORT: String(BROKER.streamPort),
+    RABBITMQ_USER: BROKER.username,
+    RABBITMQ_PASSWORD: BROKER.password,
+    RABBITMQ_VHOST: BROKER.vhost,
+    ...env,
+  });
 }
