@@ -74,7 +74,7 @@ describe('super stream partition record', () => {
       const err = await checkRecordedPartitions(store, 'inv', 'p', changed).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(DedupError);
       expect(err).toMatchObject({ code: 'DEDUP_PARTITIONS_CHANGED' });
-      expect((err as Error).message).toContain(`last opened it with 3 [inv-0, inv-1, inv-2]`);
+      expect((err as Error).message).toContain(`first opened it with 3 [inv-0, inv-1, inv-2]`);
     }
     // The record is unchanged by a refusal; another producer has its own.
     expect(await store.readPartitions('inv', 'p')).toEqual(list);
