@@ -298,6 +298,11 @@ const cases: Array<{ name: string; run: () => Promise<number>; target?: number; 
   { name: 'dedup amqp outbox', run: dedupAmqp, target: 0.9, baseline: 'raw amqplib confirm channel' },
 ];
 
+/** What a case's ratio compares with: its own baseline, raw amqplib for AMQP cases, else the raw client. */
+function baselineOf(c: { readonly name: string; readonly baseline?: string }): string {
+  return c.baseline ?? (c.name.includes('amqp') ? 'raw amqplib confirm channel' : cases[0]!.name);
+}
+
 // Each measurement runs in a fresh process after a warm-up run of the same case, as JMH forks per
 // benchmark (in one process the raw client's and the library's paths share the client's call
 // sites, and each case would run with the JIT state the others left). Rounds interleave the cases
@@ -310,9 +315,18 @@ if (CHILD_CASE !== undefined) {
   process.stdout.write(`${JSON.stringify({ rate: await c.run() })}\n`);
   process.exit(0);
 }
+// BENCH_CASES=super,raw client (named: comma-separated parts of case names) runs only those cases;
+// a case's baseline runs with it.
+const only = process.env.BENCH_CASES?.split(',').map((part) => part.trim());
+const chosen = cases.filter(
+  (c, i, all) =>
+    only === undefined ||
+    only.some((part) => c.name.includes(part)) ||
+    all.some((d) => only.some((part) => d.name.includes(part)) && baselineOf(d) === c.name),
+);
 const results = new Map<string, number[]>();
 for (let round = 0; round < ROUNDS; round++) {
-  for (const c of cases) {
+  for (const c of chosen) {
     const { rate } = await measureInChild<{ rate: number }>(import.meta.url, [], {
       STREAM_DEDUP_BENCH_CASE: c.name,
     });
@@ -324,11 +338,9 @@ for (let round = 0; round < ROUNDS; round++) {
 // A case's ratio is the median over rounds of (case ÷ its baseline in the same round): the two ran
 // within seconds of each other, so drift between rounds (the broker's state, the page cache's
 // writeback) cancels; the rate column is the case's own median.
-const rows: Row[] = cases.map((c) => {
+const rows: Row[] = chosen.map((c) => {
   const rates = results.get(c.name)!;
-  // Stream cases compare to the raw stream client, AMQP cases to raw amqplib.
-  const baseline = c.baseline ?? (c.name.includes('amqp') ? 'raw amqplib confirm channel' : cases[0]!.name);
-  const base = results.get(baseline)!;
+  const base = results.get(baselineOf(c)) ?? rates;
   const ratio = median(rates.map((rate, round) => rate / base[round]!));
   return {
     name: c.name,
