@@ -11,7 +11,6 @@ import { CliError } from '../../src/cli/output.js';
 import { identityHeaders, SKIP_HEADER } from '../../src/identity/headers.js';
 import { ids, records } from '../support/audit-records.js';
 
-
 const PARTITIONS = ['orders-0', 'orders-1', 'orders-2'];
 
 /** Each partition numbered 1..n by its producer, as a super stream dedup publisher writes them. */

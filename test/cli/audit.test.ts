@@ -9,7 +9,6 @@ import {
 import { identityHeaders } from '../../src/identity/headers.js';
 import { ids, records } from '../support/audit-records.js';
 
-
 describe('cli audit - analysis', () => {
   it('a clean producer: every id once, in order, no gaps: ok and exit code 0', () => {
     const report = auditRecords(records(...ids('orders', 1, 2, 3, 4, 5)));
