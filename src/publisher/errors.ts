@@ -21,6 +21,26 @@ export function isPermanentFailure(err: unknown): err is DedupError {
   return err instanceof Error && PERMANENT.has(err);
 }
 
+/**
+ * The target (a stream, or an AMQP queue) was deleted while the publisher was open: a permanent
+ * failure, so that the reconnect loop stops at once.
+ */
+export function targetDeletedError(
+  what: 'stream' | 'queue',
+  target: string,
+  producerName: string,
+  cause: unknown,
+): DedupError {
+  return permanentFailure(
+    new DedupError(
+      'DEDUP_BROKER_REFUSED',
+      `${what} "${target}" no longer exists (deleted while producer "${producerName}" was open); ` +
+        `stopped; the outbox keeps what it holds`,
+      { cause },
+    ),
+  );
+}
+
 /** `err` as a DedupError: itself when it is one, else wrapped with `code` and `message`. */
 export function asDedupError(err: unknown, code: DedupError['code'], message: string): DedupError {
   if (err instanceof DedupError) return err;

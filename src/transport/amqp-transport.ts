@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import type { ChannelModel, ConfirmChannel, Options } from 'amqplib';
 import { DedupError } from '../errors.js';
 import { ID_HEADER, identityHeaders } from '../identity/headers.js';
-import { permanentFailure } from '../publisher/errors.js';
+import { targetDeletedError } from '../publisher/errors.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../publisher/types.js';
 import { connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
 import type { AmqpDedupPublisherOptions } from './amqp-options.js';
@@ -100,14 +100,7 @@ export class AmqpTransport implements PublishTransport {
     } catch (err) {
       await this.#teardown();
       if (this.#connected && (err as { code?: unknown } | null)?.code === 404) {
-        throw permanentFailure(
-          new DedupError(
-            'DEDUP_BROKER_REFUSED',
-            `queue "${this.target}" no longer exists (deleted while producer "${this.#producerName}" was open); ` +
-              `stopped; the outbox keeps what it holds`,
-            { cause: err },
-          ),
-        );
+        throw targetDeletedError('queue', this.target, this.#producerName, err);
       }
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',

@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import type { Socket } from 'node:net';
 import type { Client, ClientParams, Publisher } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
-import { permanentFailure } from '../publisher/errors.js';
+import { targetDeletedError } from '../publisher/errors.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../publisher/types.js';
 import { publisherConnection, publisherSocket } from './stream-client-internals.js';
 import { PublishFrameEncoder } from './stream-frames.js';
@@ -181,14 +181,7 @@ export class StreamTransport implements PublishTransport {
       await this.#teardown();
       if (err instanceof StreamDoesNotExistError && this.#connected) {
         // Deleted while the publisher was open: no reconnect brings it back.
-        throw permanentFailure(
-          new DedupError(
-            'DEDUP_BROKER_REFUSED',
-            `stream "${this.target}" no longer exists (deleted while producer "${this.#producerName}" was open); ` +
-              `stopped; the outbox keeps what it holds`,
-            { cause: err },
-          ),
-        );
+        throw targetDeletedError('stream', this.target, this.#producerName, err);
       }
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',
