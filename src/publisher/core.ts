@@ -22,7 +22,7 @@ import {
   unreachableError,
 } from './errors.js';
 import { KeyedIds } from './keyed.js';
-import { assertFits, idOf, validateHeaders } from './message.js';
+import { assertBody, assertFits, idOf, validateHeaders } from './message.js';
 import { resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
 import type { PendingQueue } from './pending.js';
 import { Reconnector } from './reconnect.js';
@@ -261,9 +261,7 @@ export class DedupPublisherCore {
 
   /** See `StreamDedupPublisher.send`. */
   send(body: Uint8Array, options: SendOptions = NO_OPTIONS): Promise<SendResult> {
-    if (!(body instanceof Uint8Array)) {
-      throw new TypeError(`body must be a Buffer or Uint8Array, got ${body === null ? 'null' : typeof body}`);
-    }
+    assertBody(body);
     const headers = validateHeaders(options.headers);
     if (this.#fatal !== undefined) return Promise.reject(this.#fatal);
     if (this.#closeRequested || this.#status === 'closed')

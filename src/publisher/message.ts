@@ -75,6 +75,13 @@ export function validateHeaders(headers: SendOptions['headers']): Headers | unde
   return copy;
 }
 
+/** Throws a TypeError unless `body` is bytes (a Buffer or another Uint8Array). */
+export function assertBody(body: unknown): asserts body is Uint8Array {
+  if (!(body instanceof Uint8Array)) {
+    throw new TypeError(`body must be a Buffer or Uint8Array, got ${body === null ? 'null' : typeof body}`);
+  }
+}
+
 /** Throws a RangeError when the message, with `stampBytes` of identity stamps, exceeds `maxBytes`. */
 export function assertFits(
   body: Uint8Array,

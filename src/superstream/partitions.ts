@@ -11,6 +11,7 @@ import { connectStreamClient } from '../transport/stream-probe.js';
 import {
   EndpointRotation,
   errorText,
+  isStreamClient,
   openThroughEndpoints,
   withTimeout,
   type StreamConnectionOptions,
@@ -23,15 +24,6 @@ const DOES_NOT_EXIST = 2;
 function responseCode(err: unknown): number | undefined {
   const m = err instanceof Error ? /returned error with code (\d+)/.exec(err.message) : null;
   return m === null ? undefined : Number(m[1]);
-}
-
-/** True for a `rabbitmq-stream-js-client` Client (of any copy of the package), not parameters. */
-export function isStreamClient(connection: unknown): connection is Client {
-  return (
-    typeof connection === 'object' &&
-    connection !== null &&
-    typeof (connection as Partial<Client>).queryPartitions === 'function'
-  );
 }
 
 /**

@@ -4,6 +4,7 @@
  */
 import { DedupError } from '../errors.js';
 import { DedupPublisherCore } from '../publisher/core.js';
+import { assertBody } from '../publisher/message.js';
 import type { OpenReport, SendOptions } from '../publisher/types.js';
 import { DedupStore } from '../store/store.js';
 import type { PublisherCounters } from '../telemetry/metrics.js';
@@ -353,12 +354,6 @@ function namePartition(error: unknown, partition: string, superStream: string): 
       cause: error,
     },
   );
-}
-
-function assertBody(body: unknown): asserts body is Uint8Array {
-  if (!(body instanceof Uint8Array)) {
-    throw new TypeError(`body must be a Buffer or Uint8Array, got ${body === null ? 'null' : typeof body}`);
-  }
 }
 
 /** The routing of `send()`: a partition, or for a routing key not seen before, a route query's. */

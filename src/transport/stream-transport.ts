@@ -17,11 +17,11 @@ import {
   EndpointRotation,
   errorText,
   explainDeclareFailure,
+  isStreamClient,
   openThroughEndpoints,
   StreamDoesNotExistError,
   StreamNotAvailableError,
   withTimeout,
-  type StreamConnectionOptions,
 } from './util.js';
 
 /** Frame overhead we keep free for the publish frame and AMQP 1.0 message sections. */
@@ -67,8 +67,10 @@ export class StreamTransport implements PublishTransport {
     this.#producerName = options.producerName;
     this.#createStream = options.createStream ?? false;
     this.#connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
-    this.#shared = isClient(options.connection) ? options.connection : undefined;
-    this.#endpoints = new EndpointRotation(isClient(options.connection) ? {} : (options.connection ?? {}));
+    this.#shared = isStreamClient(options.connection) ? options.connection : undefined;
+    this.#endpoints = new EndpointRotation(
+      isStreamClient(options.connection) ? {} : (options.connection ?? {}),
+    );
     this.#params = this.#endpoints.next();
   }
 
@@ -253,13 +255,4 @@ export class StreamTransport implements PublishTransport {
   #address(): string {
     return this.#shared !== undefined ? 'the given client' : `${this.#params.hostname}:${this.#params.port}`;
   }
-}
-
-/** True for a `rabbitmq-stream-js-client` Client (of any copy of the package), not parameters. */
-function isClient(connection: StreamConnectionOptions | Client | undefined): connection is Client {
-  return (
-    typeof connection === 'object' &&
-    connection !== null &&
-    typeof (connection as Partial<Client>).declarePublisher === 'function'
-  );
 }

@@ -201,3 +201,12 @@ export function assertTlsOptions(options: ConnectionOptions, what: string): void
     );
   }
 }
+
+/** True for a `rabbitmq-stream-js-client` Client (of any copy of the package), not connection parameters. */
+export function isStreamClient(connection: unknown): connection is Client {
+  return (
+    typeof connection === 'object' &&
+    connection !== null &&
+    typeof (connection as Partial<Client>).declarePublisher === 'function'
+  );
+}
