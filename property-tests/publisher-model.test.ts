@@ -93,6 +93,8 @@ interface WorldConfig {
   readonly closeTimeoutMs: number;
   /** The transport reports the broker's last publishing ID (stream protocol), or not (AMQP 0-9-1). */
   readonly reportsLastId: boolean;
+  /** Sub-entry batching (stream protocol only: with `reportsLastId`); 1 is off. */
+  readonly subEntrySize: number;
 }
 
 /** Everything the model sees of one producer. */
@@ -150,6 +152,7 @@ class World {
             onBrokerAhead: config.onBrokerAhead,
             confirmTimeoutMs: CONFIRM_TIMEOUT_MS,
             reportsLastId: config.reportsLastId,
+            subEntrySize: config.subEntrySize,
             checkInFlightOnWire: true,
             tolerateOutboxBurst: TOLERATE.has('outbox-burst'),
             tolerateWriteAfterClose: TOLERATE.has('write-after-close'),
@@ -653,6 +656,9 @@ async function drain(w: World): Promise<void> {
 
 /** The invariants of docs/design.md §7 for the producer side, per stream, with the history checker. */
 async function checkProducers(w: World): Promise<void> {
+  if (w.network.entryViolations.length > 0) {
+    throw new Error(`sub-entry batches: ${w.network.entryViolations.join('\n')}`);
+  }
   for (const p of w.producers) {
     const problems = p.problems();
     if (problems.length > 0)
@@ -867,29 +873,33 @@ interface ConsumerPlan {
 const durability = fc.constantFrom<Durability>('outbox', 'reserve');
 
 function worldConfig(idMode: ProducerIdMode): fc.Arbitrary<WorldConfig> {
-  return fc.record({
-    idMode: fc.constant(idMode),
-    producers: fc.integer({ min: 1, max: 3 }),
-    durabilities: fc.oneof(
-      { weight: 2, arbitrary: durability.map((d) => [d]) },
-      // A switch between opens of one store: life n opens with the n-th (in turn).
-      { weight: 1, arbitrary: fc.array(durability, { minLength: 2, maxLength: 5 }) },
-    ),
-    onBrokerAhead: fc.constantFrom<'error' | 'adopt'>('error', 'adopt'),
-    maxBatch: fc.oneof({ weight: 2, arbitrary: fc.integer({ min: 1, max: 3 }) }, fc.constant(2_000)),
-    // Small: sends park (aborts while waiting); 5-10 with maxBatch 1-3: outboxes larger than a batch.
-    maxInFlight: fc.oneof(
-      fc.integer({ min: 1, max: 4 }),
-      fc.integer({ min: 5, max: 10 }),
-      fc.constant(10_000),
-    ),
-    // 0: close() rejects what is unconfirmed at once; 60 s: it waits for the confirms.
-    closeTimeoutMs: fc.constantFrom(0, 60_000),
-    reportsLastId: fc.oneof(
-      { weight: 6, arbitrary: fc.constant(true) },
-      { weight: 1, arbitrary: fc.constant(false) },
-    ),
-  });
+  return fc
+    .record({
+      idMode: fc.constant(idMode),
+      producers: fc.integer({ min: 1, max: 3 }),
+      durabilities: fc.oneof(
+        { weight: 2, arbitrary: durability.map((d) => [d]) },
+        // A switch between opens of one store: life n opens with the n-th (in turn).
+        { weight: 1, arbitrary: fc.array(durability, { minLength: 2, maxLength: 5 }) },
+      ),
+      onBrokerAhead: fc.constantFrom<'error' | 'adopt'>('error', 'adopt'),
+      maxBatch: fc.oneof({ weight: 2, arbitrary: fc.integer({ min: 1, max: 3 }) }, fc.constant(2_000)),
+      // Small: sends park (aborts while waiting); 5-10 with maxBatch 1-3: outboxes larger than a batch.
+      maxInFlight: fc.oneof(
+        fc.integer({ min: 1, max: 4 }),
+        fc.integer({ min: 5, max: 10 }),
+        fc.constant(10_000),
+      ),
+      // 0: close() rejects what is unconfirmed at once; 60 s: it waits for the confirms.
+      closeTimeoutMs: fc.constantFrom(0, 60_000),
+      reportsLastId: fc.oneof(
+        { weight: 6, arbitrary: fc.constant(true) },
+        { weight: 1, arbitrary: fc.constant(false) },
+      ),
+      // Sub-entry batches of 2-4 (the stream transport only: the AMQP one has none).
+      subEntrySize: fc.oneof({ weight: 2, arbitrary: fc.constant(1) }, fc.integer({ min: 2, max: 4 })),
+    })
+    .map((c) => (c.reportsLastId ? c : { ...c, subEntrySize: 1 }));
 }
 
 const consumerPlan: fc.Arbitrary<ConsumerPlan> = fc.record({

@@ -18,6 +18,12 @@ export interface WireMessage {
    * a caller's `x-dedup-id` would be a second identity key).
    */
   readonly headers: readonly WireHeader[];
+  /**
+   * The sub-entry batch it travels in (docs/design.md §10): its members are written one after
+   * another, and the broker takes the batch when it has read the last, stores or drops it whole by
+   * the last ID, and confirms that ID only. `undefined`: an entry of its own.
+   */
+  readonly entry?: { readonly lastId: bigint; readonly size: number } | undefined;
 }
 
 /** What a connection is: live (both ways), a zombie (frames still in the broker's buffers) or gone. */
@@ -48,6 +54,8 @@ export class Connection {
   readonly inbound: bigint[] = [];
   /** Messages the broker read from this connection, in order. */
   readonly delivered: WireMessage[] = [];
+  /** Members of a sub-entry batch read so far (the broker acts on a batch once it has all of it). */
+  #partial: WireMessage[] = [];
   /** Confirms the client read. */
   readonly confirmed: bigint[] = [];
   /** Messages written, in write order (what the publisher put on this wire). */
@@ -91,11 +99,14 @@ export class Connection {
     return n;
   }
 
-  /** The broker reads the last message it read from this connection once more (a replayed frame). */
+  /** The broker reads the last entry it read from this connection once more (a replayed frame). */
   duplicateLast(): boolean {
     const last = this.delivered[this.delivered.length - 1];
     if (last === undefined || this.state === 'gone' || !this.#network.brokerUp) return false;
-    this.#brokerRead(last);
+    if (last.entry === undefined) this.#brokerRead(last);
+    else if (this.#partial.length === 0) {
+      for (const m of this.delivered.slice(-last.entry.size)) this.#brokerRead(m);
+    } else return false;
     return true;
   }
 
@@ -157,15 +168,37 @@ export class Connection {
   }
 
   #brokerRead(m: WireMessage): void {
-    // A map, as the broker stores it: a caller's header named like a stamp replaces the stamp.
-    this.#network.broker.publish(
-      m.stream,
-      m.producerName,
-      m.publishingId,
-      m.body,
-      Object.fromEntries(m.headers),
-    );
-    this.delivered.push(m);
+    if (m.entry !== undefined) {
+      this.delivered.push(m);
+      this.#partial.push(m);
+      if (m.publishingId !== m.entry.lastId) return;
+      const members = this.#partial;
+      this.#partial = [];
+      if (members.length !== m.entry.size || members.some((b) => b.entry?.lastId !== m.entry!.lastId)) {
+        this.#network.entryViolations.push(
+          `connection ${this.id}: batch ending at ${m.entry.lastId} arrived as ${members.map((b) => b.publishingId).join(',')}`,
+        );
+      }
+      this.#network.broker.publishEntry(
+        m.stream,
+        m.producerName,
+        members.map((b) => ({
+          publishingId: b.publishingId,
+          body: b.body,
+          headers: Object.fromEntries(b.headers),
+        })),
+      );
+    } else {
+      // A map, as the broker stores it: a caller's header named like a stamp replaces the stamp.
+      this.#network.broker.publish(
+        m.stream,
+        m.producerName,
+        m.publishingId,
+        m.body,
+        Object.fromEntries(m.headers),
+      );
+      this.delivered.push(m);
+    }
     this.#network.activity++;
     if (this.state !== 'live') return;
     this.inbound.push(m.publishingId);
@@ -191,6 +224,13 @@ export class SimNetwork {
   brokerUp = true;
   /** Cut connections whose written frames the broker may still read. */
   zombies: Connection[] = [];
+  /**
+   * Broken sub-entry rules: a message sent in two different batches (by any life: the batches a
+   * re-send rebuilds must be the ones first sent), or a batch that reached the broker in part.
+   */
+  readonly entryViolations: string[] = [];
+  /** Per (stream, producer, ID): the batch it was first written in (`first-last`, or the ID alone). */
+  readonly #entryOf = new Map<string, string>();
   /** Incremented on every event (progress detection). */
   activity = 0;
   #nextId = 1;
@@ -215,6 +255,33 @@ export class SimNetwork {
   /** @internal */
   connection(handlers: TransportHandlers, hooks: ConnectionHooks, owner?: SimTransport): Connection {
     return new Connection(this, this.#nextId++, handlers, hooks, owner);
+  }
+
+  /**
+   * @internal Checks that every message keeps the batch it was first written in, by every life on
+   * one store. A message is its ID and its body (a lost or restored store hands an unstored ID to
+   * another message), and a store replaced by a loss or a backup starts over: its lives cannot know
+   * the batches of the lost one (with explicit IDs that can duplicate: docs/design.md §5).
+   */
+  noteEntry(
+    stream: string,
+    producerName: string,
+    storeEpoch: number,
+    messages: ReadonlyArray<OutgoingMessage>,
+  ): void {
+    const ids = messages.map((m) => m.publishingId);
+    const shape = ids.length === 1 ? `${ids[0]}` : `${ids[0]}-${ids[ids.length - 1]}`;
+    for (const m of messages) {
+      const id = m.publishingId;
+      const key = `${stream}\0${producerName}\0${storeEpoch}\0${id}\0${Buffer.from(m.body).toString()}`;
+      const first = this.#entryOf.get(key);
+      if (first === undefined) this.#entryOf.set(key, shape);
+      else if (first !== shape) {
+        this.entryViolations.push(
+          `${stream}/${producerName} ID ${id} was sent in batch ${first}, then in batch ${shape}`,
+        );
+      }
+    }
   }
 
   /** @internal */
@@ -263,6 +330,10 @@ export interface SimTransportOptions {
    * {@link SimTransport.violations}.
    */
   readonly maxUnconfirmed?: number;
+  /** Sub-entry batching, as the stream transport's `subEntry.size` sets it. @defaultValue 1 (off) */
+  readonly subEntrySize?: number;
+  /** Which store (lost and restored stores count anew) this life opened: batches are its record. */
+  readonly storeEpoch?: number;
 }
 
 /**
@@ -288,6 +359,10 @@ export class SimTransport implements PublishTransport {
   closeCalls = 0;
   readonly reportsLastId: boolean;
   readonly maxUnconfirmed: number;
+  readonly subEntrySize: number;
+  readonly storeEpoch: number;
+  /** Sub-entry batches written and not confirmed: last ID → every member's ID. */
+  readonly #batches = new Map<bigint, readonly bigint[]>();
   /** IDs written on this life's connections whose confirm has not reached the client. */
   readonly unconfirmed = new Set<bigint>();
   /** Most IDs ever unconfirmed at once. */
@@ -318,6 +393,8 @@ export class SimTransport implements PublishTransport {
     this.#hooks = hooks;
     this.reportsLastId = options.reportsLastId ?? true;
     this.maxUnconfirmed = options.maxUnconfirmed ?? Number.POSITIVE_INFINITY;
+    this.subEntrySize = options.subEntrySize ?? 1;
+    this.storeEpoch = options.storeEpoch ?? 0;
   }
 
   /** True while the core waits for a reconnect to be accepted. */
@@ -368,6 +445,21 @@ export class SimTransport implements PublishTransport {
     if (this.isDead) return never();
     const c = this.connection;
     if (c === undefined || c.state !== 'live') return Promise.reject(new Error('simulated: not connected'));
+    // As the stream transport's encoder: a batch goes whole or not at all.
+    for (let i = 0; i < messages.length;) {
+      const batch = messages[i]!.batch;
+      const size = batch?.length ?? 1;
+      if (batch !== undefined && batch.some((b, k) => messages[i + k] !== b)) {
+        return Promise.reject(
+          new Error(`sub-entry batch at ID ${messages[i]!.publishingId} handed over in part`),
+        );
+      }
+      const entry = messages.slice(i, i + size);
+      this.#network.noteEntry(this.target, this.producerName, this.storeEpoch, entry);
+      const ids = entry.map((m) => m.publishingId);
+      if (batch !== undefined) this.#batches.set(ids[ids.length - 1]!, ids);
+      i += size;
+    }
     c.write(
       messages.map((m) => ({
         stream: this.target,
@@ -380,6 +472,10 @@ export class SimTransport implements PublishTransport {
           [ID_HEADER, m.publishingId.toString()],
           ...(m.headers === undefined ? [] : Object.entries(m.headers)),
         ],
+        entry:
+          m.batch === undefined
+            ? undefined
+            : { lastId: m.batch[m.batch.length - 1]!.publishingId, size: m.batch.length },
       })),
     );
     for (const m of messages) this.unconfirmed.add(m.publishingId);
@@ -395,7 +491,10 @@ export class SimTransport implements PublishTransport {
 
   /** @internal The client read these confirms on one of this life's connections. */
   noteConfirmed(ids: readonly bigint[]): void {
-    for (const id of ids) this.unconfirmed.delete(id);
+    for (const id of ids) {
+      this.unconfirmed.delete(id);
+      for (const member of this.#batches.get(id) ?? []) this.unconfirmed.delete(member);
+    }
   }
 
   queryLastId(): Promise<bigint | undefined> {

@@ -38,6 +38,8 @@ export interface ProducerSpec {
   readonly confirmTimeoutMs?: number;
   /** Whether the transport reports the broker's last publishing ID (AMQP 0-9-1 cannot). @defaultValue true */
   readonly reportsLastId?: boolean;
+  /** The stream transport's `subEntry.size` (1: off). @defaultValue 1 */
+  readonly subEntrySize?: number;
   /**
    * Check on the wire that no more than maxInFlight IDs of one life are unconfirmed at once
    * ({@link SimTransport.violations}). @defaultValue false
@@ -242,6 +244,11 @@ export class ProducerHarness {
   #storeBegan = 0;
   /** A process was started on the current store since it replaced the previous one. */
   #startedOnStore = false;
+  /**
+   * Bumped when the store is lost or restored: the sub-entry batches a store recorded are rebuilt
+   * by the lives on that store only (docs/design.md §5 lists what a replaced store does).
+   */
+  #storeEpoch = 0;
   /** Settled sends (progress detection). */
   settled = 0;
   /** The life being opened, until its `open()` settles. */
@@ -385,15 +392,18 @@ export class ProducerHarness {
     let durability = o.durability ?? this.spec.durability;
     let onBrokerAhead = this.spec.onBrokerAhead ?? 'error';
     for (let attempt = 0; ; attempt++) {
-      if (attempt > 2) throw new Error('open() refused three times');
+      // Refusals in turn: unsafe options, the broker ahead, an explicit outbox to start over.
+      if (attempt > 3) throw new Error('open() refused four times');
       const pre = await this.#inspect();
       if (opening.crashed) return undefined;
       const brokerAhead = reportsLastId && pre.brokerLast > pre.localLast;
       // Refused at open() with DEDUP_UNSAFE_OPTIONS: keyed IDs without an outbox on any transport;
       // explicit IDs without an outbox where the broker cannot report its last ID.
+      // Sub-entry batches with explicit IDs without an outbox, too (docs/design.md §10).
       const unsafe =
         durability === 'reserve' &&
-        (this.spec.idMode === 'keyed' || (this.spec.idMode === 'explicit' && !reportsLastId));
+        (this.spec.idMode === 'keyed' ||
+          (this.spec.idMode === 'explicit' && (!reportsLastId || (this.spec.subEntrySize ?? 1) > 1)));
       const disk = new ProcessDisk(this.disk, o.disk ?? this.#diskOptions);
       if (o.slowDisk === true) disk.hold();
       const transport = this.#network.transport(
@@ -402,6 +412,8 @@ export class ProducerHarness {
         o.hooks ?? this.#hooks,
         {
           reportsLastId,
+          subEntrySize: this.spec.subEntrySize ?? 1,
+          storeEpoch: this.#storeEpoch,
           // maxInFlight bounds sends; an open re-sends the outbox it recovers at once, whatever
           // its size (close() commits every waiting send to it), as the README says.
           maxUnconfirmed:
@@ -951,6 +963,7 @@ export class ProducerHarness {
 
   async #replaceStore(snapshot: DiskSnapshot): Promise<void> {
     await restoreDisk(this.disk, snapshot);
+    this.#storeEpoch++;
     if (this.#startedOnStore) this.#backupFloor = this.#storeBegan;
     this.#storeBegan = this.backups.length;
     this.#startedOnStore = false;

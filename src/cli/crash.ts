@@ -33,6 +33,8 @@ export interface CrashRunOptions {
   readonly durability?: Durability;
   /** Keyed sends, resuming from the first key after every kill. @defaultValue false */
   readonly keyed?: boolean;
+  /** The producer publishes in sub-entry batches (stream transport). */
+  readonly subEntry?: { readonly size: number; readonly compression?: 'none' | 'gzip' | 'zstd' };
   /** Awaited after the last run, before the stream is read back (for example: faults settling). */
   readonly beforeRead?: () => Promise<unknown>;
   /** Called with a line of progress. */
@@ -217,6 +219,9 @@ async function runOnce(
       '--durability',
       o.durability ?? 'outbox',
       ...(o.keyed === true ? ['--keyed'] : []),
+      ...(o.subEntry === undefined
+        ? []
+        : ['--sub-entry', String(o.subEntry.size), '--compression', o.subEntry.compression ?? 'none']),
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );

@@ -99,8 +99,11 @@ async function main(argv: string[]): Promise<number> {
           concurrency: { type: 'string', default: '64' },
           transport: { type: 'string', default: 'stream' },
           keyed: { type: 'boolean', default: false },
+          'sub-entry': { type: 'string' },
+          compression: { type: 'string', default: 'none' },
         },
       });
+      const subEntrySize = values['sub-entry'];
       await produce({
         stream: values.stream!,
         superStream: values['super-stream'],
@@ -113,6 +116,13 @@ async function main(argv: string[]): Promise<number> {
         concurrency: Number(values.concurrency),
         transport: values.transport === 'amqp' ? 'amqp' : 'stream',
         keyed: values.keyed === true,
+        subEntry:
+          subEntrySize === undefined
+            ? undefined
+            : {
+                size: Number(subEntrySize),
+                compression: values.compression as 'none' | 'gzip' | 'zstd',
+              },
       });
       return 0;
     }

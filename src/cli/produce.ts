@@ -3,6 +3,7 @@ import { DedupError } from '../errors.js';
 import { AmqpDedupPublisher } from '../transport/amqp.js';
 import { StreamDedupPublisher, SuperStreamDedupPublisher } from '../transport/stream.js';
 import type { Durability } from '../publisher/types.js';
+import type { SubEntryOptions } from '../transport/stream-options.js';
 import { amqpSocketOptionsFromEnv, amqpUrlFromEnv, connectionFromEnv } from './env.js';
 
 /** Options of the producer process that the demo and the crash tests kill and restart. */
@@ -34,6 +35,8 @@ export interface ProduceOptions {
    * that re-creates its messages after a crash would; the key index publishes each once.
    */
   readonly keyed: boolean;
+  /** Sub-entry batching (stream transport only). */
+  readonly subEntry?: SubEntryOptions | undefined;
 }
 
 /** The header that carries a super stream message's routing key (its label) in `produce`. */
@@ -72,6 +75,7 @@ export async function produce(o: ProduceOptions): Promise<void> {
         ...common,
         connection: connectionFromEnv(),
         superStream: o.superStream,
+        ...(o.subEntry === undefined ? {} : { subEntry: o.subEntry }),
         // Keyed: the domain key (the label) routes by the same hash.
         ...(o.keyed
           ? {}
@@ -106,6 +110,7 @@ export async function produce(o: ProduceOptions): Promise<void> {
             connection: connectionFromEnv(),
             stream: o.stream,
             createStream: true,
+            ...(o.subEntry === undefined ? {} : { subEntry: o.subEntry }),
           });
     return {
       send: (label) => pub.send(Buffer.from(label), o.keyed ? { key: label } : {}),

@@ -39,6 +39,8 @@ export class GroupCommitter {
     private readonly keyed: KeyedIds | undefined,
     /** The unconfirmed messages: their lowest ID bounds the lastId a reserve block records. */
     private readonly pending: PendingQueue<Entry>,
+    /** Sub-entry batching: cuts a group commit into batches and ties its messages to them. */
+    private readonly cutBatches: ((batch: readonly Entry[]) => number[] | undefined) | undefined,
   ) {
     this.#lastDurable = plan.start;
     this.#reservedUpTo = plan.reservedUpTo;
@@ -97,6 +99,9 @@ export class GroupCommitter {
     this.#segmentsToDelete = [];
     const { keys, deleteKeySegments } = this.keyed?.takeCommit(batch) ?? NO_KEYS;
     const last = batch.length > 0 ? batch[batch.length - 1]!.publishingId : this.#lastDurable;
+    // Decided before the write and recorded by it: a re-send, in this life or the next, rebuilds
+    // the same entries (docs/design.md §10).
+    const batches = batch.length > 1 ? this.cutBatches?.(batch) : undefined;
     if (asOutbox) {
       let segment: Segment | undefined;
       if (batch.length > 0) {
@@ -105,7 +110,7 @@ export class GroupCommitter {
       }
       if (last > this.#outboxHigh) this.#outboxHigh = last;
       const meta = this.#meta(last, this.#reservedUpTo);
-      await this.state.commit({ meta, segment: batch, deleteSegments, keys, deleteKeySegments });
+      await this.state.commit({ meta, segment: batch, batches, deleteSegments, keys, deleteKeySegments });
       this.#lastDurable = last;
     } else if (
       last > this.#reservedUpTo ||

@@ -23,12 +23,13 @@ import {
 } from './errors.js';
 import { KeyedIds } from './keyed.js';
 import { assertBody, assertFits, idOf, validateHeaders } from './message.js';
-import { resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
+import { assertSubEntriesSafe, resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
 import type { PendingQueue } from './pending.js';
 import { Reconnector } from './reconnect.js';
 import { SendQueue } from './send-queue.js';
 import { SkipDeclaration } from './skip.js';
 import { letGoAll, settleAtClose } from './shutdown.js';
+import { formBatches } from './sub-entries.js';
 import { Watchdog } from './watchdog.js';
 import { logOpen, recoveredEntries, startUp, type Startup } from './startup.js';
 import type {
@@ -130,7 +131,18 @@ export class DedupPublisherCore {
     this.#keyed?.load(startup.keySegments);
     // A skip is written with the first commit, which comes before the first new ID leaves.
     this.#skip = new SkipDeclaration(startup.plan.skipFrom);
-    this.#commits = new GroupCommitter(state, opts, startup.plan, this.#skip, this.#keyed, this.#pending);
+    const subEntrySize = transport.subEntrySize ?? 1;
+    this.#commits = new GroupCommitter(
+      state,
+      opts,
+      startup.plan,
+      this.#skip,
+      this.#keyed,
+      this.#pending,
+      subEntrySize > 1
+        ? (batch) => formBatches(batch, subEntrySize, transport.maxMessageBytes, this.#stampBytes)
+        : undefined,
+    );
     this.#reconnector = new Reconnector(transport, opts.reconnect, {
       stillReconnecting: () => this.#status === 'reconnecting',
       handlers: () => this.#handlers(this.#epoch),
@@ -163,6 +175,7 @@ export class DedupPublisherCore {
     options: DedupPublisherOptions,
   ): Promise<DedupPublisherCore> {
     const opts = resolvePublisherOptions(options);
+    assertSubEntriesSafe(opts, transport.subEntrySize ?? 1);
     const ownedStore =
       typeof opts.store === 'string' ? await DedupStore.open(opts.store, { sync: opts.sync }) : undefined;
     const store = ownedStore ?? (opts.store as DedupStore);
@@ -438,14 +451,28 @@ export class DedupPublisherCore {
     for (const id of ids) {
       const e = this.#pending.take(id);
       if (e === undefined) continue;
-      this.#commits.confirmed(e);
-      if (e.key !== undefined) KeyedIds.settled(e, id);
-      this.#skip.confirmed(id);
-      this.counters.confirmed++;
-      e.settle({ publishingId: id, outcome: 'published' });
+      if (e.batch === undefined) {
+        this.#settleConfirmed(e);
+        continue;
+      }
+      // A sub-entry batch is one entry, confirmed by its last ID: stored or dropped whole
+      // (docs/design.md §10). Its members settle in ID order.
+      for (const member of e.batch) {
+        if (member !== e && this.#pending.take(member.publishingId) === undefined) continue;
+        this.#settleConfirmed(member);
+      }
     }
     if (this.#queue.refill() || this.#commits.hasConfirmWork) this.#schedulePump();
     if (this.inFlight === 0) for (const wake of this.#idle.splice(0)) wake();
+  }
+
+  #settleConfirmed(e: Entry): void {
+    const id = e.publishingId;
+    this.#commits.confirmed(e);
+    if (e.key !== undefined) KeyedIds.settled(e, id);
+    this.#skip.confirmed(id);
+    this.counters.confirmed++;
+    e.settle({ publishingId: id, outcome: 'published' });
   }
 
   #onDisconnected(error: Error, epoch: number): void {

@@ -16,6 +16,8 @@ export class Entry implements OutgoingMessage {
   reject: ((error: Error) => void) | undefined = undefined;
   /** The outbox segment holding it (outbox durability). */
   segment: Segment | undefined = undefined;
+  /** Its sub-entry batch (every member, in ID order), fixed at its group commit; none when alone. */
+  batch: readonly Entry[] | undefined = undefined;
   /** When it was last handed to the transport (whole ms, monotonic); 0 when not yet sent on this connection. */
   sentAt = 0;
   /** Keyed sends: the key's record in the index (no map lookup when the message settles). */

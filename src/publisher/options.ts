@@ -163,3 +163,23 @@ export function resolvePublisherOptions(options: DedupPublisherOptions): Resolve
   }
   return Object.freeze(resolved);
 }
+
+/**
+ * Refuses sub-entry batching where a re-send could be cut into other batches than the first send
+ * (docs/design.md §10): explicit IDs without an outbox. After a crash the caller re-sends its own
+ * IDs, cut by the new process's group commits; a batch of the dead process still on its way can
+ * land after the new process asked the broker for its last ID, and a re-cut batch straddling it
+ * would be stored whole with messages already in the stream.
+ *
+ * @throws DedupError `DEDUP_UNSAFE_OPTIONS`.
+ */
+export function assertSubEntriesSafe(opts: ResolvedPublisherOptions, subEntrySize: number): void {
+  if (subEntrySize > 1 && opts.idMode === 'explicit' && opts.durability === 'reserve') {
+    throw new DedupError(
+      'DEDUP_UNSAFE_OPTIONS',
+      `subEntry with idMode 'explicit' needs durability 'outbox': without it the messages you re-send after a ` +
+        `crash are batched anew, and a new batch that overlaps one the dead process still had on its way is ` +
+        `stored whole, duplicating what that one stored`,
+    );
+  }
+}

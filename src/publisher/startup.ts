@@ -10,6 +10,7 @@ import { asDedupError, storeWrite } from './errors.js';
 import { forgetUnstoredKeys, type KeyedIds, type StoredKeySegments } from './keyed.js';
 import type { ResolvedPublisherOptions } from './options.js';
 import { assertSameIdMode, reconcile, type ReconcilePlan } from './reconcile.js';
+import { attachBatches } from './sub-entries.js';
 import type { OpenReport, PublishTransport, TransportHandlers } from './types.js';
 
 /** The outcome of the open-time reads: where to start and what the outbox holds. */
@@ -77,6 +78,7 @@ export function recoveredEntries(segments: LoadedProducer['segments'], keyed: Ke
   const entries: Entry[] = [];
   for (const s of segments) {
     const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
+    const first = entries.length;
     for (const e of s.entries) {
       const entry = new Entry(e.publishingId, e.body, e.headers, e.key);
       entry.segment = segment;
@@ -87,6 +89,8 @@ export function recoveredEntries(segments: LoadedProducer['segments'], keyed: Ke
       }
       entries.push(entry);
     }
+    // The batches the segment was first sent in, whatever the options now (docs/design.md §10).
+    if (s.batches !== undefined) attachBatches(entries.slice(first), s.batches);
   }
   return entries;
 }

@@ -10,6 +10,11 @@ export interface OutgoingMessage {
   readonly publishingId: bigint;
   readonly body: Uint8Array;
   readonly headers: Headers | undefined;
+  /**
+   * The members of its sub-entry batch, in ID order (itself included): they leave together as one
+   * entry with the last member's ID (docs/design.md §10). `undefined`: an entry of its own.
+   */
+  readonly batch?: readonly OutgoingMessage[] | undefined;
 }
 
 /** What a transport reports back to the publisher core. */
@@ -39,6 +44,11 @@ export interface PublishTransport {
   queryLastId(): Promise<bigint | undefined>;
   /** The largest body plus headers, in bytes, that fits one message. */
   readonly maxMessageBytes: number;
+  /**
+   * The most messages one entry may carry (sub-entry batching, stream protocol only); 1 or
+   * absent: one message per entry.
+   */
+  readonly subEntrySize?: number;
   /** Frees the producer name on the broker and closes connections. Idempotent, never throws. */
   close(): Promise<void>;
 }

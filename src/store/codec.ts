@@ -49,6 +49,10 @@ const META_VERSION = 1;
 /** Version 2 adds `skipFrom` and `outboxHigh` (written only when one is set: otherwise version 1). */
 const META_VERSION_SKIP = 2;
 const SEGMENT_VERSION = 1;
+/** Version 2 adds the sub-entry batches of the segment (docs/design.md §10). */
+const SEGMENT_VERSION_BATCHES = 2;
+/** The most messages one sub-entry batch holds (the protocol's u16 record count). */
+export const MAX_SUB_ENTRY_SIZE = 65_535;
 const ID_MODES: readonly IdMode[] = ['auto', 'explicit', 'keyed'];
 
 function corrupt(what: string, detail: string): DedupError {
@@ -106,10 +110,15 @@ export function decodeMeta(buf: Uint8Array, what = 'meta'): ProducerMeta {
  * path writes one LevelDB value per flush instead of one per message (docs/design.md §3, LevelDB costs).
  * Layout: u8 version, u32 count, then per entry u64 id, u32 header-JSON length, header JSON,
  * u16 key length, key (UTF-8), u32 body length, body.
+ *
+ * With `batches` (the sizes of the segment's sub-entry batches, in order, summing to the count:
+ * docs/design.md §10) the record is version 2: after the count come u32 batch count and one u16
+ * size per batch. Without, it is version 1, byte for byte what earlier versions wrote.
  */
-export function encodeSegment(entries: readonly OutboxEntry[]): Buffer {
+export function encodeSegment(entries: readonly OutboxEntry[], batches?: readonly number[]): Buffer {
   const headerJson: (Buffer | undefined)[] = new Array<Buffer | undefined>(entries.length);
-  let size = 5;
+  const prefix = batches === undefined ? 5 : 9 + 2 * batches.length;
+  let size = prefix;
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i]!;
     const h = e.headers === undefined ? undefined : Buffer.from(JSON.stringify(e.headers), 'utf8');
@@ -117,9 +126,17 @@ export function encodeSegment(entries: readonly OutboxEntry[]): Buffer {
     size += 18 + (h?.length ?? 0) + (e.key === undefined ? 0 : utf8Length(e.key)) + e.body.length;
   }
   const buf = Buffer.allocUnsafe(size);
-  buf.writeUInt8(SEGMENT_VERSION, 0);
+  buf.writeUInt8(batches === undefined ? SEGMENT_VERSION : SEGMENT_VERSION_BATCHES, 0);
   buf.writeUInt32BE(entries.length, 1);
   let o = 5;
+  if (batches !== undefined) {
+    buf.writeUInt32BE(batches.length, 5);
+    o = 9;
+    for (const n of batches) {
+      buf.writeUInt16BE(n, o);
+      o += 2;
+    }
+  }
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i]!;
     const h = headerJson[i];
@@ -172,25 +189,65 @@ function writeUtf8(buf: Buffer, s: string, o: number): number {
  */
 function segmentHeader(
   input: Uint8Array,
-  version: number,
+  versions: readonly number[],
   minEntry: number,
   what: string,
   noun: string,
-): { buf: Buffer; count: number } {
+): { buf: Buffer; count: number; version: number } {
   const buf = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
   if (buf.length < 5) throw corrupt(what, 'truncated header');
-  if (buf.readUInt8(0) !== version) throw corrupt(what, `unknown version ${buf.readUInt8(0)}`);
+  const version = buf.readUInt8(0);
+  if (!versions.includes(version)) throw corrupt(what, `unknown version ${version}`);
   const count = buf.readUInt32BE(1);
   if (count === 0 || count > (buf.length - 5) / minEntry)
     throw corrupt(what, `impossible ${noun} count ${count}`);
-  return { buf, count };
+  return { buf, count, version };
+}
+
+/** A decoded outbox segment: its messages, and its sub-entry batches when it has them. */
+export interface DecodedSegment {
+  readonly entries: OutboxEntry[];
+  /** Sizes of the sub-entry batches, in order (version 2); `undefined`: one message per entry. */
+  readonly batches: readonly number[] | undefined;
 }
 
 /** @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a well-formed segment. */
 export function decodeSegment(input: Uint8Array, what = 'segment'): OutboxEntry[] {
-  const { buf, count } = segmentHeader(input, SEGMENT_VERSION, 18, what, 'entry');
+  return decodeSegmentRecord(input, what).entries;
+}
+
+/**
+ * A segment with its sub-entry batches.
+ *
+ * @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a well-formed segment (batch sizes
+ *   that are zero, above 65 535, or do not sum to the message count included).
+ */
+export function decodeSegmentRecord(input: Uint8Array, what = 'segment'): DecodedSegment {
+  const { buf, count, version } = segmentHeader(
+    input,
+    [SEGMENT_VERSION, SEGMENT_VERSION_BATCHES],
+    18,
+    what,
+    'entry',
+  );
   const entries: OutboxEntry[] = [];
   let o = 5;
+  let batches: number[] | undefined;
+  if (version === SEGMENT_VERSION_BATCHES) {
+    if (buf.length < 9) throw corrupt(what, 'truncated batch count');
+    const n = buf.readUInt32BE(5);
+    if (n === 0 || n > count || 9 + 2 * n > buf.length) throw corrupt(what, `impossible batch count ${n}`);
+    batches = new Array<number>(n);
+    let sum = 0;
+    for (let i = 0; i < n; i++) {
+      const size = buf.readUInt16BE(9 + 2 * i);
+      if (size === 0) throw corrupt(what, `batch ${i} is empty`);
+      batches[i] = size;
+      sum += size;
+    }
+    if (sum !== count) throw corrupt(what, `batches hold ${sum} messages, the segment ${count}`);
+    o = 9 + 2 * n;
+  }
   let previous = 0n;
   for (let i = 0; i < count; i++) {
     if (o + 12 > buf.length) throw corrupt(what, `entry ${i} truncated`);
@@ -217,7 +274,7 @@ export function decodeSegment(input: Uint8Array, what = 'segment'): OutboxEntry[
     o += bLen;
   }
   if (o !== buf.length) throw corrupt(what, `${buf.length - o} trailing bytes`);
-  return entries;
+  return { entries, batches };
 }
 
 function parseHeaders(text: string, what: string, i: number): Headers {
@@ -281,7 +338,7 @@ export function encodeKeySegment(entries: readonly KeyEntry[]): Buffer {
 
 /** @throws DedupError `DEDUP_STORE_CORRUPT` on anything but a well-formed key segment. */
 export function decodeKeySegment(input: Uint8Array, what = 'key segment'): KeyEntry[] {
-  const { buf, count } = segmentHeader(input, KEY_SEGMENT_VERSION, 19, what, 'key');
+  const { buf, count } = segmentHeader(input, [KEY_SEGMENT_VERSION], 19, what, 'key');
   const entries: KeyEntry[] = [];
   let o = 5;
   let previous = 0n;

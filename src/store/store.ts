@@ -5,7 +5,7 @@ import {
   decodeKeySegment,
   decodeMeta,
   decodePartitionList,
-  decodeSegment,
+  decodeSegmentRecord,
   encodeKeySegment,
   encodeMeta,
   encodePartitionList,
@@ -317,13 +317,24 @@ function idKey(id: bigint): string {
 export interface LoadedProducer {
   readonly meta: ProducerMeta | undefined;
   /** Outbox segments in ID order, each with its key ID (the first entry's ID). */
-  readonly segments: ReadonlyArray<{ readonly firstId: bigint; readonly entries: readonly OutboxEntry[] }>;
+  readonly segments: readonly StoredSegment[];
+}
+
+/** One outbox segment as stored. */
+export interface StoredSegment {
+  /** Its key: the first entry's ID. */
+  readonly firstId: bigint;
+  readonly entries: readonly OutboxEntry[];
+  /** The sizes of its sub-entry batches, in order; `undefined`: one message per entry. */
+  readonly batches?: readonly number[] | undefined;
 }
 
 /** One group commit: the new segment (if any), the meta, segments to delete, and domain keys. */
 export interface ProducerCommit {
   readonly meta: ProducerMeta;
   readonly segment?: readonly OutboxEntry[] | undefined;
+  /** The segment's sub-entry batches (sizes in order), when it was published in them. */
+  readonly batches?: readonly number[] | undefined;
   readonly deleteSegments?: readonly bigint[] | undefined;
   /** Keys first published in this commit (one record for all of them). */
   readonly keys?: readonly KeyEntry[] | undefined;
@@ -384,11 +395,11 @@ export class ProducerState {
     const metaKey = this.#prefix + META_SUFFIX;
     const raw = await this.#db.get(metaKey);
     const meta = raw === undefined ? undefined : decodeMeta(raw, metaKey);
-    const segments: Array<{ firstId: bigint; entries: OutboxEntry[] }> = [];
+    const segments: StoredSegment[] = [];
     const gte = this.#prefix + OUTBOX_INFIX;
     for await (const [key, value] of this.#db.iterator({ gte, lt: this.#prefix + '/o0' })) {
-      const entries = decodeSegment(value, key);
-      segments.push({ firstId: entries[0]!.publishingId, entries });
+      const { entries, batches } = decodeSegmentRecord(value, key);
+      segments.push({ firstId: entries[0]!.publishingId, entries, batches });
     }
     return { meta, segments };
   }
@@ -404,7 +415,7 @@ export class ProducerState {
       ops.push({
         type: 'put',
         key: this.#prefix + OUTBOX_INFIX + idKey(commit.segment[0]!.publishingId),
-        value: encodeSegment(commit.segment),
+        value: encodeSegment(commit.segment, commit.batches),
       });
     }
     for (const id of commit.deleteSegments ?? []) {

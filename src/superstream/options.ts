@@ -5,8 +5,13 @@
  */
 import type { Client } from 'rabbitmq-stream-js-client';
 import { measureUtf8 } from '../identity/utf8.js';
-import { resolvePublisherOptions, type ResolvedPublisherOptions } from '../publisher/options.js';
+import {
+  assertSubEntriesSafe,
+  resolvePublisherOptions,
+  type ResolvedPublisherOptions,
+} from '../publisher/options.js';
 import type { DedupPublisherOptions, SendResult } from '../publisher/types.js';
+import { resolveSubEntry, type ResolvedSubEntry, type SubEntryOptions } from '../transport/stream-options.js';
 import type { StreamConnectionOptions } from '../transport/util.js';
 import {
   absent,
@@ -63,6 +68,11 @@ export interface SuperStreamDedupPublisherOptions extends DedupPublisherOptions 
   readonly routing?: SuperStreamRouting;
   /** How long one connection attempt or query may take, in ms. @defaultValue 10000 */
   readonly connectTimeoutMs?: number;
+  /**
+   * Publish every partition in sub-entry batches, as `StreamDedupPublisher` does.
+   * @remarks Since 0.4.0
+   */
+  readonly subEntry?: SubEntryOptions;
 }
 
 /** What a resolved `send()` of a super stream publisher tells. */
@@ -77,6 +87,8 @@ export interface ResolvedSuperStreamOptions {
   readonly routing: { readonly kind: 'hash' | 'key'; readonly key: RoutingKeyFunction | undefined };
   readonly connection: StreamConnectionOptions | Client | undefined;
   readonly connectTimeoutMs: number;
+  /** Sub-entry batching of every partition (`size` 1: off). */
+  readonly subEntry: ResolvedSubEntry;
   /** The options every partition's publisher core takes, checked. */
   readonly publisher: ResolvedPublisherOptions;
 }
@@ -113,8 +125,11 @@ export function resolveSuperStreamOptions(
   const publisher = resolvePublisherOptions(options);
   expectOptionalObject(options.connection, 'connection');
   const connectTimeoutMs = timerOption(options.connectTimeoutMs, 'connectTimeoutMs', 10_000, 1);
+  const subEntry = resolveSubEntry(options.subEntry);
+  assertSubEntriesSafe(publisher, subEntry.size);
   return Object.freeze({
     superStream,
+    subEntry,
     routing: Object.freeze(resolveRouting(options.routing, publisher.idMode === 'keyed')),
     connection: options.connection ?? undefined,
     connectTimeoutMs,

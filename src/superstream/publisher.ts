@@ -134,6 +134,7 @@ export class SuperStreamDedupPublisher {
             connection: opts.connection,
             createStream: false,
             connectTimeoutMs: opts.connectTimeoutMs,
+            subEntry: opts.subEntry.size > 1 ? opts.subEntry : undefined,
           });
           return DedupPublisherCore.open(transport, { ...options, store });
         }),

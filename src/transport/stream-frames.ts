@@ -13,6 +13,8 @@ import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
 import { decimalLength, writeDecimal, writeUint64BE } from '../identity/publishing-id.js';
 import type { Headers } from '../store/codec.js';
 import type { OutgoingMessage } from '../publisher/types.js';
+import { CODEC_CODES, compress } from './compression.js';
+import type { SubEntryCompression } from './stream-options.js';
 
 const PUBLISH_KEY = 0x0002;
 const PUBLISH_VERSION = 1;
@@ -20,6 +22,10 @@ const PUBLISH_VERSION = 1;
 const FRAME_HEADER = 4 + 2 + 2 + 1 + 4;
 /** u64 publishing id, u32 message length. */
 const ENTRY_HEADER = 8 + 4;
+/** u64 publishing id, u8 entry type, u16 record count, u32 uncompressed length, u32 data length. */
+const SUB_ENTRY_HEADER = 8 + 1 + 2 + 4 + 4;
+/** The entry type's top bit: a sub-entry batch (the codec in bits 4-6). */
+const SUB_ENTRY_FLAG = 0x80;
 
 /** map8 (code, size, count: 3 bytes) while size and count fit a byte; map32 (9 bytes) beyond. */
 function mapHeaderSize(content: number): number {
@@ -83,10 +89,17 @@ export class PublishFrameEncoder {
   readonly #stampPrefix: Buffer;
   readonly #publisherId: number;
   readonly #maxFrameSize: number;
+  readonly #compression: SubEntryCompression;
 
-  constructor(publisherId: number, producerName: string, maxFrameSize: number) {
+  constructor(
+    publisherId: number,
+    producerName: string,
+    maxFrameSize: number,
+    compression: SubEntryCompression = 'none',
+  ) {
     this.#publisherId = publisherId;
     this.#maxFrameSize = maxFrameSize;
+    this.#compression = compression;
     this.#stampPrefix = Buffer.concat([
       encodeStr(PRODUCER_HEADER),
       encodeStr(producerName),
@@ -94,11 +107,17 @@ export class PublishFrameEncoder {
     ]);
   }
 
-  /** As few frames as fit the negotiated frame size, messages in order. */
+  /**
+   * As few frames as fit the negotiated frame size, messages in order; the members of a sub-entry
+   * batch (`message.batch`) as one entry with the last member's ID.
+   *
+   * @throws Error when `messages` holds part of a batch only: the core hands over whole batches,
+   *   and a batch cut here would be deduplicated wrongly (docs/design.md §10).
+   */
   encode(messages: readonly OutgoingMessage[]): Buffer[] {
-    const frames: Buffer[] = [];
     const sizes: number[] = new Array<number>(messages.length);
     const contents: number[] = new Array<number>(messages.length);
+    let batched = false;
     for (let i = 0; i < messages.length; i++) {
       const m = messages[i]!;
       const body = m.body.length;
@@ -110,7 +129,10 @@ export class PublishFrameEncoder {
         (m.headers === undefined ? 0 : headersSize(m.headers));
       contents[i] = content;
       sizes[i] = 3 + mapHeaderSize(content) + content + 3 + (body <= 255 ? 2 : 5) + body;
+      if (m.batch !== undefined) batched = true;
     }
+    if (batched) return this.#encodeBatched(messages, sizes, contents);
+    const frames: Buffer[] = [];
     let start = 0;
     while (start < messages.length) {
       let size = FRAME_HEADER;
@@ -134,60 +156,144 @@ export class PublishFrameEncoder {
     end: number,
     size: number,
   ): Buffer {
+    const buf = this.#frameHeader(size, end - start);
+    let o = FRAME_HEADER;
+    for (let i = start; i < end; i++) {
+      writeUint64BE(buf, messages[i]!.publishingId, o);
+      buf.writeUInt32BE(sizes[i]!, o + 8);
+      o = this.#writeMessage(buf, o + ENTRY_HEADER, messages[i]!, contents[i]!);
+    }
+    return buf;
+  }
+
+  /** A Publish frame of `size` bytes announcing `entries` entries, its body still to write. */
+  #frameHeader(size: number, entries: number): Buffer {
     const buf = Buffer.allocUnsafe(size);
     buf.writeUInt32BE(size - 4, 0);
     buf.writeUInt16BE(PUBLISH_KEY, 4);
     buf.writeUInt16BE(PUBLISH_VERSION, 6);
     buf[8] = this.#publisherId;
-    buf.writeUInt32BE(end - start, 9);
-    const stamps = this.#stampPrefix;
-    let o = FRAME_HEADER;
-    for (let i = start; i < end; i++) {
-      const m = messages[i]!;
-      const id = m.publishingId;
-      writeUint64BE(buf, id, o);
-      buf.writeUInt32BE(sizes[i]!, o + 8);
-      o += ENTRY_HEADER;
-      // application-properties: described 0x74, a map { stamps..., headers... }: map8 when it
-      // fits (3 header bytes), map32 otherwise (9).
-      buf[o] = 0x00;
-      buf[o + 1] = 0x53;
-      buf[o + 2] = 0x74;
-      const entries = 2 + (m.headers === undefined ? 0 : Object.keys(m.headers).length);
-      const content = contents[i]!;
-      // (A map of at most 254 bytes has fewer than 64 entries: the count fits a byte too.)
-      if (mapHeaderSize(content) === 3) {
-        buf[o + 3] = 0xc1;
-        buf[o + 4] = content + 1;
-        buf[o + 5] = entries * 2;
-        o += 6;
-      } else {
-        buf[o + 3] = 0xd1;
-        buf.writeUInt32BE(content + 4, o + 4);
-        buf.writeUInt32BE(entries * 2, o + 8);
-        o += 12;
-      }
-      o += stamps.copy(buf, o);
-      o = writeIdString(buf, o, id);
-      if (m.headers !== undefined) o = writeHeaders(buf, o, m.headers);
-      // data: described 0x75, vbin8 / vbin32
-      buf[o] = 0x00;
-      buf[o + 1] = 0x53;
-      buf[o + 2] = 0x75;
-      const body = m.body;
-      if (body.length <= 255) {
-        buf[o + 3] = 0xa0;
-        buf[o + 4] = body.length;
-        o += 5;
-      } else {
-        buf[o + 3] = 0xb0;
-        buf.writeUInt32BE(body.length, o + 4);
-        o += 8;
-      }
-      buf.set(body, o);
-      o += body.length;
-    }
+    buf.writeUInt32BE(entries, 9);
     return buf;
+  }
+
+  /**
+   * The frames of messages some of which travel in sub-entry batches: each batch is one entry
+   * (u64 last ID, u8 0x80 | codec << 4, u16 count, u32 uncompressed length, u32 data length, then
+   * the data: per message u32 length and the message, compressed as a whole), every other
+   * message an entry of its own.
+   */
+  #encodeBatched(
+    messages: readonly OutgoingMessage[],
+    sizes: readonly number[],
+    contents: readonly number[],
+  ): Buffer[] {
+    // Each entry: [first message, end, bytes on the wire, the batch's data (undefined: one message)].
+    const entries: Array<{
+      start: number;
+      end: number;
+      bytes: number;
+      data: Buffer | undefined;
+      raw: number;
+    }> = [];
+    for (let i = 0; i < messages.length;) {
+      const batch = messages[i]!.batch;
+      if (batch === undefined) {
+        entries.push({ start: i, end: i + 1, bytes: ENTRY_HEADER + sizes[i]!, data: undefined, raw: 0 });
+        i++;
+        continue;
+      }
+      const end = i + batch.length;
+      let raw = 0;
+      for (let k = 0; k < batch.length; k++) {
+        if (messages[i + k] !== batch[k]) {
+          throw new Error(
+            `sub-entry batch ending at ID ${batch[batch.length - 1]!.publishingId} handed over in part`,
+          );
+        }
+        raw += 4 + sizes[i + k]!;
+      }
+      const data = Buffer.allocUnsafe(raw);
+      let o = 0;
+      for (let k = i; k < end; k++) {
+        data.writeUInt32BE(sizes[k]!, o);
+        o = this.#writeMessage(data, o + 4, messages[k]!, contents[k]!);
+      }
+      const packed = compress(this.#compression, data);
+      entries.push({ start: i, end, bytes: SUB_ENTRY_HEADER + packed.length, data: packed, raw });
+      i = end;
+    }
+    const frames: Buffer[] = [];
+    const codec = SUB_ENTRY_FLAG | (CODEC_CODES[this.#compression] << 4);
+    for (let first = 0; first < entries.length;) {
+      let size = FRAME_HEADER;
+      let last = first;
+      for (; last < entries.length; last++) {
+        if (last > first && size + entries[last]!.bytes > this.#maxFrameSize) break;
+        size += entries[last]!.bytes;
+      }
+      const buf = this.#frameHeader(size, last - first);
+      let o = FRAME_HEADER;
+      for (let n = first; n < last; n++) {
+        const { start, end, data, raw } = entries[n]!;
+        writeUint64BE(buf, messages[end - 1]!.publishingId, o);
+        if (data === undefined) {
+          buf.writeUInt32BE(sizes[start]!, o + 8);
+          o = this.#writeMessage(buf, o + ENTRY_HEADER, messages[start]!, contents[start]!);
+        } else {
+          buf[o + 8] = codec;
+          buf.writeUInt16BE(end - start, o + 9);
+          buf.writeUInt32BE(raw, o + 11);
+          buf.writeUInt32BE(data.length, o + 15);
+          o += SUB_ENTRY_HEADER + data.copy(buf, o + SUB_ENTRY_HEADER);
+        }
+      }
+      frames.push(buf);
+      first = last;
+    }
+    return frames;
+  }
+
+  /** Writes one AMQP 1.0 message (its `content` bytes of map entries precomputed) at `o`. */
+  #writeMessage(buf: Buffer, o: number, m: OutgoingMessage, content: number): number {
+    const id = m.publishingId;
+    // application-properties: described 0x74, a map { stamps..., headers... }: map8 when it
+    // fits (3 header bytes), map32 otherwise (9).
+    buf[o] = 0x00;
+    buf[o + 1] = 0x53;
+    buf[o + 2] = 0x74;
+    const entries = 2 + (m.headers === undefined ? 0 : Object.keys(m.headers).length);
+    // (A map of at most 254 bytes has fewer than 64 entries: the count fits a byte too.)
+    if (mapHeaderSize(content) === 3) {
+      buf[o + 3] = 0xc1;
+      buf[o + 4] = content + 1;
+      buf[o + 5] = entries * 2;
+      o += 6;
+    } else {
+      buf[o + 3] = 0xd1;
+      buf.writeUInt32BE(content + 4, o + 4);
+      buf.writeUInt32BE(entries * 2, o + 8);
+      o += 12;
+    }
+    o += this.#stampPrefix.copy(buf, o);
+    o = writeIdString(buf, o, id);
+    if (m.headers !== undefined) o = writeHeaders(buf, o, m.headers);
+    // data: described 0x75, vbin8 / vbin32
+    buf[o] = 0x00;
+    buf[o + 1] = 0x53;
+    buf[o + 2] = 0x75;
+    const body = m.body;
+    if (body.length <= 255) {
+      buf[o + 3] = 0xa0;
+      buf[o + 4] = body.length;
+      o += 5;
+    } else {
+      buf[o + 3] = 0xb0;
+      buf.writeUInt32BE(body.length, o + 4);
+      o += 8;
+    }
+    buf.set(body, o);
+    return o + body.length;
   }
 }
 

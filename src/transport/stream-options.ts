@@ -4,7 +4,35 @@
  */
 import type { Client } from 'rabbitmq-stream-js-client';
 import type { DedupPublisherOptions } from '../publisher/types.js';
+import { MAX_SUB_ENTRY_SIZE } from '../store/codec.js';
+import { absent, choiceOption, expectObject, integerOption, outOfRange } from '../util/options.js';
+import { HAS_ZSTD } from './compression.js';
 import type { StreamConnectionOptions } from './util.js';
+
+/** How a sub-entry batch's messages are compressed (the stream protocol's codes 0, 1 and 4). */
+export type SubEntryCompression = 'none' | 'gzip' | 'zstd';
+
+/**
+ * Sub-entry batching: up to `size` messages travel in one stream entry (optionally compressed)
+ * whose publishing ID is the highest among them; the broker stores or drops the entry whole.
+ * Every message keeps its own `x-dedup-id` and its own `send()` result. See docs/design.md §10.
+ *
+ * @remarks Since 0.4.0
+ */
+export interface SubEntryOptions {
+  /**
+   * The most messages per entry, 2 to 65 535. An entry never spans two group commits, so entries
+   * hold fewer when sends arrive slower than the pump writes (at most `maxBatch`), and fewer when
+   * their bytes would exceed the broker's frame size.
+   */
+  readonly size: number;
+  /**
+   * `'gzip'` (Node's zlib) or `'zstd'` (only where Node's zlib has it: Node 22.15 or later; refused
+   * at `open()` elsewhere). Consumers must decode what is chosen here: stream-dedup's verifying
+   * consumer and `audit` decode all three. @defaultValue 'none'
+   */
+  readonly compression?: SubEntryCompression;
+}
 
 /** Options of {@link StreamDedupPublisher.open}. */
 export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
@@ -28,4 +56,47 @@ export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
   readonly createStream?: boolean;
   /** How long one connection attempt may take, in ms. @defaultValue 10000 */
   readonly connectTimeoutMs?: number;
+  /**
+   * Publish in sub-entry batches (off by default: one message per entry). See {@link SubEntryOptions}.
+   * @remarks Since 0.4.0
+   */
+  readonly subEntry?: SubEntryOptions;
+}
+
+/** {@link SubEntryOptions} checked, with their defaults; `size` 1 is off. @internal */
+export interface ResolvedSubEntry {
+  readonly size: number;
+  readonly compression: SubEntryCompression;
+}
+
+/** Sub-entry batching off. @internal */
+export const NO_SUB_ENTRIES: ResolvedSubEntry = Object.freeze({ size: 1, compression: 'none' });
+
+/**
+ * Checks `subEntry` before any I/O.
+ *
+ * @throws TypeError, RangeError "Expected subEntry… to be <what>, got <value>"; zstd where Node's
+ *   zlib has no zstd is a RangeError naming the Node version it needs.
+ * @internal
+ */
+export function resolveSubEntry(value: unknown, name = 'subEntry'): ResolvedSubEntry {
+  if (absent(value)) return NO_SUB_ENTRIES;
+  expectObject(value, name);
+  const size = integerOption(value.size, `${name}.size`, Number.NaN, 2, MAX_SUB_ENTRY_SIZE);
+  if (Number.isNaN(size))
+    outOfRange(`${name}.size`, `an integer from 2 to ${MAX_SUB_ENTRY_SIZE}`, value.size);
+  const compression = choiceOption(
+    value.compression,
+    `${name}.compression`,
+    ['none', 'gzip', 'zstd'],
+    'none',
+  );
+  if (compression === 'zstd' && !HAS_ZSTD) {
+    outOfRange(
+      `${name}.compression`,
+      `'none' or 'gzip' on Node ${process.versions.node} (zstd needs Node's zlib from 22.15 on)`,
+      compression,
+    );
+  }
+  return Object.freeze({ size, compression });
 }

@@ -11,7 +11,11 @@ import { targetDeletedError } from '../publisher/errors.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../publisher/types.js';
 import { publisherConnection, publisherSocket } from './stream-client-internals.js';
 import { PublishFrameEncoder } from './stream-frames.js';
-import type { StreamDedupPublisherOptions } from './stream-options.js';
+import {
+  resolveSubEntry,
+  type ResolvedSubEntry,
+  type StreamDedupPublisherOptions,
+} from './stream-options.js';
 import { connectStreamClient } from './stream-probe.js';
 import {
   EndpointRotation,
@@ -58,12 +62,14 @@ export class StreamTransport implements PublishTransport {
   #maxFrameSize = 1_048_576;
   #socket: Socket | undefined;
   #encoder: PublishFrameEncoder | undefined;
+  readonly #subEntry: ResolvedSubEntry;
 
   constructor(options: StreamDedupPublisherOptions) {
     if (typeof options.stream !== 'string' || options.stream.length === 0 || options.stream.length > 255) {
       throw new RangeError('stream must be a non-empty string of at most 255 characters');
     }
     this.target = options.stream;
+    this.#subEntry = resolveSubEntry(options.subEntry);
     this.#producerName = options.producerName;
     this.#createStream = options.createStream ?? false;
     this.#connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
@@ -76,6 +82,10 @@ export class StreamTransport implements PublishTransport {
 
   get maxMessageBytes(): number {
     return this.#maxFrameSize - FRAME_OVERHEAD;
+  }
+
+  get subEntrySize(): number {
+    return this.#subEntry.size;
   }
 
   /**
@@ -169,7 +179,12 @@ export class StreamTransport implements PublishTransport {
           connection.on('publish_error', (e) => this.#sharedHandlers?.failed(e, connectionId));
         }
       }
-      this.#encoder = new PublishFrameEncoder(publisherId, this.#producerName, this.#maxFrameSize);
+      this.#encoder = new PublishFrameEncoder(
+        publisherId,
+        this.#producerName,
+        this.#maxFrameSize,
+        this.#subEntry.compression,
+      );
       this.#socket = publisherSocket(publisher);
       // Bounded: the client never rejects a request whose connection closed, and a reconnect
       // that hangs here would hold close() forever.

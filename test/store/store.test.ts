@@ -9,6 +9,7 @@ import {
   decodeKeySegment,
   decodeMeta,
   decodeSegment,
+  decodeSegmentRecord,
   encodeKeySegment,
   encodeMeta,
   encodeSegment,
@@ -109,6 +110,40 @@ describe('store - records', () => {
       { publishingId: 1n, body: Buffer.from('y'), headers: undefined },
     ]);
     expect(() => decodeSegment(reordered)).toThrow(/not increasing/);
+  });
+
+  it('segments with sub-entry batches round-trip (version 2); without, they stay version 1', () => {
+    const entries = [1n, 2n, 3n, 4n].map((publishingId) => ({
+      publishingId,
+      body: Buffer.from(`m${publishingId}`),
+      headers: undefined,
+    }));
+    const plain = encodeSegment(entries);
+    expect(plain[0]).toBe(1);
+    expect(decodeSegmentRecord(plain).batches).toBeUndefined();
+    const batched = encodeSegment(entries, [3, 1]);
+    expect(batched[0]).toBe(2);
+    const decoded = decodeSegmentRecord(batched);
+    expect(decoded.batches).toEqual([3, 1]);
+    expect(decoded.entries.map((e) => e.publishingId)).toEqual([1n, 2n, 3n, 4n]);
+    expect(decodeSegment(batched).map((e) => Buffer.from(e.body).toString())).toEqual([
+      'm1',
+      'm2',
+      'm3',
+      'm4',
+    ]);
+    for (let cut = 0; cut < batched.length; cut++) {
+      expect(() => decodeSegmentRecord(batched.subarray(0, cut))).toThrow(DedupError);
+    }
+    // Batch sizes that are zero or do not add up to the messages are corrupt.
+    for (const sizes of [
+      [3, 2],
+      [4, 0],
+      [2, 1],
+      [0, 4],
+    ]) {
+      expect(() => decodeSegmentRecord(encodeSegment(entries, sizes))).toThrow(/batch/);
+    }
   });
 
   it('key segments round-trip and refuse truncation, trailing bytes and decreasing ids', () => {

@@ -64,6 +64,35 @@ export class ModelBroker {
   }
 
   /**
+   * Stores or drops one sub-entry batch as a whole, by its last (highest) ID, as the broker does
+   * (docs/design.md §10): all of it when that ID is above the highest stored, none otherwise.
+   * Returns true when stored. Either way the caller confirms the last ID only.
+   */
+  publishEntry(
+    stream: string,
+    producerName: string,
+    members: ReadonlyArray<{
+      readonly publishingId: bigint;
+      readonly body: string;
+      readonly headers?: Readonly<Record<string, string | number>> | undefined;
+    }>,
+  ): boolean {
+    const last = members[members.length - 1]!.publishingId;
+    const s = this.#stream(stream);
+    if (last <= (s.highest.get(producerName) ?? 0n)) return false;
+    s.highest.delete(producerName);
+    s.highest.set(producerName, last);
+    for (const m of members) {
+      s.messages.push(
+        m.headers === undefined
+          ? { producerName, publishingId: m.publishingId, body: m.body }
+          : { producerName, publishingId: m.publishingId, body: m.body, headers: m.headers },
+      );
+    }
+    return true;
+  }
+
+  /**
    * A segment roll-over: the stream keeps the state of its `maxProducerNames` most recently
    * written names and forgets the others, whose late retries are then stored again. Returns the
    * forgotten names.
@@ -107,17 +136,22 @@ export class ModelTransport implements PublishTransport {
   readonly maxMessageBytes = 1_000_000;
   readonly faults: TransportFaults = { holdConfirms: false, reverseConfirms: false, refuseConnect: false };
   readonly published: OutgoingMessage[] = [];
+  /** The IDs of every entry published, in order (a sub-entry batch is one entry). */
+  readonly entries: bigint[][] = [];
   readonly #broker: ModelBroker;
   readonly #producerName: string;
   #handlers: TransportHandlers | undefined;
   #held: bigint[] = [];
   connects = 0;
   closed = false;
+  /** Sub-entry batching as the stream transport's option sets it (1: off). */
+  readonly subEntrySize: number;
 
-  constructor(broker: ModelBroker, stream: string, producerName: string) {
+  constructor(broker: ModelBroker, stream: string, producerName: string, subEntrySize = 1) {
     this.#broker = broker;
     this.target = stream;
     this.#producerName = producerName;
+    this.subEntrySize = subEntrySize;
   }
 
   connect(handlers: TransportHandlers): Promise<bigint> {
@@ -131,11 +165,32 @@ export class ModelTransport implements PublishTransport {
   publish(messages: readonly OutgoingMessage[]): Promise<void> {
     const handlers = this.#handlers;
     if (handlers === undefined) return Promise.reject(new Error('not connected'));
-    for (const m of messages) {
-      this.published.push(m);
-      this.#broker.publish(this.target, this.#producerName, m.publishingId, Buffer.from(m.body).toString());
+    const ids: bigint[] = [];
+    for (let i = 0; i < messages.length;) {
+      const m = messages[i]!;
+      const batch = m.batch;
+      if (batch === undefined) {
+        this.published.push(m);
+        this.#broker.publish(this.target, this.#producerName, m.publishingId, Buffer.from(m.body).toString());
+        this.entries.push([m.publishingId]);
+        ids.push(m.publishingId);
+        i++;
+        continue;
+      }
+      // One entry: whole, in order, confirmed by its last ID (the stream transport refuses a part).
+      if (batch.some((b, k) => messages[i + k] !== b)) {
+        return Promise.reject(new Error(`sub-entry batch at ID ${m.publishingId} handed over in part`));
+      }
+      this.published.push(...batch);
+      this.entries.push(batch.map((b) => b.publishingId));
+      this.#broker.publishEntry(
+        this.target,
+        this.#producerName,
+        batch.map((b) => ({ publishingId: b.publishingId, body: Buffer.from(b.body).toString() })),
+      );
+      ids.push(batch[batch.length - 1]!.publishingId);
+      i += batch.length;
     }
-    const ids = messages.map((m) => m.publishingId);
     if (this.faults.holdConfirms) this.#held.push(...ids);
     else queueMicrotask(() => handlers.confirmed(ids));
     return Promise.resolve();

@@ -1,0 +1,127 @@
+import { describe, expect, it } from 'vitest';
+import { DedupError } from '../../src/errors.js';
+import { DedupPublisherCore } from '../../src/publisher/core.js';
+import { Entry } from '../../src/publisher/entry.js';
+import { formBatches } from '../../src/publisher/sub-entries.js';
+import { DedupStore } from '../../src/store/store.js';
+import { memoryDisk, memoryStore } from '../support/memory-store.js';
+import { ModelBroker, ModelTransport } from '../support/model-broker.js';
+
+const body = (s: string): Buffer => Buffer.from(s);
+const ids = (entries: readonly bigint[][]): number[][] => entries.map((e) => e.map(Number));
+const entriesOf = (n: number, bytes = 10): Entry[] =>
+  Array.from({ length: n }, (_, i) => new Entry(BigInt(i + 1), Buffer.alloc(bytes), undefined, undefined));
+
+describe('sub-entry batches (docs/design.md §10)', () => {
+  it('cuts a group commit into runs of at most size messages, ties each message to its run', () => {
+    const batch = entriesOf(7);
+    expect(formBatches(batch, 3, 1_000_000, 100)).toEqual([3, 3, 1]);
+    expect(batch[0]!.batch).toEqual(batch.slice(0, 3));
+    expect(batch[4]!.batch).toBe(batch[3]!.batch);
+    expect(batch[6]!.batch).toBeUndefined();
+  });
+
+  it('closes a run early when its bytes would exceed the limit; a message alone always goes', () => {
+    // 110 bytes each (10 of body + 100 of stamps): 3 fit 350, the 4th would not.
+    expect(formBatches(entriesOf(7), 100, 350, 100)).toEqual([3, 3, 1]);
+    // One message larger than the limit still forms its own run (send() refused larger ones).
+    expect(formBatches(entriesOf(3, 1_000), 100, 350, 100)).toBeUndefined();
+  });
+
+  it('records nothing when every run is one message (the segment stays version 1)', () => {
+    const batch = entriesOf(2);
+    expect(formBatches(batch, 1, 1_000, 0)).toBeUndefined();
+    expect(batch.every((e) => e.batch === undefined)).toBe(true);
+  });
+
+  async function open(disk = memoryDisk(), broker = new ModelBroker(), size = 3, extra = {}) {
+    const transport = new ModelTransport(broker, 'orders', 'p', size);
+    const core = await DedupPublisherCore.open(transport, {
+      producerName: 'p',
+      store: await memoryStore(disk),
+      reconnect: { initialDelayMs: 1, maxDelayMs: 2 },
+      ...extra,
+    });
+    return { disk, broker, transport, core };
+  }
+
+  it('publishes sends of one tick as batches; every send settles with its own ID on the batch confirm', async () => {
+    const { broker, transport, core } = await open();
+    const results = await Promise.all(Array.from({ length: 8 }, (_, i) => core.send(body(`m${i + 1}`))));
+    expect(results.map((r) => Number(r.publishingId))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(results.every((r) => r.outcome === 'published')).toBe(true);
+    expect(ids(transport.entries)).toEqual([
+      [1, 2, 3],
+      [4, 5, 6],
+      [7, 8],
+    ]);
+    expect(broker.lastId('orders', 'p')).toBe(8n);
+    expect(broker.messages('orders').map((m) => m.body)).toEqual(
+      Array.from({ length: 8 }, (_, i) => `m${i + 1}`),
+    );
+    await core.close();
+  });
+
+  it('re-sends after a lost connection in the same batches, and the broker drops the stored ones whole', async () => {
+    const { broker, transport, core } = await open();
+    transport.faults.holdConfirms = true;
+    const sends = Array.from({ length: 7 }, (_, i) => core.send(body(`m${i + 1}`)));
+    while (transport.published.length < 7) await new Promise((r) => setImmediate(r));
+    transport.cut();
+    transport.faults.holdConfirms = false;
+    await Promise.all(sends);
+    expect(ids(transport.entries)).toEqual([[1, 2, 3], [4, 5, 6], [7], [1, 2, 3], [4, 5, 6], [7]]);
+    expect(broker.messages('orders')).toHaveLength(7);
+    await core.close();
+  });
+
+  it('a crashed publisher’s next life re-sends its outbox in the batches the store recorded, whatever its options now', async () => {
+    const disk = memoryDisk();
+    const broker = new ModelBroker();
+    const first = await open(disk, broker, 4, { closeTimeoutMs: 0 });
+    first.transport.faults.holdConfirms = true;
+    void Promise.allSettled(Array.from({ length: 6 }, (_, i) => first.core.send(body(`m${i + 1}`))));
+    while (first.transport.published.length < 6) await new Promise((r) => setImmediate(r));
+    // The process dies: nothing more of it runs; its store (the disk) and the broker remain.
+    // The broker stored the first batch only.
+    const stored = new ModelBroker();
+    stored.publishEntry(
+      'orders',
+      'p',
+      first.transport.published
+        .slice(0, 4)
+        .map((m) => ({ publishingId: m.publishingId, body: `m${m.publishingId}` })),
+    );
+    const reopenedDisk = memoryDisk();
+    for await (const [k, v] of disk.iterator()) await reopenedDisk.put(k, v);
+    const second = await open(reopenedDisk, stored, 2);
+    expect(second.core.report.resent).toBe(6);
+    await second.core.close();
+    await first.core.close();
+    // Batches of 4 as first sent (the new size 2 applies to new commits only): [1-4] dropped whole, [5,6] stored.
+    expect(ids(second.transport.entries)).toEqual([
+      [1, 2, 3, 4],
+      [5, 6],
+    ]);
+    expect(stored.messages('orders').map((m) => Number(m.publishingId))).toEqual([1, 2, 3, 4, 5, 6]);
+  });
+
+  it('refuses explicit IDs in reserve durability before touching the store', async () => {
+    const disk = memoryDisk();
+    const transport = new ModelTransport(new ModelBroker(), 'orders', 'p', 10);
+    const store = await memoryStore(disk);
+    const attempt = DedupPublisherCore.open(transport, {
+      producerName: 'p',
+      store,
+      idMode: 'explicit',
+      durability: 'reserve',
+    });
+    await expect(attempt).rejects.toThrow(DedupError);
+    await expect(attempt).rejects.toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
+    expect(transport.connects).toBe(0);
+    let keys = 0;
+    for await (const _ of disk.keys()) keys++;
+    expect(keys).toBe(0);
+    expect(store).toBeInstanceOf(DedupStore);
+  });
+});
