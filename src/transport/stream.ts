@@ -8,7 +8,7 @@
  * @packageDocumentation
  */
 export { StreamDedupPublisher } from './stream-publisher.js';
-export type { StreamDedupPublisherOptions } from './stream-options.js';
+export type { StreamDedupPublisherOptions, SubEntryCompression, SubEntryOptions } from './stream-options.js';
 export { StreamVerifyingConsumer, type StreamVerifyingConsumerOptions } from './stream-consumer.js';
 export { readStreamToEnd, type StreamRecord } from './stream-ops.js';
 export type { StreamConnectionOptions, StreamTlsOptions } from './util.js';
