@@ -31,6 +31,12 @@ export interface ScopeState {
 
 /** Scope keys cached per producer: encoding one per message costs more than the check. */
 const MAX_CACHED_KEYS = 4096;
+/**
+ * Producers whose keys are cached: past it the cache starts over. Without a bound, a consumer that
+ * sees producers come and go kept every producer's keys for good, evicted scopes included
+ * (measured: about 400 B per evicted scope, with `scopeTtlMs` set).
+ */
+const MAX_CACHED_PRODUCERS = 65_536;
 
 /**
  * The scopes of one consumer.
@@ -60,6 +66,7 @@ export class ScopeCache implements ScopeStager {
     if (producer === last.producer && tenant === last.tenant && last.key !== '') return last.key;
     let byTenant = this.#keys.get(producer);
     if (byTenant === undefined) {
+      if (this.#keys.size >= MAX_CACHED_PRODUCERS) this.#keys.clear();
       byTenant = new Map();
       this.#keys.set(producer, byTenant);
     }
@@ -70,6 +77,11 @@ export class ScopeCache implements ScopeStager {
     }
     this.#last = { tenant, producer, key };
     return key;
+  }
+
+  /** Producers whose scope keys are cached (bounded by {@link MAX_CACHED_PRODUCERS}). */
+  get cachedKeyProducers(): number {
+    return this.#keys.size;
   }
 
   /** The scope's state if it is in memory. */
