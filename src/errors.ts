@@ -57,7 +57,15 @@ export type DedupErrorCode =
    * outboxes and keys: the publisher refuses rather than reroute silently. Nothing was sent.
    * @remarks Since 0.3.0
    */
-  | 'DEDUP_PARTITIONS_CHANGED';
+  | 'DEDUP_PARTITIONS_CHANGED'
+  /**
+   * A chunk the broker delivered cannot be decoded: malformed bytes, or a sub-entry batch
+   * compressed with a codec this process cannot read (snappy, lz4; zstd before Node.js 22.15). The
+   * verifying stream consumer stops before applying anything of that chunk, and a restart stops at
+   * the same chunk: nothing is skipped silently. `readStreamToEnd` (and `audit`) fail with it.
+   * @remarks Since 0.4.0
+   */
+  | 'DEDUP_STREAM_UNREADABLE';
 
 /**
  * Every operational failure stream-dedup reports is a `DedupError` with a stable {@link DedupErrorCode}.

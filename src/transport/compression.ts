@@ -13,10 +13,25 @@ export const CODEC_CODES: Readonly<Record<'none' | 'gzip' | 'zstd', number>> = O
   zstd: 4,
 });
 
+/** The protocol's codec names by code (3 bits). */
+export const CODEC_NAMES: readonly string[] = [
+  'none',
+  'gzip',
+  'snappy',
+  'lz4',
+  'zstd',
+  'codec 5',
+  'codec 6',
+  'codec 7',
+];
+
+/** One-shot decompression of a whole buffer, output capped at `maxOutputLength` bytes. */
+export type Inflate = (data: Uint8Array, options: { maxOutputLength: number }) => Buffer;
+
 /** zlib's zstd, where this Node has it (typed loosely: @types/node 20 does not declare it). */
 const zstd = zlib as unknown as {
   zstdCompressSync?: (data: Uint8Array) => Buffer;
-  zstdDecompressSync?: (data: Uint8Array) => Buffer;
+  zstdDecompressSync?: Inflate;
 };
 
 /** Whether this Node's zlib compresses and decompresses zstd. */
@@ -28,4 +43,11 @@ export function compress(codec: 'none' | 'gzip' | 'zstd', data: Buffer): Buffer 
   if (codec === 'none') return data;
   if (codec === 'gzip') return zlib.gzipSync(data);
   return zstd.zstdCompressSync!(data);
+}
+
+/** The decompression of a codec code: gzip, zstd where this Node has it; `undefined` otherwise. */
+export function inflateOf(code: number): Inflate | undefined {
+  if (code === CODEC_CODES.gzip) return zlib.gunzipSync;
+  if (code === CODEC_CODES.zstd) return zstd.zstdDecompressSync;
+  return undefined;
 }

@@ -5,13 +5,15 @@
  * here, checked at run time so that a client that moved a field fails at `open()` with a clear
  * message instead of misbehaving later. Written against rabbitmq-stream-js-client 1.0.x (pinned
  * with `~` in package.json): after an upgrade, check each field below in the client's source
- * (`publisher.ts`, `consumer.ts`, `connection.ts`) and run the integration tests. Not part of
- * the public API.
+ * (`publisher.ts`, `consumer.ts`, `connection.ts`, `client.ts`, `response_decoder.ts`) and run
+ * the integration tests. Not part of the public API.
  */
-import type { EventEmitter } from 'node:events';
+import { EventEmitter } from 'node:events';
 import { Socket } from 'node:net';
-import type { Consumer, Publisher } from 'rabbitmq-stream-js-client';
+import type { Client, Consumer, Publisher } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
+import { ChunkDecodeError } from './amqp10-decode.js';
+import { DELIVER_KEY, decodeDeliverFrame } from './stream-chunks.js';
 
 /** The publish-confirm and publish-error events of a client connection. */
 export interface ConfirmListeners {
@@ -22,10 +24,11 @@ export interface ConfirmListeners {
   on(event: 'publish_error', listener: (error: { publisherId: number }) => void): void;
 }
 
+/** `what`: the field stream-dedup needs, e.g. "the publisher connection stream-dedup writes to". */
 function unsupportedClient(what: string): DedupError {
   return new DedupError(
     'DEDUP_BROKER_REFUSED',
-    `this rabbitmq-stream-js-client version does not expose the publisher connection stream-dedup ${what}; ` +
+    `this rabbitmq-stream-js-client version does not expose ${what}; ` +
       'use the 1.0.x line pinned in package.json',
   );
 }
@@ -38,7 +41,7 @@ function unsupportedClient(what: string): DedupError {
  */
 export function publisherSocket(publisher: Publisher): Socket {
   const socket = (publisher as unknown as { connection?: { socket?: unknown } }).connection?.socket;
-  if (!(socket instanceof Socket)) throw unsupportedClient('writes to');
+  if (!(socket instanceof Socket)) throw unsupportedClient('the publisher connection stream-dedup writes to');
   return socket;
 }
 
@@ -50,7 +53,8 @@ export function publisherSocket(publisher: Publisher): Socket {
  */
 export function publisherConnection(publisher: Publisher): ConfirmListeners {
   const connection = (publisher as unknown as { connection?: { on?: unknown } }).connection;
-  if (typeof connection?.on !== 'function') throw unsupportedClient('listens on');
+  if (typeof connection?.on !== 'function')
+    throw unsupportedClient('the publisher connection stream-dedup listens on');
   return connection as ConfirmListeners;
 }
 
@@ -71,4 +75,162 @@ export function consumerCloseEvents(consumer: Consumer): EventEmitter | undefine
 export function metadataUpdateStream(update: unknown): string | undefined {
   return (update as { response?: { metadataInfo?: { stream?: string } } } | null | undefined)?.response
     ?.metadataInfo?.stream;
+}
+
+/** A connection's response decoder, as far as stream-dedup replaces its Deliver decoding (1.0: `connection.decoder`). */
+interface ClientDecoder {
+  /** Takes the socket's bytes: whole frames, parts of frames, several frames. */
+  add(data: Buffer, getCompressionBy: unknown): void;
+  /** Where decoded frames go: `deliverV1`, `deliverV2` carry `{ subscriptionId, messages }`. */
+  readonly emitter: EventEmitter;
+  /** The start of a frame whose rest has not arrived. */
+  lastData: Buffer;
+}
+
+/** Clients whose `getConnection` is wrapped, and decoders whose `add` is replaced: each once. */
+const hookedClients = new WeakSet<object>();
+const hookedDecoders = new WeakSet<object>();
+
+/**
+ * Makes every connection `client` opens for a consumer (or a publisher: `getConnection` serves
+ * both) decode Deliver frames with `stream-chunks.ts` instead of the client's decoder, which
+ * misreads sub-entry batches (see that file). Only on this client: the client's classes are not
+ * touched, so the application's own clients keep the client's behaviour.
+ *
+ * How (1.0): the client's private `getConnection` is wrapped; on each connection it returns, the
+ * response decoder's `add` (called by the socket's `data` listener) is replaced by a reader that
+ * splits the bytes into frames itself, hands every other frame to the original `add` as one whole
+ * frame, and emits each Deliver frame (versions 1 and 2) on `decoder.emitter` as `deliverV1` /
+ * `deliverV2` with `{ subscriptionId, committedChunkId, messages }`: the shape the client's
+ * delivery callbacks read (`client.ts`, `getDeliverV1Callback`). Idempotent per client and per
+ * connection.
+ *
+ * A chunk that does not decode never throws in the socket listener (that would kill the process):
+ * `onDecodeError` is called once, with a `ChunkDecodeError`, and every later Deliver frame of that
+ * connection is dropped, so that nothing after the bad chunk is ever applied. The caller stops.
+ *
+ * @throws DedupError `DEDUP_BROKER_REFUSED` when this client version has no `getConnection`; from
+ *   a connection's opening (so `declareConsumer` rejects) when it has no decoder of that shape.
+ */
+export function decodeDeliveriesOurselves(
+  client: Client,
+  onDecodeError: (error: ChunkDecodeError) => void,
+): void {
+  const target = client as unknown as { getConnection?: unknown };
+  const getConnection = target.getConnection;
+  if (typeof getConnection !== 'function') {
+    throw unsupportedClient("the client's getConnection, through which stream-dedup reads deliveries");
+  }
+  if (hookedClients.has(client)) return;
+  hookedClients.add(client);
+  target.getConnection = async function (this: unknown, ...args: unknown[]): Promise<unknown> {
+    const connection: unknown = await getConnection.apply(this, args);
+    hookDecoder(connection, onDecodeError);
+    return connection;
+  };
+}
+
+function hookDecoder(connection: unknown, onDecodeError: (error: ChunkDecodeError) => void): void {
+  const decoder = (connection as { decoder?: Partial<ClientDecoder> } | null | undefined)?.decoder;
+  if (
+    typeof decoder !== 'object' ||
+    decoder === null ||
+    typeof decoder.add !== 'function' ||
+    !(decoder.emitter instanceof EventEmitter) ||
+    !Buffer.isBuffer(decoder.lastData)
+  ) {
+    throw unsupportedClient("the connection's response decoder, through which stream-dedup reads deliveries");
+  }
+  if (hookedDecoders.has(decoder)) return;
+  hookedDecoders.add(decoder);
+  const reader = new DeliveryReader(decoder as ClientDecoder, onDecodeError);
+  decoder.add = (data: Buffer, getCompressionBy: unknown) => reader.add(data, getCompressionBy);
+}
+
+/**
+ * Splits a connection's bytes into frames and decodes its Deliver frames. Bytes of an incomplete
+ * frame wait as a list of the socket's chunks, joined once when the frame is complete: the
+ * client's own `add` joins everything it holds on every `data` event, quadratic in a large frame.
+ */
+class DeliveryReader {
+  readonly #decoder: ClientDecoder;
+  readonly #originalAdd: (data: Buffer, getCompressionBy: unknown) => void;
+  readonly #onDecodeError: (error: ChunkDecodeError) => void;
+  #pending: Buffer[] = [];
+  #pendingBytes = 0;
+  /** A Deliver frame did not decode: later ones are dropped (the consumer is stopping). */
+  #failed = false;
+
+  constructor(decoder: ClientDecoder, onDecodeError: (error: ChunkDecodeError) => void) {
+    this.#decoder = decoder;
+    this.#originalAdd = decoder.add.bind(decoder);
+    this.#onDecodeError = onDecodeError;
+    // Bytes the client's decoder kept from a frame not yet complete are ours from now on.
+    if (decoder.lastData.length > 0) {
+      this.#pending.push(decoder.lastData);
+      this.#pendingBytes = decoder.lastData.length;
+      decoder.lastData = Buffer.alloc(0);
+    }
+  }
+
+  add(data: Buffer, getCompressionBy: unknown): void {
+    let buf = data;
+    if (this.#pendingBytes > 0) {
+      this.#pending.push(data);
+      this.#pendingBytes += data.length;
+      if (this.#pendingBytes < this.#frameEnd()) return;
+      buf = Buffer.concat(this.#pending, this.#pendingBytes);
+      this.#pending = [];
+      this.#pendingBytes = 0;
+    }
+    let pos = 0;
+    try {
+      while (buf.length - pos >= 4) {
+        const end = pos + 4 + buf.readUInt32BE(pos);
+        if (end > buf.length) break;
+        const start = pos;
+        pos = end;
+        this.#frame(buf, start, end, getCompressionBy);
+      }
+    } finally {
+      // Also when a frame's handling threw (the client's decoder may): the rest stays for later.
+      if (pos < buf.length) {
+        this.#pending.push(pos === 0 ? buf : buf.subarray(pos));
+        this.#pendingBytes = buf.length - pos;
+      }
+    }
+  }
+
+  /** Where the first pending frame ends, counted from the first pending byte (infinite below 4 bytes). */
+  #frameEnd(): number {
+    if (this.#pendingBytes < 4) return Infinity;
+    if (this.#pending[0]!.length < 4) this.#pending = [Buffer.concat(this.#pending, this.#pendingBytes)];
+    return 4 + this.#pending[0]!.readUInt32BE(0);
+  }
+
+  /** One whole frame, `buf[start, end)` with its size prefix. */
+  #frame(buf: Buffer, start: number, end: number, getCompressionBy: unknown): void {
+    if (end - start < 8 || buf.readUInt16BE(start + 4) !== DELIVER_KEY) {
+      this.#originalAdd(start === 0 && end === buf.length ? buf : buf.subarray(start, end), getCompressionBy);
+      return;
+    }
+    if (this.#failed) return;
+    let decoded;
+    try {
+      decoded = decodeDeliverFrame(buf, start + 4, end);
+    } catch (err) {
+      this.#failed = true;
+      this.#onDecodeError(
+        err instanceof ChunkDecodeError
+          ? err
+          : new ChunkDecodeError(`a Deliver frame did not decode: ${String(err)}`, { cause: err }),
+      );
+      return;
+    }
+    this.#decoder.emitter.emit(decoded.version === 1 ? 'deliverV1' : 'deliverV2', {
+      subscriptionId: decoded.subscriptionId,
+      committedChunkId: decoded.committedChunkId,
+      messages: decoded.chunk.messages,
+    });
+  }
 }

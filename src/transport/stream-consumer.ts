@@ -11,7 +11,11 @@ import {
 } from '../consumer/options.js';
 import { Resubscriber, type Generation } from '../consumer/resubscribe.js';
 import { expectObject, integerOption, typeMismatch } from '../util/options.js';
-import { consumerCloseEvents, metadataUpdateStream } from './stream-client-internals.js';
+import {
+  consumerCloseEvents,
+  decodeDeliveriesOurselves,
+  metadataUpdateStream,
+} from './stream-client-internals.js';
 import { connectStreamClient } from './stream-probe.js';
 import {
   VerifyingConsumerCore,
@@ -198,6 +202,20 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
           ? Offset.next()
           : Offset.first();
     try {
+      // The client misreads sub-entry batches (their offsets, and every batch but a chunk's first):
+      // this client's connections decode chunks with stream-chunks.ts (docs/design.md §10). A chunk
+      // that does not decode stops the consumer before anything of it is applied; a restart stops
+      // there again rather than skip it.
+      decodeDeliveriesOurselves(client, (error) => {
+        if (!generation.isCurrent()) return;
+        void this.stop(
+          new DedupError(
+            'DEDUP_STREAM_UNREADABLE',
+            `cannot read stream "${this.#options.stream}": ${error.message}`,
+            { cause: error },
+          ),
+        );
+      });
       // Bounded: on a cluster in failover the subscription can hang with no answer and no close
       // (measured: a consumer stalled for good after a leader kill -9, and an open() hung on a
       // node being stopped).

@@ -4,6 +4,7 @@
  */
 import { Offset, type ClientParams } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
+import { decodeDeliveriesOurselves } from './stream-client-internals.js';
 import { connectStreamClient } from './stream-probe.js';
 import { EndpointRotation, errorText, withTimeout, type StreamConnectionOptions } from './util.js';
 
@@ -42,7 +43,8 @@ export async function deleteStream(connection: StreamConnectionOptions, stream: 
  * Reads a stream from its first message to its last committed chunk, for audits and demos.
  * Messages published after the call starts may or may not be included.
  *
- * @throws DedupError `DEDUP_BROKER_UNREACHABLE` or `DEDUP_BROKER_REFUSED` (no such stream).
+ * @throws DedupError `DEDUP_BROKER_UNREACHABLE`, `DEDUP_BROKER_REFUSED` (no such stream), or
+ *   `DEDUP_STREAM_UNREADABLE` (a chunk that does not decode).
  */
 export async function readStreamToEnd(
   connection: StreamConnectionOptions,
@@ -66,6 +68,16 @@ export async function readStreamToEnd(
     const records: StreamRecord[] = [];
     const timeoutMs = options.timeoutMs ?? 120_000;
     await new Promise<void>((resolve, reject) => {
+      // The client misreads sub-entry batches: this client reads chunks with stream-chunks.ts
+      // (docs/design.md §10), and a chunk that does not decode fails the read.
+      decodeDeliveriesOurselves(client, (error) => {
+        clearTimeout(timer);
+        reject(
+          new DedupError('DEDUP_STREAM_UNREADABLE', `cannot read stream "${stream}": ${error.message}`, {
+            cause: error,
+          }),
+        );
+      });
       const timer = setTimeout(
         () =>
           reject(

@@ -1,6 +1,14 @@
 import type { ClientParams } from 'rabbitmq-stream-js-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { StreamVerifyingConsumer } from '../../src/transport/stream-consumer.js';
+import {
+  clientCodecs,
+  clientResponseDecoder,
+  deliverFrame,
+  encodeChunk,
+  encodeMessage,
+  type ClientResponseDecoder,
+} from '../support/chunks.js';
 import { memoryStore } from '../support/memory-store.js';
 
 /** A stand-in for the stream client: records its listeners, subscriptions and whether it was closed. */
@@ -8,7 +16,11 @@ interface FakeClient {
   readonly listeners: NonNullable<ClientParams['listeners']>;
   subscriptions: number;
   closed: boolean;
+  /** The consumer connection's response decoder (the client's own): the test feeds it bytes. */
+  readonly decoder: ClientResponseDecoder;
   declareConsumer(): Promise<object>;
+  /** Where the consumer hooks its chunk decoder; declareConsumer opens the connection through it, as the client's does. */
+  getConnection(): Promise<{ decoder: ClientResponseDecoder }>;
   close(): Promise<void>;
 }
 
@@ -25,12 +37,17 @@ function fakeClient(listeners: NonNullable<ClientParams['listeners']>): FakeClie
     listeners,
     subscriptions: 0,
     closed: false,
-    declareConsumer() {
+    decoder: clientResponseDecoder(),
+    async declareConsumer() {
+      await this.getConnection();
       this.subscriptions++;
-      return Promise.resolve({
+      return {
         extendedId: `consumer-${this.subscriptions}`,
         getConnectionInfo: () => ({ host: 'fake', port: 5552 }),
-      });
+      };
+    },
+    getConnection() {
+      return Promise.resolve({ decoder: this.decoder });
     },
     close() {
       this.closed = true;
@@ -106,6 +123,37 @@ describe('stream verifying consumer shutdown', () => {
     await consumer.close();
     expect(close).toHaveBeenCalledTimes(1);
     expect(await consumer.closed()).toBeUndefined();
+    await store.close();
+  });
+});
+
+describe('stream verifying consumer - a chunk that does not decode', () => {
+  it('stops the consumer with DEDUP_STREAM_UNREADABLE naming the stream and the cause, nothing of the chunk applied', async () => {
+    const store = await memoryStore();
+    const applied: bigint[] = [];
+    const opening = StreamVerifyingConsumer.open({
+      stream: 'ledger',
+      consumerName: 'balance-projection',
+      store,
+      handler: (message) => void applied.push(message.offset),
+    });
+    const first = await nextConnect(1);
+    const client = fakeClient(first.listeners);
+    first.answer(client);
+    const consumer = await opening;
+    const record = encodeMessage({
+      body: Buffer.from('x'),
+      properties: { 'x-dedup-producer': 'p', 'x-dedup-id': '1' },
+    });
+    // An lz4 batch: a codec stream-dedup does not read.
+    client.decoder.add(deliverFrame(encodeChunk([{ records: [record, record], codec: 3 }])), clientCodecs);
+    const error = await consumer.closed();
+    expect(error).toMatchObject({
+      code: 'DEDUP_STREAM_UNREADABLE',
+      message: expect.stringMatching(/cannot read stream "ledger": .*lz4/) as unknown,
+    });
+    expect(applied).toEqual([]);
+    expect(client.closed).toBe(true);
     await store.close();
   });
 });
