@@ -59,21 +59,24 @@ export function median(xs: readonly number[]): number {
 const execFileAsync = promisify(execFile);
 
 /**
- * Runs `script` again in a fresh Node process (same Node flags, `args`, this environment plus
- * `env`) and returns the JSON of the last line it prints: each measurement gets a process of its
- * own, as JMH forks per benchmark, so that call sites do not see every case's classes.
+ * Runs `script` again in a fresh Node process (same Node flags plus `nodeFlags`, `args`, this
+ * environment plus `env`) and returns the JSON of the last line it prints: each measurement gets a
+ * process of its own, as JMH forks per benchmark, so that call sites do not see every case's classes.
+ * `signal` kills the child (a bench interrupted while it runs).
  */
 export async function measureInChild<T>(
   script: string,
   args: readonly string[],
   env: Readonly<Record<string, string>>,
+  { nodeFlags = [], signal }: { readonly nodeFlags?: readonly string[]; readonly signal?: AbortSignal } = {},
 ): Promise<T> {
   const { stdout } = await execFileAsync(
     process.execPath,
-    [...process.execArgv, fileURLToPath(script), ...args],
+    [...process.execArgv, ...nodeFlags, fileURLToPath(script), ...args],
     {
       env: { ...process.env, ...env },
       maxBuffer: 1 << 20,
+      ...(signal === undefined ? {} : { signal }),
     },
   );
   return JSON.parse(stdout.trim().split('\n').at(-1)!) as T;

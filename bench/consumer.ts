@@ -1,6 +1,7 @@
 /**
  * The verifying stream consumer (LevelDB commit per batch of 1 000) against the raw client's
- * consumer reading the same 100 000 messages from the same stream, in one run.
+ * consumer reading the same 100 000 messages from the same stream, in one run; on a stream of one
+ * message per entry, or of sub-entry batches of 100 (docs/design.md §10).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -17,7 +18,14 @@ export interface ConsumerRates {
   readonly verifyingOpenMs: number;
 }
 
-async function fill(stream: string, dir: string, count: number): Promise<void> {
+/**
+ * Sub-entry batches of this many messages, one batch per chunk: the raw client's consumer reads
+ * only a chunk's first batch (README, "Sub-entry batching"), so the stream is written one batch at
+ * a time (maxInFlight = the batch) for the baseline to read every message.
+ */
+const BATCH = 100;
+
+async function fill(stream: string, dir: string, count: number, batched: boolean): Promise<void> {
   const pub = await StreamDedupPublisher.open({
     connection: CONNECTION,
     stream,
@@ -25,6 +33,7 @@ async function fill(stream: string, dir: string, count: number): Promise<void> {
     producerName: 'bench-consumer-source',
     store: join(dir, 'producer'),
     durability: 'reserve',
+    ...(batched ? { subEntry: { size: BATCH }, maxInFlight: BATCH, maxBatch: BATCH } : {}),
   });
   const body = Buffer.alloc(100, 0x61);
   const sends: Promise<unknown>[] = [];
@@ -103,9 +112,9 @@ async function child(mode: string, stream: string, dir: string, count: number, r
  * read in a fresh process (as JMH forks per benchmark: the client's delivery call sites would
  * otherwise see both consumers' callbacks and turn polymorphic).
  */
-export async function measureConsumers(count = 100_000, rounds = 9): Promise<ConsumerRates> {
+export async function measureConsumers(count = 100_000, rounds = 9, batched = false): Promise<ConsumerRates> {
   const dir = await mkdtemp(join(tmpdir(), 'bench-consumer-'));
-  const stream = uniqueName('bench-consumer');
+  const stream = uniqueName(batched ? 'bench-consumer-batched' : 'bench-consumer');
   const client = await connectClient();
   const measureIn = async (
     mode: 'raw' | 'verifying',
@@ -115,7 +124,7 @@ export async function measureConsumers(count = 100_000, rounds = 9): Promise<Con
       STREAM_DEDUP_BENCH_CONSUMER: '1',
     });
   try {
-    await fill(stream, dir, count);
+    await fill(stream, dir, count, batched);
     const r: number[] = [];
     const v: number[] = [];
     const opens: number[] = [];

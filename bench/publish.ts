@@ -9,13 +9,13 @@
  * awaiting the oldest confirm, the bounded pattern a producer with backpressure uses; one context
  * row issues all 100 000 at once.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as amqpConnect } from 'amqplib';
 import { AmqpDedupPublisher } from 'stream-dedup/amqp';
 import { connect as streamConnect } from 'rabbitmq-stream-js-client';
-import { StreamDedupPublisher, SuperStreamDedupPublisher } from 'stream-dedup/stream';
+import { StreamDedupPublisher, SuperStreamDedupPublisher, type SubEntryOptions } from 'stream-dedup/stream';
 import type { Durability } from 'stream-dedup';
 import { CONNECTION, connectClient, measureInChild, median, report, uniqueName, type Row } from './common.js';
 
@@ -28,6 +28,31 @@ const STAMPED_SIZE_BODY = Buffer.alloc(SIZE + 57, 0x61);
 const UNSTAMPED_SIZE_BODY = Buffer.alloc(SIZE - 57, 0x61);
 /** Sends outstanding at once in the dedup cases: the publisher's default maxInFlight. */
 const WINDOW = 5_000;
+
+/**
+ * Where the broker keeps its streams' segment files (scripts/rabbitmq.sh's single node), to report
+ * bytes on disk per message; STREAM_DEDUP_BROKER_STREAMS overrides it. Not readable: not reported.
+ */
+const STREAM_FILES =
+  process.env.STREAM_DEDUP_BROKER_STREAMS ??
+  '/var/cache/stream-dedup/trixie/var/lib/stream-dedup/rabbit/mnesia/rabbit@localhost/stream';
+/** The bytes of the last measured case's stream on the broker's disk (set before it is deleted). */
+let diskBytes: number | undefined;
+
+/** The size of a stream's segment and index files on the broker's disk, or undefined. */
+async function streamBytesOnDisk(stream: string): Promise<number | undefined> {
+  try {
+    const dirs = (await readdir(STREAM_FILES)).filter((d) => d.includes(stream));
+    if (dirs.length !== 1) return undefined;
+    let bytes = 0;
+    for (const f of await readdir(join(STREAM_FILES, dirs[0]!))) {
+      bytes += (await stat(join(STREAM_FILES, dirs[0]!, f))).size;
+    }
+    return bytes;
+  } catch {
+    return undefined;
+  }
+}
 
 /** The raw client; with `stamped`, carrying the same two identity properties the library stamps. */
 async function raw(stamped = false, payload: Buffer = body): Promise<number> {
@@ -57,6 +82,7 @@ async function raw(stamped = false, payload: Buffer = body): Promise<number> {
     await all;
     const seconds = (performance.now() - t0) / 1000;
     await client.deletePublisher(publisher.extendedId);
+    diskBytes = await streamBytesOnDisk(stream);
     return COUNT / seconds;
   } finally {
     await client.deleteStream({ stream });
@@ -75,11 +101,13 @@ interface DedupCase {
   readonly allAtOnce?: boolean;
   /** keyRetention.maxKeys. */
   readonly maxKeys?: number;
+  /** Sub-entry batching. */
+  readonly subEntry?: SubEntryOptions;
 }
 
 async function dedup(
   durability: Durability,
-  { sync = false, ids = 'auto', payload = body, allAtOnce = false, maxKeys }: DedupCase = {},
+  { sync = false, ids = 'auto', payload = body, allAtOnce = false, maxKeys, subEntry }: DedupCase = {},
 ): Promise<number> {
   const dir = await mkdtemp(join(tmpdir(), 'bench-dedup-'));
   const stream = uniqueName(`bench-${durability}`);
@@ -95,6 +123,7 @@ async function dedup(
       sync,
       idMode: ids,
       ...(maxKeys === undefined ? {} : { keyRetention: { maxKeys } }),
+      ...(subEntry === undefined ? {} : { subEntry }),
     });
     const keys = ids === 'keyed' ? Array.from({ length: COUNT }, (_, i) => `order-${i}`) : [];
     const t0 = performance.now();
@@ -120,6 +149,7 @@ async function dedup(
     }
     const seconds = (performance.now() - t0) / 1000;
     await pub.close();
+    diskBytes = await streamBytesOnDisk(stream);
     return COUNT / seconds;
   } finally {
     await client.deleteStream({ stream });
@@ -273,6 +303,18 @@ const cases: Array<{ name: string; run: () => Promise<number>; target?: number; 
   // 90 000 of them queued behind maxInFlight): the cost of that calling pattern.
   { name: 'dedup outbox, all sends at once', run: () => dedup('outbox', { allAtOnce: true }) },
   { name: 'dedup outbox + fsync', run: () => dedup('outbox', { sync: true }), target: 0.6 },
+  // Sub-entry batches of 100 (docs/design.md §10): many messages per entry, each still stamped
+  // and settled on its own; the ratio is per message, to the raw client sending one per entry.
+  {
+    name: 'dedup outbox, sub-entries of 100',
+    run: () => dedup('outbox', { subEntry: { size: 100 } }),
+    target: 2.0,
+  },
+  // Context, no target: the same, gzip-compressed (fewer bytes on the broker's disk, more CPU here).
+  {
+    name: 'dedup outbox, sub-entries of 100, gzip',
+    run: () => dedup('outbox', { subEntry: { size: 100, compression: 'gzip' } }),
+  },
   { name: 'dedup reserve', run: () => dedup('reserve'), target: 0.95 },
   // Explicit IDs with `reserve`, the durability for a source that can be re-read (a stream-to-stream
   // processor re-reads its source from the broker's last ID: examples/stream-to-stream.ts).
@@ -312,7 +354,8 @@ if (CHILD_CASE !== undefined) {
   const c = cases.find((x) => x.name === CHILD_CASE);
   if (c === undefined) throw new Error(`no case ${CHILD_CASE}`);
   await c.run();
-  process.stdout.write(`${JSON.stringify({ rate: await c.run() })}\n`);
+  const rate = await c.run();
+  process.stdout.write(`${JSON.stringify({ rate, diskBytes })}\n`);
   process.exit(0);
 }
 // BENCH_CASES=super,raw client (named: comma-separated parts of case names) runs only those cases;
@@ -325,14 +368,19 @@ const chosen = cases.filter(
     all.some((d) => only.some((part) => d.name.includes(part)) && baselineOf(d) === c.name),
 );
 const results = new Map<string, number[]>();
+/** Bytes of each case's stream on the broker's disk, per message (the last round's). */
+const bytesPerMessage: Record<string, number> = {};
 for (let round = 0; round < ROUNDS; round++) {
   for (const c of chosen) {
-    const { rate } = await measureInChild<{ rate: number }>(import.meta.url, [], {
-      STREAM_DEDUP_BENCH_CASE: c.name,
-    });
+    const { rate, diskBytes: bytes } = await measureInChild<{ rate: number; diskBytes?: number }>(
+      import.meta.url,
+      [],
+      { STREAM_DEDUP_BENCH_CASE: c.name },
+    );
     const r = results.get(c.name) ?? [];
     r.push(rate);
     results.set(c.name, r);
+    if (bytes !== undefined) bytesPerMessage[c.name] = Number((bytes / COUNT).toFixed(1));
   }
 }
 // A case's ratio is the median over rounds of (case ÷ its baseline in the same round): the two ran
@@ -349,7 +397,10 @@ const rows: Row[] = chosen.map((c) => {
     ...(c.target === undefined ? {} : { target: c.target }),
   };
 });
+for (const [name, bytes] of Object.entries(bytesPerMessage))
+  console.log(`on disk: ${name}: ${bytes} B/message`);
 report('publish', rows, {
+  bytesPerMessageOnDisk: bytesPerMessage,
   messages: COUNT,
   bytes: SIZE,
   rounds: ROUNDS,
