@@ -449,6 +449,14 @@ export class DedupPublisherCore {
 
   #onConfirmed(ids: readonly bigint[]): void {
     for (const id of ids) {
+      // The common case, a batch at the head confirmed: its members leave from the head, in order.
+      const head = this.#pending.first?.batch;
+      if (head !== undefined && head[head.length - 1]!.publishingId === id) {
+        for (const member of head) {
+          if (this.#pending.take(member.publishingId) !== undefined) this.#settleConfirmed(member);
+        }
+        continue;
+      }
       const e = this.#pending.take(id);
       if (e === undefined) continue;
       if (e.batch === undefined) {

@@ -188,18 +188,28 @@ export class PublishFrameEncoder {
     sizes: readonly number[],
     contents: readonly number[],
   ): Buffer[] {
-    // Each entry: [first message, end, bytes on the wire, the batch's data (undefined: one message)].
+    // Each entry: its messages [start, end), its bytes on the wire, and for a batch its data's
+    // uncompressed length and, compressed, the data (uncompressed it is written into the frame
+    // directly: no copy of its own).
     const entries: Array<{
       start: number;
       end: number;
       bytes: number;
-      data: Buffer | undefined;
+      batched: boolean;
       raw: number;
+      packed: Buffer | undefined;
     }> = [];
     for (let i = 0; i < messages.length;) {
       const batch = messages[i]!.batch;
       if (batch === undefined) {
-        entries.push({ start: i, end: i + 1, bytes: ENTRY_HEADER + sizes[i]!, data: undefined, raw: 0 });
+        entries.push({
+          start: i,
+          end: i + 1,
+          bytes: ENTRY_HEADER + sizes[i]!,
+          batched: false,
+          raw: 0,
+          packed: undefined,
+        });
         i++;
         continue;
       }
@@ -213,14 +223,20 @@ export class PublishFrameEncoder {
         }
         raw += 4 + sizes[i + k]!;
       }
-      const data = Buffer.allocUnsafe(raw);
-      let o = 0;
-      for (let k = i; k < end; k++) {
-        data.writeUInt32BE(sizes[k]!, o);
-        o = this.#writeMessage(data, o + 4, messages[k]!, contents[k]!);
+      let packed: Buffer | undefined;
+      if (this.#compression !== 'none') {
+        const data = Buffer.allocUnsafe(raw);
+        this.#writeRecords(data, 0, messages, sizes, contents, i, end);
+        packed = compress(this.#compression, data);
       }
-      const packed = compress(this.#compression, data);
-      entries.push({ start: i, end, bytes: SUB_ENTRY_HEADER + packed.length, data: packed, raw });
+      entries.push({
+        start: i,
+        end,
+        bytes: SUB_ENTRY_HEADER + (packed?.length ?? raw),
+        batched: true,
+        raw,
+        packed,
+      });
       i = end;
     }
     const frames: Buffer[] = [];
@@ -235,23 +251,44 @@ export class PublishFrameEncoder {
       const buf = this.#frameHeader(size, last - first);
       let o = FRAME_HEADER;
       for (let n = first; n < last; n++) {
-        const { start, end, data, raw } = entries[n]!;
+        const { start, end, batched, raw, packed } = entries[n]!;
         writeUint64BE(buf, messages[end - 1]!.publishingId, o);
-        if (data === undefined) {
+        if (!batched) {
           buf.writeUInt32BE(sizes[start]!, o + 8);
           o = this.#writeMessage(buf, o + ENTRY_HEADER, messages[start]!, contents[start]!);
-        } else {
-          buf[o + 8] = codec;
-          buf.writeUInt16BE(end - start, o + 9);
-          buf.writeUInt32BE(raw, o + 11);
-          buf.writeUInt32BE(data.length, o + 15);
-          o += SUB_ENTRY_HEADER + data.copy(buf, o + SUB_ENTRY_HEADER);
+          continue;
         }
+        buf[o + 8] = codec;
+        buf.writeUInt16BE(end - start, o + 9);
+        buf.writeUInt32BE(raw, o + 11);
+        buf.writeUInt32BE(packed?.length ?? raw, o + 15);
+        o += SUB_ENTRY_HEADER;
+        o =
+          packed === undefined
+            ? this.#writeRecords(buf, o, messages, sizes, contents, start, end)
+            : o + packed.copy(buf, o);
       }
       frames.push(buf);
       first = last;
     }
     return frames;
+  }
+
+  /** Writes messages [start, end) as a batch's records (each a u32 length and the message) at `o`. */
+  #writeRecords(
+    buf: Buffer,
+    o: number,
+    messages: readonly OutgoingMessage[],
+    sizes: readonly number[],
+    contents: readonly number[],
+    start: number,
+    end: number,
+  ): number {
+    for (let k = start; k < end; k++) {
+      buf.writeUInt32BE(sizes[k]!, o);
+      o = this.#writeMessage(buf, o + 4, messages[k]!, contents[k]!);
+    }
+    return o;
   }
 
   /** Writes one AMQP 1.0 message (its `content` bytes of map entries precomputed) at `o`. */

@@ -7,11 +7,13 @@ import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import {
   readStreamToEnd,
   StreamDedupPublisher,
+  SuperStreamDedupPublisher,
   type StreamDedupPublisherOptions,
 } from '../../src/transport/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { FaultProxy } from '../support/proxy.js';
 import { connectClient } from '../support/stream.js';
+import { useSuperStreams } from '../support/superstream.js';
 import { useTempDir } from '../support/tmp.js';
 
 // docs/design.md §10: sub-entry batches against the real broker.
@@ -26,6 +28,7 @@ afterAll(async () => {
   await client.close();
 });
 const tempDir = useTempDir();
+const superStream = useSuperStreams(() => client);
 
 async function options(name: string, viaProxy = false): Promise<StreamDedupPublisherOptions> {
   const stream = uniqueName(name);
@@ -106,6 +109,31 @@ describe('sub-entry batches - real broker', () => {
     expect(report.lost).toEqual([]);
     expect(report.duplicated).toEqual([]);
     expect(report.ok).toBe(true);
+  });
+
+  it('a super stream publisher batches every partition: each message once, per-partition IDs 1..n', async () => {
+    const name = await superStream('sub-super', 3);
+    const pub = await SuperStreamDedupPublisher.open({
+      connection: STREAM_CONNECTION,
+      superStream: name,
+      producerName: 'sub-super-producer',
+      store: join(await tempDir(), 'store'),
+      routing: { kind: 'hash', key: (body) => Buffer.from(body).toString() },
+      subEntry: { size: 50, compression: 'gzip' },
+    });
+    const labels = Array.from({ length: 3_000 }, (_, i) => `m-${i + 1}`);
+    const results = await Promise.all(labels.map((l) => pub.send(Buffer.from(l))));
+    await pub.close();
+    const byPartition = new Map<string, string[]>();
+    results.forEach((r, i) =>
+      byPartition.set(r.partition, [...(byPartition.get(r.partition) ?? []), labels[i]!]),
+    );
+    expect(byPartition.size).toBe(3);
+    for (const [partition, sent] of byPartition) {
+      const seen = await observed(partition);
+      expect(seen.map((s) => s.label)).toEqual(sent);
+      expect(seen.map((s) => s.publishingId)).toEqual(sent.map((_, i) => BigInt(i + 1)));
+    }
   });
 
   it('options: a bad size or codec is refused before any I/O; explicit IDs without an outbox are DEDUP_UNSAFE_OPTIONS', async () => {
