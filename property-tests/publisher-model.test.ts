@@ -93,8 +93,11 @@ interface WorldConfig {
   readonly closeTimeoutMs: number;
   /** The transport reports the broker's last publishing ID (stream protocol), or not (AMQP 0-9-1). */
   readonly reportsLastId: boolean;
-  /** Sub-entry batching (stream protocol only: with `reportsLastId`); 1 is off. */
-  readonly subEntrySize: number;
+  /**
+   * Sub-entry batching (stream protocol only: with `reportsLastId`); 1 is off. One size for every
+   * life, or one per life in turn (batching switched on or off between opens of one store).
+   */
+  readonly subEntrySizes: readonly number[];
 }
 
 /** Everything the model sees of one producer. */
@@ -152,7 +155,7 @@ class World {
             onBrokerAhead: config.onBrokerAhead,
             confirmTimeoutMs: CONFIRM_TIMEOUT_MS,
             reportsLastId: config.reportsLastId,
-            subEntrySize: config.subEntrySize,
+            subEntrySize: config.subEntrySizes[0]!,
             checkInFlightOnWire: true,
             tolerateOutboxBurst: TOLERATE.has('outbox-burst'),
             tolerateWriteAfterClose: TOLERATE.has('write-after-close'),
@@ -175,7 +178,8 @@ class World {
     const n = this.#starts[i]!;
     this.#starts[i] = n + 1;
     const durability = this.config.durabilities[n % this.config.durabilities.length]!;
-    return this.producers[i]!.beginStart({ durability, slowDisk });
+    const subEntrySize = this.config.subEntrySizes[n % this.config.subEntrySizes.length]!;
+    return this.producers[i]!.beginStart({ durability, subEntrySize, slowDisk });
   }
 
   settle(): Promise<void> {
@@ -897,9 +901,13 @@ function worldConfig(idMode: ProducerIdMode): fc.Arbitrary<WorldConfig> {
         { weight: 1, arbitrary: fc.constant(false) },
       ),
       // Sub-entry batches of 2-4 (the stream transport only: the AMQP one has none).
-      subEntrySize: fc.oneof({ weight: 2, arbitrary: fc.constant(1) }, fc.integer({ min: 2, max: 4 })),
+      subEntrySizes: fc.oneof(
+        { weight: 2, arbitrary: fc.constant([1]) },
+        { weight: 2, arbitrary: fc.integer({ min: 2, max: 4 }).map((n) => [n]) },
+        { weight: 1, arbitrary: fc.array(fc.constantFrom(1, 2, 3), { minLength: 2, maxLength: 4 }) },
+      ),
     })
-    .map((c) => (c.reportsLastId ? c : { ...c, subEntrySize: 1 }));
+    .map((c) => (c.reportsLastId ? c : { ...c, subEntrySizes: [1] }));
 }
 
 const consumerPlan: fc.Arbitrary<ConsumerPlan> = fc.record({

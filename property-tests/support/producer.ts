@@ -74,6 +74,8 @@ export interface StartOptions {
   readonly hooks?: ConnectionHooks;
   /** This life's durability (default: the spec's). */
   readonly durability?: Durability;
+  /** This life's sub-entry batch size (default: the spec's). */
+  readonly subEntrySize?: number;
   /** The disk holds every batch from the start (open's own writes included) until released. */
   readonly slowDisk?: boolean;
 }
@@ -390,6 +392,7 @@ export class ProducerHarness {
   async #open(o: StartOptions, opening: Opening): Promise<DedupError | undefined> {
     const reportsLastId = this.spec.reportsLastId ?? true;
     let durability = o.durability ?? this.spec.durability;
+    const subEntrySize = o.subEntrySize ?? this.spec.subEntrySize ?? 1;
     let onBrokerAhead = this.spec.onBrokerAhead ?? 'error';
     for (let attempt = 0; ; attempt++) {
       // Refusals in turn: unsafe options, the broker ahead, an explicit outbox to start over.
@@ -403,7 +406,7 @@ export class ProducerHarness {
       const unsafe =
         durability === 'reserve' &&
         (this.spec.idMode === 'keyed' ||
-          (this.spec.idMode === 'explicit' && (!reportsLastId || (this.spec.subEntrySize ?? 1) > 1)));
+          (this.spec.idMode === 'explicit' && (!reportsLastId || subEntrySize > 1)));
       const disk = new ProcessDisk(this.disk, o.disk ?? this.#diskOptions);
       if (o.slowDisk === true) disk.hold();
       const transport = this.#network.transport(
@@ -412,7 +415,7 @@ export class ProducerHarness {
         o.hooks ?? this.#hooks,
         {
           reportsLastId,
-          subEntrySize: this.spec.subEntrySize ?? 1,
+          subEntrySize,
           storeEpoch: this.#storeEpoch,
           // maxInFlight bounds sends; an open re-sends the outbox it recovers at once, whatever
           // its size (close() commits every waiting send to it), as the README says.

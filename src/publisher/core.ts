@@ -17,12 +17,13 @@ import {
   asDedupError,
   closedError,
   internalError,
+  InvariantError,
   nameConflictError,
   storeWrite,
   unreachableError,
 } from './errors.js';
 import { KeyedIds } from './keyed.js';
-import { assertBody, assertFits, idOf, validateHeaders } from './message.js';
+import { assertBody, assertFits, idOf, validateHeaders, withoutSkip } from './message.js';
 import { assertSubEntriesSafe, resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
 import type { PendingQueue } from './pending.js';
 import { Reconnector } from './reconnect.js';
@@ -132,6 +133,8 @@ export class DedupPublisherCore {
     // A skip is written with the first commit, which comes before the first new ID leaves.
     this.#skip = new SkipDeclaration(startup.plan.skipFrom);
     const subEntrySize = transport.subEntrySize ?? 1;
+    // IDs an earlier reserve life may have on the wire go alone (docs/design.md §10).
+    const aloneUpTo = startup.plan.reservedUpTo;
     this.#commits = new GroupCommitter(
       state,
       opts,
@@ -140,7 +143,7 @@ export class DedupPublisherCore {
       this.#keyed,
       this.#pending,
       subEntrySize > 1
-        ? (batch) => formBatches(batch, subEntrySize, transport.maxMessageBytes, this.#stampBytes)
+        ? (batch) => formBatches(batch, subEntrySize, transport.maxMessageBytes, this.#stampBytes, aloneUpTo)
         : undefined,
     );
     this.#reconnector = new Reconnector(transport, opts.reconnect, {
@@ -221,7 +224,7 @@ export class DedupPublisherCore {
     const reassigned: Entry[] = [];
     for (const s of segments) {
       for (const e of s.entries) {
-        const entry = this.#accept(e.body, e.headers, undefined, e.key);
+        const entry = this.#accept(e.body, withoutSkip(e.headers), undefined, e.key);
         if (entry instanceof Error) throw entry;
         reassigned.push(entry);
       }
@@ -435,7 +438,8 @@ export class DedupPublisherCore {
       // Entries are OutgoingMessages already: the transport stamps the identity itself.
       await this.#transport.publish(entries);
     } catch (err) {
-      this.#onDisconnected(err instanceof Error ? err : new Error(String(err)), epoch);
+      if (err instanceof InvariantError) this.#fail(internalError(this.producerName, err));
+      else this.#onDisconnected(err instanceof Error ? err : new Error(String(err)), epoch);
     }
   }
 

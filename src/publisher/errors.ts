@@ -125,6 +125,12 @@ export function unreachableError(giveUpAfterMs: number, inFlight: number, lastEr
 }
 
 /** A broken invariant: the publisher stops with an error its callers see. */
+/**
+ * A broken invariant a transport detects on the way out (a sub-entry batch handed over in part):
+ * the publisher stops with {@link internalError} rather than reconnect and send the same again.
+ */
+export class InvariantError extends Error {}
+
 export function internalError(producerName: string, err: unknown): DedupError {
   return new DedupError(
     'DEDUP_PUBLISHER_CLOSED',

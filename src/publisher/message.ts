@@ -21,6 +21,17 @@ export function withSkip(headers: Headers | undefined, from: bigint): Headers {
   return copy;
 }
 
+/**
+ * The headers without a skip declaration: an outbox message re-assigned to a new ID by an adopting
+ * open must not declare the old skip from its new place (docs/design.md §4.5: adopting skips nothing).
+ */
+export function withoutSkip(headers: Headers | undefined): Headers | undefined {
+  if (headers === undefined || !Object.hasOwn(headers, SKIP_HEADER)) return headers;
+  const copy = Object.create(null) as Record<string, string | number>;
+  for (const k of Object.keys(headers)) if (k !== SKIP_HEADER) copy[k] = headers[k]!;
+  return Object.keys(copy).length === 0 ? undefined : copy;
+}
+
 /** The longest domain key, in UTF-8 bytes. */
 export const MAX_KEY_BYTES = 512;
 

@@ -15,6 +15,11 @@ import { headersSize } from './message.js';
  * headers, `stampBytes` of identity stamps and framing each: an upper bound of the encoding) fit
  * `maxBytes`, and ties each message to its run. A batch never spans two group commits.
  *
+ * A message whose ID is at or below `aloneUpTo` goes alone: the ceiling an earlier `reserve` life
+ * left (docs/design.md §10). Its frames may still be on their way, one message per entry or cut
+ * otherwise, and only with explicit IDs can this life send those IDs again (the caller replays its
+ * source from the broker's last ID): alone, each is dropped or stored by itself, as before batches.
+ *
  * @returns the runs' sizes in order, or `undefined` when every run is one message (then the
  *   segment is stored as before sub-entries, and each message is an entry of its own).
  */
@@ -23,13 +28,15 @@ export function formBatches(
   size: number,
   maxBytes: number,
   stampBytes: number,
+  aloneUpTo = 0n,
 ): number[] | undefined {
   const sizes: number[] = [];
   let batched = false;
   for (let start = 0; start < batch.length;) {
     let end = start;
     let bytes = 0;
-    while (end < batch.length && end - start < size) {
+    const limit = batch[start]!.publishingId <= aloneUpTo ? 1 : size;
+    while (end < batch.length && end - start < limit) {
       const m = batch[end]!;
       const b = m.body.length + headersSize(m.headers) + stampBytes;
       if (end > start && bytes + b > maxBytes) break;

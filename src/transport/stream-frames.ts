@@ -12,6 +12,7 @@
 import { ID_HEADER, PRODUCER_HEADER } from '../identity/headers.js';
 import { decimalLength, writeDecimal, writeUint64BE } from '../identity/publishing-id.js';
 import type { Headers } from '../store/codec.js';
+import { InvariantError } from '../publisher/errors.js';
 import type { OutgoingMessage } from '../publisher/types.js';
 import { CODEC_CODES, compress } from './compression.js';
 import type { SubEntryCompression } from './stream-options.js';
@@ -217,7 +218,7 @@ export class PublishFrameEncoder {
       let raw = 0;
       for (let k = 0; k < batch.length; k++) {
         if (messages[i + k] !== batch[k]) {
-          throw new Error(
+          throw new InvariantError(
             `sub-entry batch ending at ID ${batch[batch.length - 1]!.publishingId} handed over in part`,
           );
         }

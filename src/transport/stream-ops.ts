@@ -49,7 +49,11 @@ export async function deleteStream(connection: StreamConnectionOptions, stream: 
 export async function readStreamToEnd(
   connection: StreamConnectionOptions,
   stream: string,
-  options: { readonly timeoutMs?: number } = {},
+  options: {
+    readonly timeoutMs?: number;
+    /** Nothing delivered for this long after subscribing ends the read (ms). @defaultValue 2000 */
+    readonly idleMs?: number;
+  } = {},
 ): Promise<StreamRecord[]> {
   const params: ClientParams = new EndpointRotation(connection).next();
   const client = await connectStreamClient(params, 10_000);
@@ -72,22 +76,45 @@ export async function readStreamToEnd(
       // (docs/design.md §10), and a chunk that does not decode fails the read.
       decodeDeliveriesOurselves(client, (error) => {
         clearTimeout(timer);
+        clearInterval(idle);
         reject(
           new DedupError('DEDUP_STREAM_UNREADABLE', `cannot read stream "${stream}": ${error.message}`, {
             cause: error,
           }),
         );
       });
-      const timer = setTimeout(
-        () =>
-          reject(
-            new DedupError('DEDUP_BROKER_REFUSED', `reading "${stream}" did not finish in ${timeoutMs} ms`),
-          ),
-        timeoutMs,
-      );
+      const timer = setTimeout(() => {
+        clearInterval(idle);
+        reject(
+          new DedupError('DEDUP_BROKER_REFUSED', `reading "${stream}" did not finish in ${timeoutMs} ms`),
+        );
+      }, timeoutMs);
+      // The last committed chunk may be one the broker never delivers (a tracking chunk: an offset
+      // stored by a consumer after the last message), so `last` is never reached: nothing delivered
+      // for idleMs after subscribing also ends the read. The broker sends what it has at once.
+      const idleMs = options.idleMs ?? 2_000;
+      let lastDelivery = performance.now();
       let finishing = false;
+      const finish = (): void => {
+        if (finishing) return;
+        finishing = true;
+        clearInterval(idle);
+        // The rest of the last chunk is delivered before the next macrotask.
+        setImmediate(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      };
+      const idle = setInterval(
+        () => {
+          if (subscribed && performance.now() - lastDelivery >= idleMs) finish();
+        },
+        Math.max(10, idleMs / 4),
+      );
+      let subscribed = false;
       client
         .declareConsumer({ stream, offset: Offset.first() }, (m) => {
+          lastDelivery = performance.now();
           const offset = m.offset ?? -1n;
           records.push({
             offset,
@@ -95,17 +122,15 @@ export async function readStreamToEnd(
             applicationProperties: m.applicationProperties ?? {},
             messageAnnotations: m.messageAnnotations ?? {},
           });
-          // The rest of the last chunk is delivered before the next macrotask.
-          if (offset >= last && !finishing) {
-            finishing = true;
-            setImmediate(() => {
-              clearTimeout(timer);
-              resolve();
-            });
-          }
+          if (offset >= last) finish();
+        })
+        .then(() => {
+          subscribed = true;
+          lastDelivery = performance.now();
         })
         .catch((err: unknown) => {
           clearTimeout(timer);
+          clearInterval(idle);
           reject(
             new DedupError('DEDUP_BROKER_REFUSED', `cannot consume "${stream}": ${errorText(err)}`, {
               cause: err,

@@ -129,6 +129,31 @@ describe('skips (issue 16)', () => {
     }
   });
 
+  it('an adopting open re-assigns an outbox message that declared a skip without the declaration (adopting skips nothing)', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const a = await life(new WireTransport(broker, 'orders', 'p'), disk);
+    for (const m of ['m1', 'm2', 'm3']) await a.send(body(m));
+    await a.close(); // the block reserved up to 11 is left
+    // An outbox life: its first message (12, declaring 4..11) stays in the outbox, lost on the wire.
+    const t2 = new WireTransport(broker, 'orders', 'p');
+    t2.losing = true;
+    const b = await life(t2, disk, { durability: 'outbox' });
+    const lost = b.send(body('m12'));
+    while (t2.wire.length < 1) await tick();
+    expect(t2.wire[0]).toMatchObject({ id: 12n, skipFrom: '4' });
+    await b.close();
+    await expect(lost).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    // Another writer pushes the broker ahead; the next life adopts and re-sends m12 above it.
+    broker.publish('orders', 'p', 500n, 'intruder');
+    const t3 = new WireTransport(broker, 'orders', 'p');
+    const c = await life(t3, disk, { durability: 'outbox', onBrokerAhead: 'adopt' });
+    expect(c.report.reassigned).toBe(1);
+    while (c.inFlight > 0) await tick();
+    await c.close();
+    expect(t3.wire.map((w) => [w.id, w.skipFrom])).toEqual([[501n, undefined]]);
+  });
+
   it('outbox durability and explicit IDs never declare a skip', async () => {
     const broker = new ModelBroker();
     const disk = memoryDisk();

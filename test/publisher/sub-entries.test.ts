@@ -28,6 +28,24 @@ describe('sub-entry batches (docs/design.md §10)', () => {
     expect(formBatches(entriesOf(3, 1_000), 100, 350, 100)).toBeUndefined();
   });
 
+  it('messages at or below the ceiling an earlier reserve life left go alone; batching resumes above it', () => {
+    const batch = entriesOf(9);
+    expect(formBatches(batch, 3, 1_000_000, 100, 4n)).toEqual([1, 1, 1, 1, 3, 2]);
+    expect(batch[3]!.batch).toBeUndefined();
+    expect(batch[4]!.batch).toEqual(batch.slice(4, 7));
+  });
+
+  it('a batch handed over in part stops the publisher with an internal error instead of reconnecting forever', async () => {
+    const { transport, core } = await open();
+    const original = transport.publish.bind(transport);
+    transport.publish = (messages) => original(messages.slice(1));
+    const sends = Array.from({ length: 3 }, (_, i) => core.send(body(`m${i + 1}`)));
+    for (const s of sends) await expect(s).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    const closed = await core.closed();
+    expect(closed?.message).toMatch(/internal error .*handed over in part/);
+    expect(transport.connects).toBe(1);
+  });
+
   it('records nothing when every run is one message (the segment stays version 1)', () => {
     const batch = entriesOf(2);
     expect(formBatches(batch, 1, 1_000, 0)).toBeUndefined();

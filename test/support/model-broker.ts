@@ -1,3 +1,4 @@
+import { InvariantError } from '../../src/publisher/errors.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../../src/publisher/types.js';
 
 /** A message the model broker stored. */
@@ -179,7 +180,9 @@ export class ModelTransport implements PublishTransport {
       }
       // One entry: whole, in order, confirmed by its last ID (the stream transport refuses a part).
       if (batch.some((b, k) => messages[i + k] !== b)) {
-        return Promise.reject(new Error(`sub-entry batch at ID ${m.publishingId} handed over in part`));
+        return Promise.reject(
+          new InvariantError(`sub-entry batch at ID ${m.publishingId} handed over in part`),
+        );
       }
       this.published.push(...batch);
       this.entries.push(batch.map((b) => b.publishingId));
