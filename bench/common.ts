@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { connect, type Client } from 'rabbitmq-stream-js-client';
+import { connect, type Client, type Publisher } from 'rabbitmq-stream-js-client';
 
 /** The broker the benchmarks use: loopback and the ports scripts/rabbitmq.sh starts. */
 export const CONNECTION = {
@@ -14,6 +14,18 @@ export const CONNECTION = {
 
 export function connectClient(): Promise<Client> {
   return connect({ ...CONNECTION, addressResolver: { enabled: false } });
+}
+
+/** Resolves once `publisher` has heard `count` publishing IDs confirmed (a publish error throws). */
+export function allConfirmed(publisher: Publisher, count: number): Promise<void> {
+  let confirmed = 0;
+  return new Promise<void>((resolve) =>
+    publisher.on('publish_confirm', (err, ids) => {
+      if (err !== null) throw new Error(`publish error ${err}`);
+      confirmed += ids.length;
+      if (confirmed >= count) resolve();
+    }),
+  );
 }
 
 export function uniqueName(prefix: string): string {

@@ -17,7 +17,16 @@ import { AmqpDedupPublisher } from 'stream-dedup/amqp';
 import { connect as streamConnect } from 'rabbitmq-stream-js-client';
 import { StreamDedupPublisher, SuperStreamDedupPublisher, type SubEntryOptions } from 'stream-dedup/stream';
 import type { Durability } from 'stream-dedup';
-import { CONNECTION, connectClient, measureInChild, median, report, uniqueName, type Row } from './common.js';
+import {
+  allConfirmed,
+  CONNECTION,
+  connectClient,
+  measureInChild,
+  median,
+  report,
+  uniqueName,
+  type Row,
+} from './common.js';
 
 const COUNT = Number(process.env.BENCH_COUNT ?? 100_000);
 const SIZE = 100;
@@ -61,14 +70,7 @@ async function raw(stamped = false, payload: Buffer = body): Promise<number> {
   await client.createStream({ stream, arguments: {} });
   try {
     const publisher = await client.declarePublisher({ stream, publisherRef: 'bench-raw' });
-    let confirmed = 0;
-    let done!: () => void;
-    const all = new Promise<void>((resolve) => (done = resolve));
-    publisher.on('publish_confirm', (err, ids) => {
-      if (err !== null) throw new Error(`publish error ${err}`);
-      confirmed += ids.length;
-      if (confirmed >= COUNT) done();
-    });
+    const all = allConfirmed(publisher, COUNT);
     const t0 = performance.now();
     for (let i = 1; i <= COUNT; i++) {
       await publisher.send(

@@ -47,7 +47,7 @@ import { identityHeaders, readIdentity } from '../src/identity/headers.js';
 import { DedupStore } from '../src/store/store.js';
 import { readStreamToEnd, StreamDedupPublisher, StreamVerifyingConsumer } from '../src/transport/stream.js';
 import { withTimeout } from '../src/transport/util.js';
-import { CONNECTION, connectClient, measureInChild, median, uniqueName } from './common.js';
+import { allConfirmed, CONNECTION, connectClient, measureInChild, median, uniqueName } from './common.js';
 import { PublishDroppingProxy } from './publish-dropping-proxy.js';
 import {
   consumerMemory,
@@ -133,14 +133,7 @@ async function rawChild(stream: string): Promise<RawTimes> {
   const client = await connectClient();
   try {
     const publisher = await client.declarePublisher({ stream, publisherRef: 'bench-raw' });
-    let confirmed = 0;
-    let done!: () => void;
-    const all = new Promise<void>((resolve) => (done = resolve));
-    publisher.on('publish_confirm', (err, ids) => {
-      if (err !== null) throw new Error(`publish error ${err}`);
-      confirmed += ids.length;
-      if (confirmed >= COUNT) done();
-    });
+    const all = allConfirmed(publisher, COUNT);
     const t1 = performance.now();
     for (let i = 0; i < COUNT; i++) await publisher.send(body);
     await publisher.flush();
@@ -411,14 +404,7 @@ async function fillConsumerStore(stream: string, store: string): Promise<Consume
   try {
     // No publisherRef: one raw publisher writes every producer's stamps (the broker does not dedup).
     const publisher = await client.declarePublisher({ stream });
-    let confirmed = 0;
-    let done!: () => void;
-    const all = new Promise<void>((resolve) => (done = resolve));
-    publisher.on('publish_confirm', (err, ids) => {
-      if (err !== null) throw new Error(`publish error ${err}`);
-      confirmed += ids.length;
-      if (confirmed >= SCOPES) done();
-    });
+    const all = allConfirmed(publisher, SCOPES);
     const body = Buffer.alloc(SIZE, 0x61);
     for (let i = 0; i < SCOPES; i++) {
       await publisher.send(body, { applicationProperties: identityHeaders(`bench-scope-${i}`, 1n) });
