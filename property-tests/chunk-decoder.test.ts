@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import { mutated } from './support/mutations.js';
 import type { Client } from 'rabbitmq-stream-js-client';
 import { describe, expect, it } from 'vitest';
 import { ChunkDecodeError, decodeAmqp10Message } from '../src/transport/amqp10-decode.js';
@@ -68,23 +69,6 @@ function check(records: readonly ChunkRecord[], messages: readonly TestMessage[]
     expect(Object.entries(r.applicationProperties)).toEqual(Object.entries(m.properties ?? {}));
     expect(r.messageAnnotations).toEqual({});
   });
-}
-
-/** Mutations of a valid encoding: flipped bytes, truncation, extension. */
-function mutated(valid: fc.Arbitrary<Buffer>): fc.Arbitrary<Buffer> {
-  return fc
-    .tuple(
-      valid,
-      fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { maxLength: 4 }),
-      fc.option(fc.nat(), { nil: undefined }),
-      fc.uint8Array({ maxLength: 6 }),
-    )
-    .map(([bytes, flips, cutAt, tail]) => {
-      const out = Buffer.from(bytes);
-      for (const [at, value] of flips) if (out.length > 0) out[at % out.length] = value;
-      const kept = cutAt === undefined ? out : out.subarray(0, cutAt % (out.length + 1));
-      return Buffer.concat([kept, tail]);
-    });
 }
 
 /** A compound (list, map) of encoded elements: the 8-bit form when it fits, else the 32-bit one. */

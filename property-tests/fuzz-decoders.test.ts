@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import { mutated } from './support/mutations.js';
 import { describe, expect, it } from 'vitest';
 import { VerifyingConsumerCore } from '../src/consumer/core.js';
 import { DedupError } from '../src/errors.js';
@@ -31,23 +32,6 @@ function corruptOrValue<T>(decode: () => T): T | undefined {
     if (err instanceof DedupError && err.code === 'DEDUP_STORE_CORRUPT') return undefined;
     throw err;
   }
-}
-
-/** Mutations of a valid encoding: flipped bytes, truncation, extension, splices. */
-function mutated(valid: fc.Arbitrary<Uint8Array>): fc.Arbitrary<Uint8Array> {
-  return fc
-    .tuple(
-      valid,
-      fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { maxLength: 4 }),
-      fc.option(fc.nat(), { nil: undefined }),
-      fc.uint8Array({ maxLength: 6 }),
-    )
-    .map(([bytes, flips, cut, tail]) => {
-      const out = Uint8Array.from(bytes);
-      for (const [at, value] of flips) if (out.length > 0) out[at % out.length] = value;
-      const kept = cut === undefined ? out : out.subarray(0, cut % (out.length + 1));
-      return Uint8Array.from([...kept, ...tail]);
-    });
 }
 
 const u64 = fc.oneof(
