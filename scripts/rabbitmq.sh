@@ -367,27 +367,32 @@ cmd_status() {
   return $rc
 }
 
-case "${1:-}" in
-  up) cmd_up ;;
-  down) cmd_down ;;
-  status) cmd_status ;;
-  cluster) cmd_cluster ;;
-  node-start) cmd_node_start "${2:-}" ;;
-  node-stop)
-    node_index "${2:-}"
-    stop_node "node$2"
-    ;;
-  node-kill)
-    node_index "${2:-}"
-    kill_node "node$2"
-    ;;
-  reset)
-    cmd_down
-    rm -rf "$ROOT/var/lib/stream-dedup" "$ROOT$TLS_IN_ROOT"
-    ;;
-  tls-dir) echo "$ROOT$TLS_IN_ROOT" ;;
-  *)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
-    exit 2
-    ;;
-esac
+main() {
+  case "${1:-}" in
+    up) cmd_up ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    cluster) cmd_cluster ;;
+    node-start) cmd_node_start "${2:-}" ;;
+    node-stop)
+      node_index "${2:-}"
+      stop_node "node$2"
+      ;;
+    node-kill)
+      node_index "${2:-}"
+      kill_node "node$2"
+      ;;
+    reset)
+      cmd_down
+      rm -rf "$ROOT/var/lib/stream-dedup" "$ROOT$TLS_IN_ROOT"
+      ;;
+    tls-dir) echo "$ROOT$TLS_IN_ROOT" ;;
+    *)
+      sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+      exit 2
+      ;;
+  esac
+}
+
+# Sourced (scripts/nemesis.sh uses the chroot functions above): define only.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then main "$@"; fi

@@ -35,6 +35,16 @@ export interface CrashRunOptions {
   readonly keyed?: boolean;
   /** The producer publishes in sub-entry batches (stream transport). */
   readonly subEntry?: { readonly size: number; readonly compression?: 'none' | 'gzip' | 'zstd' };
+  /** Sends each producer keeps in flight. @defaultValue 64 */
+  readonly concurrency?: number;
+  /** The producers' `confirmTimeoutMs` (a timed-out send is logged and the run goes on). */
+  readonly confirmTimeoutMs?: number;
+  /**
+   * Runs go on (each killed at its moment, or finishing) until `kills` landed and this settled;
+   * then the last run. For faults of a known length: the producer keeps publishing through all
+   * of them. Without it, runs stop once `kills` landed.
+   */
+  readonly runUntil?: Promise<unknown>;
   /** Awaited after the last run, before the stream is read back (for example: faults settling). */
   readonly beforeRead?: () => Promise<unknown>;
   /** Called with a line of progress. */
@@ -163,9 +173,20 @@ export async function runKillLoop(
     );
   };
   let run = 0;
-  while (kills < o.kills) {
+  let over = o.runUntil === undefined;
+  // Runs (and kills) counted from the moment `runUntil` settled.
+  let runsBefore = 0;
+  let killsBefore = 0;
+  const end = (): void => {
+    over = true;
+    runsBefore = run;
+    killsBefore = kills;
+  };
+  o.runUntil?.then(end, end);
+  while (kills < o.kills || !over) {
     run++;
-    if (run > o.kills * 5 + 5) throw new Error(`only ${kills} of ${o.kills} kills landed in ${run - 1} runs`);
+    if (over && run - runsBefore > (o.kills - killsBefore) * 5 + 5)
+      throw new Error(`only ${kills} of ${o.kills} kills landed in ${run - 1} runs`);
     const kill = moments[(run - 1) % moments.length]!;
     const at: KillAt =
       'afterMs' in kill
@@ -222,6 +243,8 @@ async function runOnce(
       ...(o.subEntry === undefined
         ? []
         : ['--sub-entry', String(o.subEntry.size), '--compression', o.subEntry.compression ?? 'none']),
+      ...(o.confirmTimeoutMs === undefined ? [] : ['--confirm-timeout-ms', String(o.confirmTimeoutMs)]),
+      ...(o.concurrency === undefined ? [] : ['--concurrency', String(o.concurrency)]),
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );

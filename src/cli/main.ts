@@ -101,9 +101,11 @@ async function main(argv: string[]): Promise<number> {
           keyed: { type: 'boolean', default: false },
           'sub-entry': { type: 'string' },
           compression: { type: 'string', default: 'none' },
+          'confirm-timeout-ms': { type: 'string' },
         },
       });
       const subEntrySize = values['sub-entry'];
+      const confirmTimeout = values['confirm-timeout-ms'];
       await produce({
         stream: values.stream!,
         superStream: values['super-stream'],
@@ -123,6 +125,7 @@ async function main(argv: string[]): Promise<number> {
                 size: Number(subEntrySize),
                 compression: values.compression as 'none' | 'gzip' | 'zstd',
               },
+        confirmTimeoutMs: confirmTimeout === undefined ? undefined : Number(confirmTimeout),
       });
       return 0;
     }

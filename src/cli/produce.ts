@@ -37,6 +37,12 @@ export interface ProduceOptions {
   readonly keyed: boolean;
   /** Sub-entry batching (stream transport only). */
   readonly subEntry?: SubEntryOptions | undefined;
+  /**
+   * The publisher's `confirmTimeoutMs`. A send that times out is logged `t <label>` and the run
+   * goes on, as an application would: the message stays with the publisher, which replaces its
+   * connection and re-sends it (its fate shows in the stream, not in the log).
+   */
+  readonly confirmTimeoutMs?: number | undefined;
 }
 
 /** The header that carries a super stream message's routing key (its label) in `produce`. */
@@ -66,6 +72,7 @@ export async function produce(o: ProduceOptions): Promise<void> {
     store: o.store,
     durability: o.durability,
     idMode: o.keyed ? ('keyed' as const) : ('auto' as const),
+    ...(o.confirmTimeoutMs === undefined ? {} : { confirmTimeoutMs: o.confirmTimeoutMs }),
   };
   const open = async (): Promise<Producer> => {
     if (o.superStream !== undefined) {
@@ -139,13 +146,22 @@ export async function produce(o: ProduceOptions): Promise<void> {
   process.stdout.write(`${JSON.stringify({ ready: true, ...pub.openReport })}\n`);
   let next = 1;
   let acked = 0;
+  let timeouts = 0;
   // About a hundred progress lines per run: a parent can kill on observed progress, not on a timer.
   const every = Math.max(1, Math.floor(o.count / 100));
   const worker = async (): Promise<void> => {
     while (next <= o.count) {
       const label = o.keyed ? `k-${next++}` : `${o.run}-${next++}`;
       writeSync(fd, `a ${label}\n`);
-      const sent = await pub.send(label);
+      let sent: Awaited<ReturnType<Producer['send']>>;
+      try {
+        sent = await pub.send(label);
+      } catch (err) {
+        if (!(err instanceof DedupError && err.code === 'DEDUP_CONFIRM_TIMEOUT')) throw err;
+        writeSync(fd, `t ${label}\n`);
+        timeouts++;
+        continue;
+      }
       writeSync(
         fd,
         sent.partition === undefined ? `k ${label}\n` : `k ${label} ${sent.partition} ${sent.publishingId}\n`,
@@ -155,7 +171,7 @@ export async function produce(o: ProduceOptions): Promise<void> {
   };
   await Promise.all(Array.from({ length: o.concurrency }, worker));
   await pub.close();
-  process.stdout.write(`${JSON.stringify({ done: true, ...pub.last() })}\n`);
+  process.stdout.write(`${JSON.stringify({ done: true, timeouts, ...pub.last() })}\n`);
 }
 
 function jsonable(o: object): Record<string, unknown> {

@@ -46,13 +46,24 @@ function nodeDidNotAnswer(err: unknown): boolean {
 }
 
 /**
+ * The client's "Stream was not found on any node", or a member's own answer to the declaration
+ * (response code 2, "Stream does not exist").
+ */
+function saysStreamMissing(err: Error): boolean {
+  return err.message.includes('not found on any node') || /returned error with code 2\b/.test(err.message);
+}
+
+/**
  * Tells a declaration (of a producer or a consumer) that failed for now from one that cannot
  * work, and returns the error to report. After the locator answered, the client connects to the
  * member it chose from the stream's metadata: while a node is down or restarting that member may
  * not answer (measured: ECONNREFUSED from a replica the metadata still listed), and during an
  * election the client says "Stream was not found on any node" — which it also says for a missing
- * stream; the stream's metadata tells the two apart (2: does not exist). Transient cases come back
- * as {@link StreamNotAvailableError}.
+ * stream. A member may also answer "Stream does not exist" (code 2) for a stream the cluster has:
+ * measured on a node coming back from a network partition (pause_minority) while its view of the
+ * streams was not yet restored (test/integration/nemesis.test.ts). The stream's metadata, asked of
+ * the locator, tells the cases apart (2: does not exist). Transient cases come back as
+ * {@link StreamNotAvailableError}.
  */
 export async function explainDeclareFailure(client: Client, stream: string, err: unknown): Promise<unknown> {
   if (nodeDidNotAnswer(err)) {
@@ -60,7 +71,7 @@ export async function explainDeclareFailure(client: Client, stream: string, err:
       cause: err,
     });
   }
-  if (!(err instanceof Error) || !err.message.includes('not found on any node')) return err;
+  if (!(err instanceof Error) || !saysStreamMissing(err)) return err;
   const [info] = await withTimeout(
     client.queryMetadata({ streams: [stream] }),
     5_000,

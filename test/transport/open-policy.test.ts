@@ -67,7 +67,7 @@ describe('"Stream was not found on any node", told apart by the stream metadata'
   const clientAnswering = (info: object | undefined): Client =>
     ({ queryMetadata: () => Promise.resolve(info === undefined ? [] : [info]) }) as unknown as Client;
 
-  it('a missing stream (code 2) fails at once; a stream without a leader, or a member that refuses, is waited for', async () => {
+  it('a missing stream (code 2) fails at once; a stream without a leader, a member that refuses or one that has not caught up, is waited for', async () => {
     const gone = await explainDeclareFailure(clientAnswering({ responseCode: 2, replicas: [] }), 's', noNode);
     expect(isStreamNotAvailable(gone)).toBe(false);
     expect((gone as Error).message).toBe('the stream does not exist');
@@ -83,6 +83,23 @@ describe('"Stream was not found on any node", told apart by the stream metadata'
     const down = await explainDeclareFailure(clientAnswering(undefined), 's', refused);
     expect(down).toBeInstanceOf(StreamNotAvailableError);
     expect((down as Error).message).toContain('ECONNREFUSED');
+    // A member that says the stream does not exist (code 2) while the metadata lists it: a node
+    // coming back from a partition. Waited for; only the metadata's own code 2 is final.
+    const memberSays = new Error(
+      'Declare Publisher command returned error with code 2 - Stream does not exist',
+    );
+    const behind = await explainDeclareFailure(
+      clientAnswering({ responseCode: 1, replicas: [] }),
+      's',
+      memberSays,
+    );
+    expect(isStreamNotAvailable(behind)).toBe(true);
+    const reallyGone = await explainDeclareFailure(
+      clientAnswering({ responseCode: 2, replicas: [] }),
+      's',
+      memberSays,
+    );
+    expect((reallyGone as Error).message).toBe('the stream does not exist');
     // Any other error passes through unchanged.
     const other = new Error('boom');
     expect(await explainDeclareFailure(clientAnswering(undefined), 's', other)).toBe(other);

@@ -1,0 +1,309 @@
+#!/usr/bin/env bash
+# A three-node RabbitMQ cluster whose network can fail: partitions, paused nodes, slow links.
+#
+#   scripts/nemesis.sh up                 make the network and start the cluster (fresh data)
+#   scripts/nemesis.sh down               stop the nodes, delete the network and the data
+#   scripts/nemesis.sh status             nodes, links and the faults in force
+#   scripts/nemesis.sh cut A B [oneway]   drop packets from A to B (and B to A unless `oneway`);
+#                                         A and B are node numbers 1..3 or `client`
+#   scripts/nemesis.sh isolate N          cut node N from the other two nodes (clients still reach it)
+#   scripts/nemesis.sh heal               remove every cut, loss and rate limit
+#   scripts/nemesis.sh pause N | resume N SIGSTOP / SIGCONT node N's Erlang VM
+#   scripts/nemesis.sh slow N RATE LOSS%  on the link between clients and node N: a rate limit
+#                                         (tc tbf, e.g. 2mbit; queueing delay up to 200 ms) and
+#                                         random packet loss both ways (nftables numgen)
+#   scripts/nemesis.sh leader-pid N       print node N's Erlang VM pid
+#
+# Layout, all made here and removed by `down`: a router namespace `sdn-r` and one namespace per node
+# (`sdn-1`..`sdn-3`), each node joined to the router by a veth pair; node N is 10.99.N.2 (host name
+# sdnN inside the chroot), with AMQP on 5672 and the stream protocol on 5552 in its namespace. This
+# machine's own processes (the tests, the CLI) reach the nodes through a fourth veth pair: they are
+# 10.99.0.1, routed to 10.99.0.0/16 through the router. Every packet between two nodes, or between
+# a client and a node, crosses the router, where nftables drops what a fault says. Nothing leaves
+# the machine: the router has no other link. The nodes run from the chroot that scripts/rabbitmq.sh
+# builds, with Erlang's net_ticktime at 5 s (60 s by default) so that a partition or a pause is
+# noticed within ~6 s, and cluster_partition_handling = pause_minority (README, Operations).
+#
+# The kernel of this machine has no netem qdisc ("Specified qdisc kind is unknown"): no added
+# delay, duplication or reordering. Loss is real (TCP retransmits, as on a lossy link), and the
+# rate limit queues packets (delay under load). Duplicated or reordered packets are absorbed by TCP
+# below the client and the broker; what they cost above it is delay, which loss and queueing give.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/rabbitmq.sh
+source "$HERE/rabbitmq.sh"
+
+NET=10.99
+TICKTIME=${NEMESIS_NET_TICKTIME:-5}
+DATA_IN_ROOT=/var/lib/stream-dedup-nemesis
+NODES=(1 2 3)
+
+nlog() { printf 'nemesis.sh: %s\n' "$*" >&2; }
+ndie() {
+  printf 'nemesis.sh: error: %s\n' "$*" >&2
+  exit 1
+}
+
+addr_of() { # addr_of 1..3|client
+  case "$1" in
+    client) echo "$NET.0.1" ;;
+    1 | 2 | 3) echo "$NET.$1.2" ;;
+    *) ndie "no such end: $1 (1, 2, 3 or client)" ;;
+  esac
+}
+
+in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+# As rabbitmq.sh's as_rabbit, inside node N's namespace.
+rabbit_in() {
+  local n=$1
+  shift
+  ip netns exec "sdn-$n" chroot --userspec=rabbitmq:rabbitmq "$ROOT" /usr/bin/env -i \
+    PATH=/usr/lib/rabbitmq/bin:/usr/sbin:/usr/bin:/bin HOME=/var/lib/rabbitmq LANG=C.UTF-8 "$@"
+}
+
+ctl() { local n=$1; shift; rabbit_in "$n" rabbitmqctl -q -n "rabbit@sdn$n" "$@"; }
+
+net_up() {
+  if ip netns list | grep -q '^sdn-r'; then return; fi
+  command -v nft >/dev/null || {
+    nlog "installing nftables"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null; } ||
+      ndie "could not install nftables with apt-get"
+  }
+  nlog "making namespaces sdn-r, sdn-1..3 and their links ($NET.0.0/16)"
+  ip netns add sdn-r
+  in_ns sdn-r ip link set lo up
+  in_ns sdn-r sysctl -qw net.ipv4.ip_forward=1
+  # This machine's side: 10.99.0.1.
+  ip link add sdn-host type veth peer name to-host netns sdn-r
+  ip addr add "$NET.0.1/24" dev sdn-host
+  ip link set sdn-host up
+  ip route add "$NET.0.0/16" via "$NET.0.2"
+  in_ns sdn-r ip addr add "$NET.0.2/24" dev to-host
+  in_ns sdn-r ip link set to-host up
+  local n
+  for n in "${NODES[@]}"; do
+    ip netns add "sdn-$n"
+    in_ns "sdn-$n" ip link set lo up
+    ip link add "n$n" netns sdn-r type veth peer name eth0 netns "sdn-$n"
+    in_ns sdn-r ip addr add "$NET.$n.1/24" dev "n$n"
+    in_ns sdn-r ip link set "n$n" up
+    in_ns "sdn-$n" ip addr add "$NET.$n.2/24" dev eth0
+    in_ns "sdn-$n" ip link set eth0 up
+    in_ns "sdn-$n" ip route add default via "$NET.$n.1"
+  done
+  in_ns sdn-r nft -f - <<EOF
+table inet nemesis {
+  chain forward {
+    type filter hook forward priority 0; policy accept;
+  }
+}
+EOF
+}
+
+net_down() {
+  local ns
+  for ns in sdn-1 sdn-2 sdn-3 sdn-r; do
+    if ip netns list | grep -q "^$ns\b"; then ip netns del "$ns"; fi
+  done
+  ip link del sdn-host 2>/dev/null || true
+}
+
+node_pid() { cat "$ROOT$DATA_IN_ROOT/sdn$1/pid" 2>/dev/null || true; }
+
+write_nemesis_node() {
+  local n=$1 dir="$ROOT$DATA_IN_ROOT/sdn$1"
+  mkdir -p "$dir/mnesia" "$dir/log"
+  cat >"$dir/rabbitmq.conf" <<EOF
+listeners.tcp.1 = 0.0.0.0:5672
+stream.listeners.tcp.1 = 0.0.0.0:5552
+stream.advertised_host = $(addr_of "$n")
+stream.advertised_port = 5552
+cluster_partition_handling = pause_minority
+loopback_users = none
+log.file.level = warning
+log.console = false
+EOF
+  printf '[{kernel, [{net_ticktime, %s}]}].\n' "$TICKTIME" >"$dir/advanced.config"
+  echo '[rabbitmq_stream].' >"$dir/enabled_plugins"
+}
+
+start_nemesis_node() {
+  local n=$1 dir="$DATA_IN_ROOT/sdn$1"
+  local pid
+  pid=$(node_pid "$n")
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return; fi
+  write_nemesis_node "$n"
+  in_root chown -R rabbitmq:rabbitmq "$DATA_IN_ROOT"
+  nlog "starting rabbit@sdn$n ($(addr_of "$n"): AMQP 5672, stream 5552)"
+  setsid ip netns exec "sdn-$n" chroot --userspec=rabbitmq:rabbitmq "$ROOT" /usr/bin/env -i \
+    PATH=/usr/lib/rabbitmq/bin:/usr/sbin:/usr/bin:/bin HOME=/var/lib/rabbitmq LANG=C.UTF-8 \
+    RABBITMQ_NODENAME="rabbit@sdn$n" RABBITMQ_CONFIG_FILE="$dir/rabbitmq.conf" \
+    RABBITMQ_ADVANCED_CONFIG_FILE="$dir/advanced.config" \
+    RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" \
+    RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log" RABBITMQ_PID_FILE="$dir/pid" \
+    /usr/lib/rabbitmq/bin/rabbitmq-server \
+    >"$ROOT$dir/log/console.log" 2>&1 </dev/null 9>&- &
+  disown
+}
+
+wait_nemesis_node() {
+  local n=$1 deadline=$((SECONDS + READY_TIMEOUT))
+  until ctl "$n" await_startup --timeout 5 >/dev/null 2>&1 &&
+    (exec 3<>"/dev/tcp/$(addr_of "$n")/5552") 2>/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then
+      tail -n 30 "$ROOT$DATA_IN_ROOT/sdn$n/log/console.log" >&2 || true
+      ndie "rabbit@sdn$n did not become ready within ${READY_TIMEOUT}s; more in $ROOT$DATA_IN_ROOT/sdn$n/log"
+    fi
+    sleep 1
+  done
+}
+
+kill_nemesis_nodes() {
+  local n pid
+  for n in "${NODES[@]}"; do
+    pid=$(node_pid "$n")
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      kill -CONT "$pid" 2>/dev/null || true
+      kill -9 "$pid"
+      while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    fi
+  done
+  # Each namespace's epmd (started by its node) and anything else left in a namespace.
+  local ns
+  for ns in sdn-1 sdn-2 sdn-3; do
+    if ip netns list | grep -q "^$ns\b"; then
+      for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null || true; done
+    fi
+  done
+}
+
+cmd_nemesis_up() {
+  need_root
+  with_lock
+  ensure_root
+  mount_root "$ROOT"
+  if ! grep -q ' sdn1$' "$ROOT/etc/hosts"; then
+    local n
+    for n in "${NODES[@]}"; do echo "$(addr_of "$n") sdn$n" >>"$ROOT/etc/hosts"; done
+  fi
+  kill_nemesis_nodes
+  rm -rf "${ROOT:?}$DATA_IN_ROOT"
+  net_up
+  heal
+  local n
+  for n in "${NODES[@]}"; do start_nemesis_node "$n"; done
+  for n in "${NODES[@]}"; do wait_nemesis_node "$n"; done
+  for n in 2 3; do
+    ctl "$n" stop_app
+    ctl "$n" join_cluster rabbit@sdn1
+    ctl "$n" start_app
+  done
+  for n in "${NODES[@]}"; do wait_nemesis_node "$n"; done
+  nlog "cluster rabbit@sdn1..3 ready: stream $NET.1.2:5552, $NET.2.2:5552, $NET.3.2:5552 (AMQP 5672)"
+}
+
+cmd_nemesis_down() {
+  kill_nemesis_nodes
+  net_down
+  [ -d "$ROOT" ] && rm -rf "${ROOT:?}$DATA_IN_ROOT"
+  nlog "nodes stopped, namespaces sdn-* and their data removed"
+}
+
+drop_rule() { # drop_rule FROM_ADDR TO_ADDR [extra nft matches]
+  in_ns sdn-r nft add rule inet nemesis forward ip saddr "$1" ip daddr "$2" "${@:3}" drop
+}
+
+cut() {
+  local a b
+  a=$(addr_of "$1")
+  b=$(addr_of "$2")
+  drop_rule "$a" "$b"
+  [ "${3:-}" = oneway ] || drop_rule "$b" "$a"
+}
+
+heal() {
+  in_ns sdn-r nft flush chain inet nemesis forward
+  local n
+  for n in "${NODES[@]}"; do in_ns sdn-r tc qdisc del dev "n$n" root 2>/dev/null || true; done
+  in_ns sdn-r tc qdisc del dev to-host root 2>/dev/null || true
+}
+
+slow() {
+  local n=$1 rate=$2 loss=$3 node client
+  node=$(addr_of "$n")
+  client=$(addr_of client)
+  # Both directions queue at the router: towards the node on its link, towards clients on theirs.
+  in_ns sdn-r tc qdisc replace dev "n$n" root tbf rate "$rate" burst 32kbit latency 200ms
+  in_ns sdn-r tc qdisc replace dev to-host root tbf rate "$rate" burst 32kbit latency 200ms
+  if [ "$loss" -gt 0 ]; then
+    drop_rule "$client" "$node" numgen random mod 100 "<" "$loss"
+    drop_rule "$node" "$client" numgen random mod 100 "<" "$loss"
+  fi
+}
+
+signal_node() {
+  local pid
+  pid=$(node_pid "$2")
+  [ -n "$pid" ] || ndie "node $2 has no pid file (not started?)"
+  kill "-$1" "$pid"
+}
+
+nemesis_status() {
+  local n pid
+  for n in "${NODES[@]}"; do
+    pid=$(node_pid "$n")
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      local state
+      state=$(ps -o stat= -p "$pid" | tr -d ' ')
+      echo "rabbit@sdn$n ($(addr_of "$n")): pid $pid${state:+ ($state)}"
+    else
+      echo "rabbit@sdn$n ($(addr_of "$n")): not running"
+    fi
+  done
+  if ip netns list | grep -q '^sdn-r'; then in_ns sdn-r nft list chain inet nemesis forward; fi
+}
+
+node_arg() { case "${1:-}" in 1 | 2 | 3) ;; *) ndie "a node number 1..3, not '${1:-}'" ;; esac; }
+
+nemesis_main() {
+  [ "$(id -u)" = 0 ] || ndie "needs root (network namespaces, nftables, the chroot)"
+  case "${1:-}" in
+    up) cmd_nemesis_up ;;
+    down) cmd_nemesis_down ;;
+    status) nemesis_status ;;
+    cut) cut "${2:-}" "${3:-}" "${4:-}" ;;
+    isolate)
+      node_arg "${2:-}"
+      local other
+      for other in "${NODES[@]}"; do [ "$other" = "$2" ] || cut "$2" "$other"; done
+      ;;
+    heal) heal ;;
+    pause)
+      node_arg "${2:-}"
+      signal_node STOP "$2"
+      ;;
+    resume)
+      node_arg "${2:-}"
+      signal_node CONT "$2"
+      ;;
+    slow)
+      node_arg "${2:-}"
+      [[ "${3:-}" =~ ^[0-9]+[kmg]?bit$ ]] || ndie "a rate like 2mbit, not '${3:-}'"
+      [[ "${4:-}" =~ ^[0-9]+$ ]] || ndie "a loss percentage 0..99, not '${4:-}'"
+      slow "$2" "$3" "$4"
+      ;;
+    leader-pid)
+      node_arg "${2:-}"
+      node_pid "$2"
+      ;;
+    *)
+      sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+      exit 2
+      ;;
+  esac
+}
+
+nemesis_main "$@"

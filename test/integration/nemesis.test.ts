@@ -1,0 +1,308 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { runCrashScenario } from '../../src/cli/crash.js';
+import { formatReport } from '../../src/testing.js';
+import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { uniqueName } from '../support/broker.js';
+import { CLI_FROM_SOURCE } from '../support/cli.js';
+import {
+  NEMESIS_CONNECTION as connection,
+  NEMESIS_ENDPOINTS_ENV,
+  nemesis,
+  nemesisLeader,
+  useNemesisCluster,
+  withNemesisAdmin,
+} from '../support/nemesis.js';
+import { useTempDir } from '../support/tmp.js';
+
+// Network faults, Jepsen style (docs/design.md §13), on the cluster of scripts/nemesis.sh: three
+// nodes in their own network namespaces, every packet between them and between a client and a node
+// crossing a router namespace where nftables drops what the fault says. Through a series of
+// partitions, pauses and a slow link, a producer (SIGKILLed now and then) publishes with
+// deduplication and a verifying consumer applies every message in a child process; then the same
+// history checker as the crash tests, every effect counted, and `audit` of the stream.
+// The test command runs one round of each fault; `npm run soak:nemesis` runs several.
+const SOAK = process.env.STREAM_DEDUP_SOAK === '1';
+const ROUNDS = SOAK ? Number(process.env.NEMESIS_ROUNDS ?? 5) : 1;
+/** Erlang's net_ticktime on these nodes (scripts/nemesis.sh): a partition is noticed in about this. */
+const TICK_MS = 5_000;
+const CONFIRM_TIMEOUT_MS = 5_000;
+const consumerFixture = fileURLToPath(new URL('../fixtures/effects-consumer.ts', import.meta.url));
+
+useNemesisCluster();
+const tempDir = useTempDir();
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** One fault: what it does, for how long, and how it ends (besides `heal`). */
+interface Fault {
+  readonly name: string;
+  /** Starts the fault; `leader` is the stream's leader node when it starts. */
+  start(leader: number): Promise<unknown>;
+  readonly holdMs: number;
+  /** Ends it (every fault ends with `heal` too). */
+  stop?(leader: number): Promise<unknown>;
+}
+
+const others = (n: number): [number, number] => [1, 2, 3].filter((m) => m !== n) as [number, number];
+
+const FAULTS: readonly Fault[] = [
+  {
+    // The leader, and the publisher connected to it, in the minority: pause_minority stops it.
+    name: 'partition: leader isolated from both followers (minority of one, clients still reach it)',
+    start: (l) => nemesis('isolate', String(l)),
+    holdMs: 2 * TICK_MS,
+  },
+  {
+    name: 'partition: clients cut from the leader (the cluster whole)',
+    start: (l) => nemesis('cut', 'client', String(l)),
+    holdMs: TICK_MS,
+  },
+  {
+    // Each node sees a majority (itself and the bridge): nobody pauses; the leader replicates
+    // through the bridge only.
+    name: 'partition: bridge (leader and one follower cut, the other follower sees both)',
+    start: (l) => nemesis('cut', String(l), String(others(l)[0])),
+    holdMs: 2 * TICK_MS,
+  },
+  {
+    name: 'partition: one way (the leader hears the followers, they do not hear it)',
+    start: async (l) => {
+      for (const f of others(l)) await nemesis('cut', String(l), String(f), 'oneway');
+    },
+    holdMs: 2 * TICK_MS,
+  },
+  {
+    name: 'partition: flapping (leader isolated and healed every 1-2 s)',
+    start: async (l) => {
+      const until = performance.now() + 2 * TICK_MS;
+      while (performance.now() < until) {
+        await nemesis('isolate', String(l));
+        await sleep(1_000 + Math.random() * 1_000);
+        await nemesis('heal');
+        await sleep(1_000 + Math.random() * 1_000);
+      }
+    },
+    holdMs: 0,
+  },
+  {
+    // A long GC pause: the VM stops, its peers declare it down, a new leader is elected; then it
+    // runs on believing it still leads.
+    name: 'pause: SIGSTOP of the leader past the net tick, then SIGCONT',
+    start: (l) => nemesis('pause', String(l)),
+    holdMs: 2 * TICK_MS,
+    stop: (l) => nemesis('resume', String(l)),
+  },
+  {
+    name: 'slow link: clients to the leader at 1 mbit/s with 10 % loss both ways',
+    start: (l) => nemesis('slow', String(l), '1mbit', '10'),
+    holdMs: TICK_MS,
+  },
+];
+
+/**
+ * Runs the effects consumer (test/fixtures/effects-consumer.ts) as a child process until it is
+ * SIGKILLed, or with `target` until that offset is committed. Log lines go to `log`.
+ */
+function startConsumer(
+  store: string,
+  stream: string,
+  log: string[],
+  target?: bigint,
+): { kill(): void; done: Promise<'killed' | 'done'> } {
+  const args = ['--import', 'tsx', consumerFixture, stream, store];
+  if (target !== undefined) args.push(String(target));
+  const child = spawn(process.execPath, args, {
+    env: { ...process.env, RABBITMQ_STREAM_ENDPOINTS: NEMESIS_ENDPOINTS_ENV },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+  const lines = Promise.all(
+    [child.stdout, child.stderr].map(async (input) => {
+      for await (const line of createInterface({ input })) log.push(line);
+    }),
+  );
+  return {
+    kill: () => child.kill('SIGKILL'),
+    done: (async () => {
+      const [code, signal] = await exited;
+      await lines;
+      if (signal === 'SIGKILL') return 'killed';
+      if (code !== 0) throw new Error(`the consumer exited with ${code}:\n  ${log.slice(-20).join('\n  ')}`);
+      return 'done';
+    })(),
+  };
+}
+
+describe('nemesis - partitions, pauses and a slow link on a three-node cluster', () => {
+  it(`${ROUNDS} round(s) of ${FAULTS.length} faults: 0 acknowledged lost or duplicated, every effect once, audit clean`, async () => {
+    const stream = uniqueName('nemesis');
+    await withNemesisAdmin((client) =>
+      client.createStream({ stream, arguments: { 'initial-cluster-size': 3 } }),
+    );
+    // Replicas come up a moment after the declaration; there is no event for it.
+    for (let i = 0; i < 100 && (await nemesisLeader(stream)).replicas < 2; i++) await sleep(100);
+    expect((await nemesisLeader(stream)).replicas).toBe(2);
+
+    // A probe publisher sends one message every 20 ms: the gap in its confirms after a fault ends
+    // is the time to resume.
+    const probe = await StreamDedupPublisher.open({
+      connection,
+      stream,
+      producerName: 'nemesis-probe',
+      store: join(await tempDir(), 'probe'),
+      confirmTimeoutMs: CONFIRM_TIMEOUT_MS,
+      reconnect: { initialDelayMs: 100, maxDelayMs: 1_000, giveUpAfterMs: 600_000 },
+    });
+    let lastConfirm = performance.now();
+    let probeConfirms = 0;
+    let probeTimeouts = 0;
+    let probing = true;
+    const probeLoop = (async () => {
+      for (let i = 0; probing; i++) {
+        probe.send(Buffer.from(`probe-${i}`)).then(
+          () => {
+            lastConfirm = performance.now();
+            probeConfirms++;
+          },
+          () => probeTimeouts++,
+        );
+        await sleep(20);
+      }
+    })();
+
+    const faultLines: string[] = [];
+    const t0 = performance.now();
+    const chaos = async (): Promise<void> => {
+      for (let round = 0; round < ROUNDS; round++) {
+        for (const fault of FAULTS) {
+          await sleep(500 + Math.random() * 500);
+          const { node: leader } = await nemesisLeader(stream).catch(() => ({ node: 1 }));
+          const confirmsBefore = probeConfirms;
+          const timeoutsBefore = probeTimeouts;
+          const began = performance.now();
+          await fault.start(leader);
+          await sleep(fault.holdMs);
+          await fault.stop?.(leader);
+          await nemesis('heal');
+          const healed = performance.now();
+          const confirmsDuring = probeConfirms - confirmsBefore;
+          const timeoutsDuring = probeTimeouts - timeoutsBefore;
+          // Resumed: a probe message confirmed after the heal. Bounded, so a cluster that does not
+          // come back fails the test with the fault named instead of hanging it.
+          while (lastConfirm < healed) {
+            if (performance.now() - healed > 120_000)
+              throw new Error(`${fault.name}: no confirm within 120 s of the heal`);
+            await sleep(10);
+          }
+          faultLines.push(
+            `${Math.round((performance.now() - t0) / 1000)} s: ${fault.name} [leader node${leader}, ${Math.round(healed - began)} ms]: resumed ${Math.round(lastConfirm - healed)} ms after the heal; ` +
+              `probe during it: ${confirmsDuring} confirmed, ${timeoutsDuring} timed out`,
+          );
+          console.log(`[nemesis] ${faultLines.at(-1)}`);
+        }
+      }
+    };
+
+    const consumerStore = join(await tempDir(), 'consumer');
+    const consumerLog: string[] = [];
+    const saved = process.env.RABBITMQ_STREAM_ENDPOINTS;
+    process.env.RABBITMQ_STREAM_ENDPOINTS = NEMESIS_ENDPOINTS_ENV;
+    let result: Awaited<ReturnType<typeof runCrashScenario>>;
+    const producerLines: string[] = [];
+    let consumerKills = 0;
+    try {
+      const faulting = chaos();
+      // The verifying consumer runs through all of it, SIGKILLed once per fault round at a random moment.
+      const consumerChaos = (async () => {
+        let over = false;
+        void faulting.finally(() => (over = true)).catch(() => undefined);
+        while (!over) {
+          const c = startConsumer(consumerStore, stream, consumerLog);
+          const timer = setTimeout(() => c.kill(), 5_000 + Math.random() * 20_000);
+          void faulting.finally(() => c.kill()).catch(() => undefined);
+          if ((await c.done) === 'killed') consumerKills++;
+          clearTimeout(timer);
+        }
+      })();
+      result = await runCrashScenario({
+        cli: CLI_FROM_SOURCE,
+        stream,
+        producerName: 'nemesis-producer',
+        kills: 2 * ROUNDS,
+        // About 2 000 messages a second (4 in flight): every fault meets sends in flight.
+        perRun: 10_000,
+        concurrency: 4,
+        // One kill at a point of progress (lands mid-run), one at a time (may land in a fault).
+        kill: [{ afterAcked: [0.2, 0.8] }, { afterMs: [1_000, 4_000] }],
+        confirmTimeoutMs: CONFIRM_TIMEOUT_MS,
+        runUntil: faulting,
+        beforeRead: () => Promise.all([faulting, consumerChaos]),
+        onProgress: (line) => producerLines.push(line),
+      });
+    } finally {
+      await nemesis('heal').catch(() => undefined);
+      if (saved === undefined) delete process.env.RABBITMQ_STREAM_ENDPOINTS;
+      else process.env.RABBITMQ_STREAM_ENDPOINTS = saved;
+      probing = false;
+      await probeLoop;
+      await probe.close();
+    }
+
+    // A last run to the end of the stream, then every effect once.
+    const last = startConsumer(consumerStore, stream, consumerLog, BigInt(result.streamMessages - 1));
+    expect(await last.done).toBe('done');
+    const check = await StreamVerifyingConsumer.open({
+      connection,
+      stream,
+      consumerName: 'cluster-effects',
+      store: consumerStore,
+      handler: () => undefined,
+    });
+    const missing: string[] = [];
+    const twice: string[] = [];
+    for (const label of result.acknowledgedLabels) {
+      const raw = await check.readEffect(`applied:${label}`);
+      if (raw === undefined) missing.push(label);
+      else if (Buffer.from(raw).toString() !== '1') twice.push(label);
+    }
+    const doubles = Number(Buffer.from((await check.readEffect('doubles')) ?? Buffer.from('0')).toString());
+    await check.close();
+    const gaps = consumerLog.filter((line) => line.startsWith('confirmed gap'));
+
+    console.log(`[nemesis] producer: ${producerLines.join('; ')}`);
+    console.log(
+      `[nemesis] producer kills=${result.kills} attempted=${result.attempted} acknowledged=${result.acknowledged} ` +
+        `stream=${result.streamMessages} resent=${result.resent} ${formatReport(result.report)}; ` +
+        `consumer kills=${consumerKills} doubles=${doubles} missing=${missing.length} applied-twice=${twice.length} ` +
+        `confirmed gaps=${gaps.length}; audit ${result.audit.ok ? 'OK' : 'FAILED'} (gaps ${result.audit.gaps}, duplicates ${result.audit.duplicates}, out of order ${result.audit.outOfOrder})`,
+    );
+    if (missing.length > 0 || gaps.length > 0 || process.env.STREAM_DEDUP_VERBOSE === '1') {
+      console.log(
+        `[nemesis] consumer log:\n  ${consumerLog.join('\n  ')}\nmissing: ${missing.slice(0, 20).join(', ')}`,
+      );
+    }
+    expect(faultLines).toHaveLength(ROUNDS * FAULTS.length);
+    expect(result.kills).toBeGreaterThanOrEqual(2 * ROUNDS);
+    expect(result.report.lost).toEqual([]);
+    expect(result.report.duplicated).toEqual([]);
+    // The probe's messages share the stream; nothing else may be there.
+    expect(result.report.unexpected.filter((label) => !label.startsWith('probe-'))).toEqual([]);
+    expect(result.report.orderViolations).toEqual([]);
+    expect(gaps).toEqual([]);
+    expect(result.audit).toMatchObject({
+      ok: true,
+      gaps: 0,
+      duplicates: 0,
+      outOfOrder: 0,
+      contradictions: 0,
+    });
+    expect(missing).toEqual([]);
+    expect(twice).toEqual([]);
+    expect(doubles).toBe(0);
+  }, 1_800_000);
+});

@@ -1,0 +1,95 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { connect, type Client } from 'rabbitmq-stream-js-client';
+import { afterAll, beforeAll } from 'vitest';
+import { BROKER } from './broker.js';
+
+// The three-node cluster of scripts/nemesis.sh: each node in its own network namespace, node N at
+// 10.99.N.2 (stream 5552, AMQP 5672), this machine's processes at 10.99.0.1, every packet between
+// them through a router namespace where the faults drop it. Separate from the cluster of
+// test/support/cluster.ts (127.0.0.1, ports 5561-5563), and removed after the file's tests.
+const run = promisify(execFile);
+const root = fileURLToPath(new URL('../../', import.meta.url));
+
+/** Node N's address (N = 1..3). */
+export const nodeHost = (n: number): string => `10.99.${n}.2`;
+/** Every node's stream port, as `connection.endpoints`. */
+export const NEMESIS_ENDPOINTS = [1, 2, 3].map((n) => ({ hostname: nodeHost(n), port: 5552 }));
+/** Connection parameters with every node as an endpoint. */
+export const NEMESIS_CONNECTION = {
+  username: BROKER.username,
+  password: BROKER.password,
+  vhost: BROKER.vhost,
+  endpoints: NEMESIS_ENDPOINTS,
+};
+/** The same, as RABBITMQ_STREAM_ENDPOINTS for the CLI and the fixtures. */
+export const NEMESIS_ENDPOINTS_ENV = NEMESIS_ENDPOINTS.map((e) => `${e.hostname}:${e.port}`).join(',');
+
+/** Runs scripts/nemesis.sh with these arguments (`cut 1 2`, `isolate 3`, `heal`, `pause 2`, …). */
+export async function nemesis(...args: string[]): Promise<string> {
+  const { stdout } = await run('bash', ['scripts/nemesis.sh', ...args], { cwd: root });
+  return stdout;
+}
+
+/**
+ * Makes the network and starts a fresh cluster before the file's tests (failing loudly when it
+ * cannot: not root, no chroot, no namespaces), and removes all of it after them.
+ */
+export function useNemesisCluster(): void {
+  // STREAM_DEDUP_NEMESIS_KEEP=1 (while working on these tests): use the cluster that
+  // `scripts/nemesis.sh up` started, and leave it running.
+  if (process.env.STREAM_DEDUP_NEMESIS_KEEP === '1') return;
+  beforeAll(async () => {
+    await nemesis('up');
+  }, 300_000);
+  afterAll(async () => {
+    await nemesis('down');
+  }, 120_000);
+}
+
+/** Runs `fn` with a client on the first node that answers (nodes are cut off in these tests). */
+export async function withNemesisAdmin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
+  let lastError: unknown;
+  for (const { hostname, port } of NEMESIS_ENDPOINTS) {
+    let client: Client | undefined;
+    try {
+      // A node behind a cut drops the SYN: give up on it after 3 s (closing it if it comes later).
+      const connecting = connect({ ...NEMESIS_CONNECTION, hostname, port });
+      client = await Promise.race([
+        connecting,
+        new Promise<never>((_, reject) => {
+          setTimeout(() => reject(new Error(`${hostname}:${port} did not answer in 3 s`)), 3_000).unref();
+        }),
+      ]).catch((err: unknown) => {
+        void connecting.then((late) => late.close()).catch(() => undefined);
+        throw err;
+      });
+      return await withTimeout(fn(client), 10_000, `${hostname}:${port}`);
+    } catch (err) {
+      lastError = err;
+    } finally {
+      await client?.close().catch(() => undefined);
+    }
+  }
+  throw lastError instanceof Error ? lastError : new Error('no node answered');
+}
+
+/** Which node (1..3) leads the stream now, and how many replicas it has. */
+export function nemesisLeader(stream: string): Promise<{ node: number; replicas: number }> {
+  return withNemesisAdmin(async (client) => {
+    const [meta] = await client.queryMetadata({ streams: [stream] });
+    const host = meta?.leader?.host ?? '';
+    return { node: Number(/^10\.99\.(\d)\.2$/.exec(host)?.[1] ?? 0), replicas: meta?.replicas?.length ?? 0 };
+  });
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what}: no answer in ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
