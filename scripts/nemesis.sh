@@ -13,6 +13,8 @@
 #                                         (tc tbf, e.g. 2mbit; queueing delay up to 200 ms) and
 #                                         random packet loss both ways (nftables numgen)
 #   scripts/nemesis.sh leader-pid N       print node N's Erlang VM pid
+#   scripts/nemesis.sh partitions         each node's view: the nodes it runs with, and the network
+#                                         partitions it reports (rabbitmqctl cluster_status)
 #
 # Layout, all made here and removed by `down`: a router namespace `sdn-r` and one namespace per node
 # (`sdn-1`..`sdn-3`), each node joined to the router by a veth pair; node N is 10.99.N.2 (host name
@@ -20,14 +22,16 @@
 # machine's own processes (the tests, the CLI) reach the nodes through a fourth veth pair: they are
 # 10.99.0.1, routed to 10.99.0.0/16 through the router. Every packet between two nodes, or between
 # a client and a node, crosses the router, where nftables drops what a fault says. Nothing leaves
-# the machine: the router has no other link. The nodes run from the chroot that scripts/rabbitmq.sh
+# the machine: the router has no other link, and refuses (ICMP) any packet for an address outside
+# $NET.0.0/16 (table nemesis_fence, which `heal` leaves alone). The nodes run from the chroot that scripts/rabbitmq.sh
 # builds, with Erlang's net_ticktime at 5 s (60 s by default) so that a partition or a pause is
 # noticed within ~6 s, and cluster_partition_handling = pause_minority (README, Operations).
 #
-# The kernel of this machine has no netem qdisc ("Specified qdisc kind is unknown"): no added
-# delay, duplication or reordering. Loss is real (TCP retransmits, as on a lossy link), and the
-# rate limit queues packets (delay under load). Duplicated or reordered packets are absorbed by TCP
-# below the client and the broker; what they cost above it is delay, which loss and queueing give.
+# The kernel of this machine has no netem qdisc ("Specified qdisc kind is unknown"): no fixed added
+# delay and no reordering. Loss is real (TCP retransmits, as on a lossy link), duplication is real
+# (nftables `dup` sends a second copy of the packet), and the rate limit queues packets (delay under
+# load). Reordered packets, like duplicated ones, are absorbed by TCP below the client and the
+# broker; what they cost above it is delay, which loss and queueing give.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,7 +43,7 @@ TICKTIME=${NEMESIS_NET_TICKTIME:-5}
 DATA_IN_ROOT=/var/lib/stream-dedup-nemesis
 NODES=(1 2 3)
 
-nlog() { printf 'nemesis.sh: %s\n' "$*" >&2; }
+nlog() { printf "nemesis.sh: [%ss] %s\n" "$SECONDS" "$*" >&2; }
 ndie() {
   printf 'nemesis.sh: error: %s\n' "$*" >&2
   exit 1
@@ -94,10 +98,22 @@ net_up() {
     in_ns "sdn-$n" ip link set eth0 up
     in_ns "sdn-$n" ip route add default via "$NET.$n.1"
   done
+  # Drops in an inet table; `dup` works only in an ip one, after the drops.
   in_ns sdn-r nft -f - <<EOF
 table inet nemesis {
   chain forward {
     type filter hook forward priority 0; policy accept;
+  }
+}
+table ip nemesis_dup {
+  chain forward {
+    type filter hook forward priority 10; policy accept;
+  }
+}
+table ip nemesis_fence {
+  chain forward {
+    type filter hook forward priority -10; policy accept;
+    ip daddr != $NET.0.0/16 reject
   }
 }
 EOF
@@ -122,12 +138,19 @@ stream.listeners.tcp.1 = 0.0.0.0:5552
 stream.advertised_host = $(addr_of "$n")
 stream.advertised_port = 5552
 cluster_partition_handling = pause_minority
+cluster_formation.peer_discovery_backend = classic_config
+cluster_formation.classic_config.nodes.1 = rabbit@sdn1
+cluster_formation.classic_config.nodes.2 = rabbit@sdn2
+cluster_formation.classic_config.nodes.3 = rabbit@sdn3
 loopback_users = none
 log.file.level = warning
 log.console = false
 EOF
   printf '[{kernel, [{net_ticktime, %s}]}].\n' "$TICKTIME" >"$dir/advanced.config"
   echo '[rabbitmq_stream].' >"$dir/enabled_plugins"
+  # Names from /etc/hosts only, never DNS: a node looks up the peer of each client connection, and
+  # from inside a namespace a DNS query has no answer (measured: 5 s per connection after the first).
+  printf '{file, hosts, "/etc/hosts"}.\n{lookup, [file]}.\n' >"$dir/inetrc"
 }
 
 start_nemesis_node() {
@@ -144,6 +167,7 @@ start_nemesis_node() {
     RABBITMQ_ADVANCED_CONFIG_FILE="$dir/advanced.config" \
     RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" \
     RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log" RABBITMQ_PID_FILE="$dir/pid" \
+    ERL_INETRC="$dir/inetrc" \
     /usr/lib/rabbitmq/bin/rabbitmq-server \
     >"$ROOT$dir/log/console.log" 2>&1 </dev/null 9>&- &
   disown
@@ -185,9 +209,14 @@ cmd_nemesis_up() {
   with_lock
   ensure_root
   mount_root "$ROOT"
-  if ! grep -q ' sdn1$' "$ROOT/etc/hosts"; then
+  # Every address of this network by name, the clients' too: a node looks up the address of a
+  # client that connects (measured: each connection after the first waited 5 s for a DNS answer
+  # that cannot come from inside a namespace, and the router refuses it, below).
+  if ! grep -q ' sdn-client$' "$ROOT/etc/hosts"; then
+    sed -i '/ sdn[0-9]$/d' "$ROOT/etc/hosts"
     local n
     for n in "${NODES[@]}"; do echo "$(addr_of "$n") sdn$n" >>"$ROOT/etc/hosts"; done
+    echo "$(addr_of client) sdn-client" >>"$ROOT/etc/hosts"
   fi
   kill_nemesis_nodes
   rm -rf "${ROOT:?}$DATA_IN_ROOT"
@@ -195,13 +224,11 @@ cmd_nemesis_up() {
   heal
   local n
   for n in "${NODES[@]}"; do start_nemesis_node "$n"; done
+  # The nodes find each other at boot (classic_config peer discovery): no join_cluster round trips.
   for n in "${NODES[@]}"; do wait_nemesis_node "$n"; done
-  for n in 2 3; do
-    ctl "$n" stop_app
-    ctl "$n" join_cluster rabbit@sdn1
-    ctl "$n" start_app
-  done
-  for n in "${NODES[@]}"; do wait_nemesis_node "$n"; done
+  local running
+  running=$(ctl 1 eval 'length(rabbit_nodes:list_running()).' 2>/dev/null || echo 0)
+  [ "$running" = 3 ] || ndie "the nodes did not form one cluster (rabbit@sdn1 sees $running running)"
   nlog "cluster rabbit@sdn1..3 ready: stream $NET.1.2:5552, $NET.2.2:5552, $NET.3.2:5552 (AMQP 5672)"
 }
 
@@ -226,13 +253,14 @@ cut() {
 
 heal() {
   in_ns sdn-r nft flush chain inet nemesis forward
+  in_ns sdn-r nft flush chain ip nemesis_dup forward
   local n
   for n in "${NODES[@]}"; do in_ns sdn-r tc qdisc del dev "n$n" root 2>/dev/null || true; done
   in_ns sdn-r tc qdisc del dev to-host root 2>/dev/null || true
 }
 
 slow() {
-  local n=$1 rate=$2 loss=$3 node client
+  local n=$1 rate=$2 loss=$3 dup=${4:-0} node client
   node=$(addr_of "$n")
   client=$(addr_of client)
   # Both directions queue at the router: towards the node on its link, towards clients on theirs.
@@ -241,6 +269,12 @@ slow() {
   if [ "$loss" -gt 0 ]; then
     drop_rule "$client" "$node" numgen random mod 100 "<" "$loss"
     drop_rule "$node" "$client" numgen random mod 100 "<" "$loss"
+  fi
+  if [ "$dup" -gt 0 ]; then
+    in_ns sdn-r nft add rule ip nemesis_dup forward ip saddr "$client" ip daddr "$node" \
+      numgen random mod 100 "<" "$dup" dup to "$node" device "n$n"
+    in_ns sdn-r nft add rule ip nemesis_dup forward ip saddr "$node" ip daddr "$client" \
+      numgen random mod 100 "<" "$dup" dup to "$client" device to-host
   fi
 }
 
@@ -263,7 +297,28 @@ nemesis_status() {
       echo "rabbit@sdn$n ($(addr_of "$n")): not running"
     fi
   done
-  if ip netns list | grep -q '^sdn-r'; then in_ns sdn-r nft list chain inet nemesis forward; fi
+  if ip netns list | grep -q '^sdn-r'; then
+    in_ns sdn-r nft list chain inet nemesis forward
+    in_ns sdn-r nft list chain ip nemesis_dup forward
+  fi
+}
+
+# One line per node: `sdnN running=[…] partitions=[…]`, as node N's Erlang VM tells it (asked in
+# parallel; a paused or unreachable node says so).
+partitions() {
+  local n
+  for n in "${NODES[@]}"; do
+    (
+      local view
+      view=$(timeout 20 ip netns exec "sdn-$n" chroot --userspec=rabbitmq:rabbitmq "$ROOT" /usr/bin/env -i \
+        PATH=/usr/lib/rabbitmq/bin:/usr/sbin:/usr/bin:/bin HOME=/var/lib/rabbitmq LANG=C.UTF-8 \
+        rabbitmqctl -q -n "rabbit@sdn$n" eval \
+        'io:format("running=~w partitions=~w~n", [lists:sort(rabbit_nodes:list_running()), lists:sort(rabbit_node_monitor:partitions())]).' \
+        2>/dev/null | grep -v '^ok$' | head -n 1) || view=""
+      echo "sdn$n ${view:-did-not-answer}"
+    ) &
+  done
+  wait
 }
 
 node_arg() { case "${1:-}" in 1 | 2 | 3) ;; *) ndie "a node number 1..3, not '${1:-}'" ;; esac; }
@@ -293,8 +348,10 @@ nemesis_main() {
       node_arg "${2:-}"
       [[ "${3:-}" =~ ^[0-9]+[kmg]?bit$ ]] || ndie "a rate like 2mbit, not '${3:-}'"
       [[ "${4:-}" =~ ^[0-9]+$ ]] || ndie "a loss percentage 0..99, not '${4:-}'"
-      slow "$2" "$3" "$4"
+      [[ "${5:-0}" =~ ^[0-9]+$ ]] || ndie "a duplication percentage 0..99, not '${5:-}'"
+      slow "$2" "$3" "$4" "${5:-0}"
       ;;
+    partitions) partitions | sort ;;
     leader-pid)
       node_arg "${2:-}"
       node_pid "$2"

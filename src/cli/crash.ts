@@ -39,6 +39,8 @@ export interface CrashRunOptions {
   readonly concurrency?: number;
   /** The producers' `confirmTimeoutMs` (a timed-out send is logged and the run goes on). */
   readonly confirmTimeoutMs?: number;
+  /** The producers' `connectTimeoutMs`. */
+  readonly connectTimeoutMs?: number;
   /**
    * Runs go on (each killed at its moment, or finishing) until `kills` landed and this settled;
    * then the last run. For faults of a known length: the producer keeps publishing through all
@@ -244,6 +246,7 @@ async function runOnce(
         ? []
         : ['--sub-entry', String(o.subEntry.size), '--compression', o.subEntry.compression ?? 'none']),
       ...(o.confirmTimeoutMs === undefined ? [] : ['--confirm-timeout-ms', String(o.confirmTimeoutMs)]),
+      ...(o.connectTimeoutMs === undefined ? [] : ['--connect-timeout-ms', String(o.connectTimeoutMs)]),
       ...(o.concurrency === undefined ? [] : ['--concurrency', String(o.concurrency)]),
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },

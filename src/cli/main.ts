@@ -102,10 +102,12 @@ async function main(argv: string[]): Promise<number> {
           'sub-entry': { type: 'string' },
           compression: { type: 'string', default: 'none' },
           'confirm-timeout-ms': { type: 'string' },
+          'connect-timeout-ms': { type: 'string' },
         },
       });
       const subEntrySize = values['sub-entry'];
       const confirmTimeout = values['confirm-timeout-ms'];
+      const connectTimeout = values['connect-timeout-ms'];
       await produce({
         stream: values.stream!,
         superStream: values['super-stream'],
@@ -126,6 +128,7 @@ async function main(argv: string[]): Promise<number> {
                 compression: values.compression as 'none' | 'gzip' | 'zstd',
               },
         confirmTimeoutMs: confirmTimeout === undefined ? undefined : Number(confirmTimeout),
+        connectTimeoutMs: connectTimeout === undefined ? undefined : Number(connectTimeout),
       });
       return 0;
     }

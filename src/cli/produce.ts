@@ -43,6 +43,8 @@ export interface ProduceOptions {
    * connection and re-sends it (its fate shows in the stream, not in the log).
    */
   readonly confirmTimeoutMs?: number | undefined;
+  /** The publisher's `connectTimeoutMs` (how long one connection attempt may take). */
+  readonly connectTimeoutMs?: number | undefined;
 }
 
 /** The header that carries a super stream message's routing key (its label) in `produce`. */
@@ -73,6 +75,7 @@ export async function produce(o: ProduceOptions): Promise<void> {
     durability: o.durability,
     idMode: o.keyed ? ('keyed' as const) : ('auto' as const),
     ...(o.confirmTimeoutMs === undefined ? {} : { confirmTimeoutMs: o.confirmTimeoutMs }),
+    ...(o.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: o.connectTimeoutMs }),
   };
   const open = async (): Promise<Producer> => {
     if (o.superStream !== undefined) {

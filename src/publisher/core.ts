@@ -84,6 +84,8 @@ export class DedupPublisherCore {
   #fatal: DedupError | undefined;
   /** Highest ID handed out (written to the store before it leaves in outbox mode). */
   #lastAssigned: bigint;
+  /** Highest ID the broker confirmed in this life: its last ID for the name never goes below it, unless it lost data. */
+  #highestConfirmed = 0n;
   /** The messages between send() and the confirm: parked, batched, committing, pending. */
   readonly #queue: SendQueue;
   /** Written and sent, unconfirmed (the queue's last stage). */
@@ -480,6 +482,7 @@ export class DedupPublisherCore {
 
   #settleConfirmed(e: Entry): void {
     const id = e.publishingId;
+    if (id > this.#highestConfirmed) this.#highestConfirmed = id;
     this.#commits.confirmed(e);
     if (e.key !== undefined) KeyedIds.settled(e, id);
     this.#skip.confirmed(id);
@@ -502,6 +505,20 @@ export class DedupPublisherCore {
     if (brokerLast !== undefined && brokerLast > this.#ownCeiling()) {
       this.#fail(this.#nameConflict(brokerLast));
       return;
+    }
+    if (brokerLast !== undefined && brokerLast < this.#highestConfirmed) {
+      // The broker confirmed an ID it no longer has as the name's last: it lost stored messages
+      // (a failover that dropped acknowledged writes) or forgot the name (docs/design.md §6.7).
+      // Not ours to repair: the IDs are spent; the stream shows the hole (audit, the verifier's gap).
+      this.#log.error(
+        {
+          producer: this.producerName,
+          target: this.#transport.target,
+          brokerLastId: brokerLast.toString(),
+          confirmedId: this.#highestConfirmed.toString(),
+        },
+        'stream-dedup: the broker reports a last ID below one it confirmed: acknowledged messages may be lost (run audit)',
+      );
     }
     // Everything unconfirmed goes out again, in ID order, with its original ID; the broker drops
     // (and confirms) what it already stored.

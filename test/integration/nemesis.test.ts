@@ -5,11 +5,16 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { runCrashScenario } from '../../src/cli/crash.js';
-import { formatReport } from '../../src/testing.js';
-import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { checkHistory, formatReport } from '../../src/testing.js';
+import {
+  readStreamToEnd,
+  StreamDedupPublisher,
+  StreamVerifyingConsumer,
+} from '../../src/transport/stream.js';
 import { uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
 import {
+  awaitNemesisLeader,
   NEMESIS_CONNECTION as connection,
   NEMESIS_ENDPOINTS_ENV,
   nemesis,
@@ -31,6 +36,12 @@ const ROUNDS = SOAK ? Number(process.env.NEMESIS_ROUNDS ?? 5) : 1;
 /** Erlang's net_ticktime on these nodes (scripts/nemesis.sh): a partition is noticed in about this. */
 const TICK_MS = 5_000;
 const CONFIRM_TIMEOUT_MS = 5_000;
+/**
+ * How long one connection attempt may take: the library's default (10 s) in the soak; 3 s in the
+ * bounded run, where most of the time to resume is a connection attempt to a node that went
+ * silent waiting out this timeout (measured: about 10 s of each 15 s stall with the default).
+ */
+const CONNECT_TIMEOUT_MS = SOAK ? undefined : 3_000;
 const consumerFixture = fileURLToPath(new URL('../fixtures/effects-consumer.ts', import.meta.url));
 
 useNemesisCluster();
@@ -55,7 +66,7 @@ const FAULTS: readonly Fault[] = [
     // The leader, and the publisher connected to it, in the minority: pause_minority stops it.
     name: 'partition: leader isolated from both followers (minority of one, clients still reach it)',
     start: (l) => nemesis('isolate', String(l)),
-    holdMs: 2 * TICK_MS,
+    holdMs: 1.5 * TICK_MS,
   },
   {
     name: 'partition: clients cut from the leader (the cluster whole)',
@@ -67,19 +78,19 @@ const FAULTS: readonly Fault[] = [
     // through the bridge only.
     name: 'partition: bridge (leader and one follower cut, the other follower sees both)',
     start: (l) => nemesis('cut', String(l), String(others(l)[0])),
-    holdMs: 2 * TICK_MS,
+    holdMs: 1.5 * TICK_MS,
   },
   {
     name: 'partition: one way (the leader hears the followers, they do not hear it)',
     start: async (l) => {
       for (const f of others(l)) await nemesis('cut', String(l), String(f), 'oneway');
     },
-    holdMs: 2 * TICK_MS,
+    holdMs: 1.5 * TICK_MS,
   },
   {
     name: 'partition: flapping (leader isolated and healed every 1-2 s)',
     start: async (l) => {
-      const until = performance.now() + 2 * TICK_MS;
+      const until = performance.now() + 1.5 * TICK_MS;
       while (performance.now() < until) {
         await nemesis('isolate', String(l));
         await sleep(1_000 + Math.random() * 1_000);
@@ -94,15 +105,38 @@ const FAULTS: readonly Fault[] = [
     // runs on believing it still leads.
     name: 'pause: SIGSTOP of the leader past the net tick, then SIGCONT',
     start: (l) => nemesis('pause', String(l)),
-    holdMs: 2 * TICK_MS,
+    holdMs: 1.5 * TICK_MS,
     stop: (l) => nemesis('resume', String(l)),
   },
   {
-    name: 'slow link: clients to the leader at 1 mbit/s with 10 % loss both ways',
-    start: (l) => nemesis('slow', String(l), '1mbit', '10'),
+    name: 'slow link: clients to the leader at 1 mbit/s, 10 % of packets lost and 5 % duplicated both ways',
+    start: (l) => nemesis('slow', String(l), '1mbit', '10', '5'),
     holdMs: TICK_MS,
   },
 ];
+
+/**
+ * `scripts/nemesis.sh partitions` in one line: per node, the partitions it has recorded (RabbitMQ
+ * keeps them until the node restarts) and how many nodes it runs with.
+ */
+function clusterView(out: string): string {
+  return out
+    .trim()
+    .split('\n')
+    .map((line) => {
+      const node = line.split(' ')[0];
+      const view = line.slice(line.indexOf(' ') + 1);
+      const names = (key: string): string[] =>
+        (new RegExp(`${key}=\\[([^\\]]*)\\]`).exec(view)?.[1] ?? '')
+          .split(',')
+          .filter(Boolean)
+          .map((n) => n.replace('rabbit@', ''));
+      if (!view.includes('running=')) return `${node} did not answer`;
+      const partitions = names('partitions');
+      return `${node} runs with ${names('running').length}, partitioned from ${partitions.length > 0 ? partitions.join('+') : 'none'}`;
+    })
+    .join('; ');
+}
 
 /**
  * Runs the effects consumer (test/fixtures/effects-consumer.ts) as a child process until it is
@@ -117,7 +151,11 @@ function startConsumer(
   const args = ['--import', 'tsx', consumerFixture, stream, store];
   if (target !== undefined) args.push(String(target));
   const child = spawn(process.execPath, args, {
-    env: { ...process.env, RABBITMQ_STREAM_ENDPOINTS: NEMESIS_ENDPOINTS_ENV },
+    env: {
+      ...process.env,
+      RABBITMQ_STREAM_ENDPOINTS: NEMESIS_ENDPOINTS_ENV,
+      ...(CONNECT_TIMEOUT_MS === undefined ? {} : { EFFECTS_CONNECT_TIMEOUT_MS: String(CONNECT_TIMEOUT_MS) }),
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
@@ -148,50 +186,89 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
     for (let i = 0; i < 100 && (await nemesisLeader(stream)).replicas < 2; i++) await sleep(100);
     expect((await nemesisLeader(stream)).replicas).toBe(2);
 
-    // A probe publisher sends one message every 20 ms: the gap in its confirms after a fault ends
-    // is the time to resume.
+    const t0 = performance.now();
+    const probeLog: { at: number; line: string }[] = [];
+    const probeSaw = (level: string, obj: object, msg?: string): void => {
+      const { err, ...rest } = obj as { err?: Error };
+      probeLog.push({
+        at: performance.now(),
+        line: `${((performance.now() - t0) / 1000).toFixed(1)} s ${level} ${msg ?? ''} ${JSON.stringify(rest)}${err === undefined ? '' : ` (${err.message})`}`,
+      });
+    };
+    // A probe publisher sends one message every 20 ms, labelled with the fault in force (`probe-<k>-<i>`,
+    // k = -1 between faults): the gap in its confirms after a fault ends is the time to resume, and
+    // its history, checked per fault at the end, gives each fault's own counts.
     const probe = await StreamDedupPublisher.open({
       connection,
       stream,
       producerName: 'nemesis-probe',
       store: join(await tempDir(), 'probe'),
       confirmTimeoutMs: CONFIRM_TIMEOUT_MS,
+      ...(CONNECT_TIMEOUT_MS === undefined ? {} : { connectTimeoutMs: CONNECT_TIMEOUT_MS }),
       reconnect: { initialDelayMs: 100, maxDelayMs: 1_000, giveUpAfterMs: 600_000 },
+      // What the publisher sees (lost connections, reconnects, timeouts), with the time of each.
+      logger: {
+        debug: () => undefined,
+        info: (obj, msg) => probeSaw('info', obj, msg),
+        warn: (obj, msg) => probeSaw('warn', obj, msg),
+        error: (obj, msg) => probeSaw('error', obj, msg),
+      },
     });
     let lastConfirm = performance.now();
-    let probeConfirms = 0;
+    const confirmTimes: number[] = [];
+    let faultInForce = -1;
+    const probeAttempted: string[] = [];
+    const probeAcknowledged: string[] = [];
     let probeTimeouts = 0;
     let probing = true;
+    const probeSends: Promise<unknown>[] = [];
     const probeLoop = (async () => {
       for (let i = 0; probing; i++) {
-        probe.send(Buffer.from(`probe-${i}`)).then(
-          () => {
-            lastConfirm = performance.now();
-            probeConfirms++;
-          },
-          () => probeTimeouts++,
+        const label = `probe-${faultInForce}-${i}`;
+        probeAttempted.push(label);
+        probeSends.push(
+          probe.send(Buffer.from(label)).then(
+            () => {
+              lastConfirm = performance.now();
+              confirmTimes.push(lastConfirm);
+              probeAcknowledged.push(label);
+            },
+            () => probeTimeouts++,
+          ),
         );
         await sleep(20);
       }
     })();
 
-    const faultLines: string[] = [];
-    const t0 = performance.now();
+    interface FaultRun {
+      readonly name: string;
+      readonly leader: number;
+      readonly atS: number;
+      readonly heldMs: number;
+      readonly resumedMs: number;
+      /** The longest time without a probe confirm, from the fault's start to the first confirm after its heal. */
+      readonly stalledMs: number;
+      readonly timeouts: number;
+      /** What the probe publisher logged meanwhile: connections lost and made again. */
+      readonly lost: number;
+      readonly reconnected: number;
+      /** What each node reports once the probe resumed: the nodes it runs with, the partitions it recorded. */
+      readonly cluster: string;
+    }
+    const faultRuns: FaultRun[] = [];
     const chaos = async (): Promise<void> => {
       for (let round = 0; round < ROUNDS; round++) {
         for (const fault of FAULTS) {
           await sleep(500 + Math.random() * 500);
-          const { node: leader } = await nemesisLeader(stream).catch(() => ({ node: 1 }));
-          const confirmsBefore = probeConfirms;
+          const leader = await awaitNemesisLeader(stream);
           const timeoutsBefore = probeTimeouts;
           const began = performance.now();
+          faultInForce = faultRuns.length;
           await fault.start(leader);
           await sleep(fault.holdMs);
           await fault.stop?.(leader);
           await nemesis('heal');
           const healed = performance.now();
-          const confirmsDuring = probeConfirms - confirmsBefore;
-          const timeoutsDuring = probeTimeouts - timeoutsBefore;
           // Resumed: a probe message confirmed after the heal. Bounded, so a cluster that does not
           // come back fails the test with the fault named instead of hanging it.
           while (lastConfirm < healed) {
@@ -199,11 +276,25 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
               throw new Error(`${fault.name}: no confirm within 120 s of the heal`);
             await sleep(10);
           }
-          faultLines.push(
-            `${Math.round((performance.now() - t0) / 1000)} s: ${fault.name} [leader node${leader}, ${Math.round(healed - began)} ms]: resumed ${Math.round(lastConfirm - healed)} ms after the heal; ` +
-              `probe during it: ${confirmsDuring} confirmed, ${timeoutsDuring} timed out`,
-          );
-          console.log(`[nemesis] ${faultLines.at(-1)}`);
+          faultInForce = -1;
+          const confirms = [began, ...confirmTimes.filter((t) => t > began && t <= lastConfirm)];
+          const stalledMs = Math.max(...confirms.slice(1).map((t, i) => t - confirms[i]!));
+          const logged = probeLog
+            .filter(({ at }) => at >= began && at <= lastConfirm)
+            .map(({ line }) => line);
+          faultRuns.push({
+            name: fault.name,
+            leader,
+            atS: Math.round((began - t0) / 1000),
+            heldMs: Math.round(healed - began),
+            resumedMs: Math.round(lastConfirm - healed),
+            stalledMs: Math.round(stalledMs),
+            timeouts: probeTimeouts - timeoutsBefore,
+            lost: logged.filter((line) => line.includes('connection lost')).length,
+            reconnected: logged.filter((line) => line.includes('reconnected')).length,
+            cluster: clusterView(await nemesis('partitions')),
+          });
+          console.log(`[nemesis] ${fault.name}: resumed ${faultRuns.at(-1)!.resumedMs} ms after the heal`);
         }
       }
     };
@@ -240,6 +331,7 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
         // One kill at a point of progress (lands mid-run), one at a time (may land in a fault).
         kill: [{ afterAcked: [0.2, 0.8] }, { afterMs: [1_000, 4_000] }],
         confirmTimeoutMs: CONFIRM_TIMEOUT_MS,
+        ...(CONNECT_TIMEOUT_MS === undefined ? {} : { connectTimeoutMs: CONNECT_TIMEOUT_MS }),
         runUntil: faulting,
         beforeRead: () => Promise.all([faulting, consumerChaos]),
         onProgress: (line) => producerLines.push(line),
@@ -250,9 +342,11 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
       else process.env.RABBITMQ_STREAM_ENDPOINTS = saved;
       probing = false;
       await probeLoop;
+      await Promise.all(probeSends);
       await probe.close();
     }
 
+    const chaosEnded = performance.now();
     // A last run to the end of the stream, then every effect once.
     const last = startConsumer(consumerStore, stream, consumerLog, BigInt(result.streamMessages - 1));
     expect(await last.done).toBe('done');
@@ -274,19 +368,46 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
     await check.close();
     const gaps = consumerLog.filter((line) => line.startsWith('confirmed gap'));
 
+    // Each fault's own counts, from the probe's history: what was sent while it was in force (from
+    // its start until the first confirm after its heal), acknowledged, lost or stored twice.
+    const probeObserved = (await readStreamToEnd(connection, stream))
+      .map((r) => r.body.toString('utf8'))
+      .filter((label) => label.startsWith('probe-'))
+      .map((label) => ({ label }));
+    const probeReport = checkHistory({
+      attempted: probeAttempted,
+      acknowledged: probeAcknowledged,
+      observed: probeObserved,
+    });
+    const ofFault = (k: number) => (label: string) => label.startsWith(`probe-${k}-`);
+    for (const [k, f] of faultRuns.entries()) {
+      const sent = probeAttempted.filter(ofFault(k)).length;
+      const acked = probeAcknowledged.filter(ofFault(k)).length;
+      const lost = probeReport.lost.filter(ofFault(k)).length;
+      const duplicated = probeReport.duplicated.filter(ofFault(k)).length;
+      console.log(
+        `[nemesis] ${f.atS} s: ${f.name} [leader node${f.leader}, ${f.heldMs} ms]: first confirm ${f.resumedMs} ms after the heal, ` +
+          `longest stall ${f.stalledMs} ms; probe: ${sent} sent, ${acked} acknowledged, ${f.timeouts} timed out, ${lost} lost, ` +
+          `${duplicated} duplicated; connection lost ${f.lost}x, reconnected ${f.reconnected}x; cluster then: ${f.cluster}`,
+      );
+    }
     console.log(`[nemesis] producer: ${producerLines.join('; ')}`);
     console.log(
       `[nemesis] producer kills=${result.kills} attempted=${result.attempted} acknowledged=${result.acknowledged} ` +
         `stream=${result.streamMessages} resent=${result.resent} ${formatReport(result.report)}; ` +
         `consumer kills=${consumerKills} doubles=${doubles} missing=${missing.length} applied-twice=${twice.length} ` +
-        `confirmed gaps=${gaps.length}; audit ${result.audit.ok ? 'OK' : 'FAILED'} (gaps ${result.audit.gaps}, duplicates ${result.audit.duplicates}, out of order ${result.audit.outOfOrder})`,
+        `confirmed gaps=${gaps.length}; audit ${result.audit.ok ? 'OK' : 'FAILED'} (gaps ${result.audit.gaps}, duplicates ${result.audit.duplicates}, out of order ${result.audit.outOfOrder}); ` +
+        `probe ${probeAttempted.length} sent, ${probeAcknowledged.length} acknowledged, ${probeReport.lost.length} lost, ${probeReport.duplicated.length} duplicated; ` +
+        `faults ${Math.round((chaosEnded - t0) / 1000)} s, checks ${Math.round((performance.now() - chaosEnded) / 1000)} s`,
     );
+    if (process.env.STREAM_DEDUP_VERBOSE === '1')
+      console.log(`[nemesis] probe log:\n  ${probeLog.map(({ line }) => line).join('\n  ')}`);
     if (missing.length > 0 || gaps.length > 0 || process.env.STREAM_DEDUP_VERBOSE === '1') {
       console.log(
         `[nemesis] consumer log:\n  ${consumerLog.join('\n  ')}\nmissing: ${missing.slice(0, 20).join(', ')}`,
       );
     }
-    expect(faultLines).toHaveLength(ROUNDS * FAULTS.length);
+    expect(faultRuns).toHaveLength(ROUNDS * FAULTS.length);
     expect(result.kills).toBeGreaterThanOrEqual(2 * ROUNDS);
     expect(result.report.lost).toEqual([]);
     expect(result.report.duplicated).toEqual([]);
@@ -304,5 +425,7 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
     expect(missing).toEqual([]);
     expect(twice).toEqual([]);
     expect(doubles).toBe(0);
+    expect(probeReport.lost).toEqual([]);
+    expect(probeReport.duplicated).toEqual([]);
   }, 1_800_000);
 });

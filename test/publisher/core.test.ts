@@ -74,6 +74,38 @@ describe('publisher core', () => {
     await core.close();
   });
 
+  it('a reconnect that finds the broker below an ID it confirmed logs an error and goes on above it', async () => {
+    // A broker that lost acknowledged messages in a failover, or forgot the name (more than 255
+    // names, docs/design.md §6.7): the model forgets it at a segment roll-over.
+    const broker = new ModelBroker({ maxProducerNames: 0 });
+    const transport = new ModelTransport(broker, 'orders', 'p');
+    const errors: { obj: object; msg: string | undefined }[] = [];
+    const quiet = (): void => undefined;
+    const core = await DedupPublisherCore.open(transport, {
+      producerName: 'p',
+      store: await memoryStore(memoryDisk()),
+      reconnect: { initialDelayMs: 1, maxDelayMs: 2 },
+      logger: { debug: quiet, info: quiet, warn: quiet, error: (obj, msg) => errors.push({ obj, msg }) },
+    });
+    await Promise.all([1, 2, 3].map((i) => core.send(body(`m${i}`))));
+    broker.rollSegment('orders');
+    expect(broker.lastId('orders', 'p')).toBe(0n);
+    transport.cut();
+    // Nothing refused: the IDs are spent; the next one continues above them (a hole, not a reuse).
+    expect((await core.send(body('m4'))).publishingId).toBe(4n);
+    expect(errors).toEqual([
+      {
+        obj: expect.objectContaining({ producer: 'p', brokerLastId: '0', confirmedId: '3' }) as object,
+        msg: expect.stringContaining('below one it confirmed') as string,
+      },
+    ]);
+    // A broker level with what it confirmed says nothing.
+    transport.cut();
+    await core.send(body('m5'));
+    expect(errors).toHaveLength(1);
+    await core.close();
+  });
+
   it('close() waits for confirms; after closeTimeoutMs unconfirmed sends reject and stay in the outbox', async () => {
     const { broker, disk, transport, core } = await setup({ closeTimeoutMs: 20 });
     transport.faults.holdConfirms = true;

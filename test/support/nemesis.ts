@@ -84,6 +84,26 @@ export function nemesisLeader(stream: string): Promise<{ node: number; replicas:
   });
 }
 
+/**
+ * The stream's leader node (1..3), asked until one is elected (an election follows most faults;
+ * there is no event for its end). Fails naming the stream after `timeoutMs`.
+ */
+export async function awaitNemesisLeader(stream: string, timeoutMs = 60_000): Promise<number> {
+  const deadline = performance.now() + timeoutMs;
+  let last: unknown = 'no leader in the metadata';
+  for (;;) {
+    try {
+      const { node } = await nemesisLeader(stream);
+      if (node >= 1 && node <= 3) return node;
+    } catch (err) {
+      last = err;
+    }
+    if (performance.now() > deadline)
+      throw new Error(`${stream}: no leader within ${timeoutMs} ms (${String(last)})`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([
