@@ -24,7 +24,7 @@ import {
 } from '../support/nemesis.js';
 import { useTempDir } from '../support/tmp.js';
 
-// Network faults, Jepsen style (docs/design.md §13), on the cluster of scripts/nemesis.sh: three
+// Network faults, Jepsen style (docs/design.md §11), on the cluster of scripts/nemesis.sh: three
 // nodes in their own network namespaces, every packet between them and between a client and a node
 // crossing a router namespace where nftables drops what the fault says. Through a series of
 // partitions, pauses and a slow link, a producer (SIGKILLed now and then) publishes with
