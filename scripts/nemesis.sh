@@ -7,11 +7,14 @@
 #   scripts/nemesis.sh cut A B [oneway]   drop packets from A to B (and B to A unless `oneway`);
 #                                         A and B are node numbers 1..3 or `client`
 #   scripts/nemesis.sh isolate N          cut node N from the other two nodes (clients still reach it)
-#   scripts/nemesis.sh heal               remove every cut, loss and rate limit
+#   scripts/nemesis.sh heal               print the packets the faults dropped and duplicated
+#                                         (`dropped=N duplicated=M`), then remove every fault
 #   scripts/nemesis.sh pause N | resume N SIGSTOP / SIGCONT node N's Erlang VM
-#   scripts/nemesis.sh slow N RATE LOSS%  on the link between clients and node N: a rate limit
-#                                         (tc tbf, e.g. 2mbit; queueing delay up to 200 ms) and
-#                                         random packet loss both ways (nftables numgen)
+#   scripts/nemesis.sh slow N RATE LOSS% [DUP%]
+#                                         on the link between clients and node N: a rate limit
+#                                         both ways (tc tbf and htb, e.g. 2mbit; queueing delay),
+#                                         random packet loss and duplication both ways (nftables
+#                                         numgen, dup)
 #   scripts/nemesis.sh leader-pid N       print node N's Erlang VM pid
 #   scripts/nemesis.sh partitions         each node's view: the nodes it runs with, and the network
 #                                         partitions it reports (rabbitmqctl cluster_status)
@@ -23,9 +26,10 @@
 # 10.99.0.1, routed to 10.99.0.0/16 through the router. Every packet between two nodes, or between
 # a client and a node, crosses the router, where nftables drops what a fault says. Nothing leaves
 # the machine: the router has no other link, and refuses (ICMP) any packet for an address outside
-# $NET.0.0/16 (table nemesis_fence, which `heal` leaves alone). The nodes run from the chroot that scripts/rabbitmq.sh
-# builds, with Erlang's net_ticktime at 5 s (60 s by default) so that a partition or a pause is
-# noticed within ~6 s, and cluster_partition_handling = pause_minority (README, Operations).
+# 10.99.0.0/16 (table nemesis_fence, which `heal` leaves alone). The nodes run from the chroot that
+# scripts/rabbitmq.sh builds, with Erlang's net_ticktime at 5 s (60 s by default) so that a
+# partition or a pause is noticed within ~6 s, and cluster_partition_handling = pause_minority
+# (README, Operations). Each node resolves names from /etc/hosts only (ERL_INETRC).
 #
 # The kernel of this machine has no netem qdisc ("Specified qdisc kind is unknown"): no fixed added
 # delay and no reordering. Loss is real (TCP retransmits, as on a lossy link), duplication is real
@@ -58,6 +62,7 @@ addr_of() { # addr_of 1..3|client
 }
 
 in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+ns_exists() { [ -e "/run/netns/$1" ]; }
 
 # As rabbitmq.sh's as_rabbit, inside node N's namespace.
 rabbit_in() {
@@ -70,16 +75,25 @@ rabbit_in() {
 ctl() { local n=$1; shift; rabbit_in "$n" rabbitmqctl -q -n "rabbit@sdn$n" "$@"; }
 
 net_up() {
-  if ip netns list | grep -q '^sdn-r'; then return; fi
-  command -v nft >/dev/null || {
-    nlog "installing nftables"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null; } ||
-      ndie "could not install nftables with apt-get"
-  }
+  if ns_exists sdn-r; then return; fi
+  local missing=()
+  command -v nft >/dev/null || missing+=(nftables)
+  { command -v ip >/dev/null && command -v tc >/dev/null; } || missing+=(iproute2)
+  command -v ps >/dev/null || missing+=(procps)
+  if [ ${#missing[@]} -gt 0 ]; then
+    nlog "installing ${missing[*]}"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; } ||
+      ndie "could not install ${missing[*]} with apt-get"
+  fi
+  if ip route show | grep "^$NET\." >/dev/null; then
+    ndie "$NET.0.0/16 is already routed on this machine (ip route show); nemesis.sh uses it for its own network"
+  fi
   nlog "making namespaces sdn-r, sdn-1..3 and their links ($NET.0.0/16)"
+  # Half a network is no network: whatever fails below removes what was made.
+  trap 'net_down' ERR
   ip netns add sdn-r
   in_ns sdn-r ip link set lo up
-  in_ns sdn-r sysctl -qw net.ipv4.ip_forward=1
+  in_ns sdn-r sh -c 'echo 1 >/proc/sys/net/ipv4/ip_forward'
   # This machine's side: 10.99.0.1.
   ip link add sdn-host type veth peer name to-host netns sdn-r
   ip addr add "$NET.0.1/24" dev sdn-host
@@ -117,12 +131,13 @@ table ip nemesis_fence {
   }
 }
 EOF
+  trap - ERR
 }
 
 net_down() {
   local ns
   for ns in sdn-1 sdn-2 sdn-3 sdn-r; do
-    if ip netns list | grep -q "^$ns\b"; then ip netns del "$ns"; fi
+    if ns_exists "$ns"; then ip netns del "$ns"; fi
   done
   ip link del sdn-host 2>/dev/null || true
 }
@@ -191,14 +206,14 @@ kill_nemesis_nodes() {
     pid=$(node_pid "$n")
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
       kill -CONT "$pid" 2>/dev/null || true
-      kill -9 "$pid"
+      kill -9 "$pid" 2>/dev/null || true
       while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
     fi
   done
   # Each namespace's epmd (started by its node) and anything else left in a namespace.
   local ns
   for ns in sdn-1 sdn-2 sdn-3; do
-    if ip netns list | grep -q "^$ns\b"; then
+    if ns_exists "$ns"; then
       for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null || true; done
     fi
   done
@@ -240,7 +255,7 @@ cmd_nemesis_down() {
 }
 
 drop_rule() { # drop_rule FROM_ADDR TO_ADDR [extra nft matches]
-  in_ns sdn-r nft add rule inet nemesis forward ip saddr "$1" ip daddr "$2" "${@:3}" drop
+  in_ns sdn-r nft add rule inet nemesis forward ip saddr "$1" ip daddr "$2" "${@:3}" counter drop
 }
 
 cut() {
@@ -251,7 +266,12 @@ cut() {
   [ "${3:-}" = oneway ] || drop_rule "$b" "$a"
 }
 
+# The packets a chain's rules counted (every fault rule has a counter).
+counted() { in_ns sdn-r nft list chain "$1" "$2" forward | grep -o 'counter packets [0-9]*' | awk '{ n += $3 } END { print n + 0 }'; }
+
+# Prints what the faults in force did (`dropped=N duplicated=M`, packets), then removes them.
 heal() {
+  echo "dropped=$(counted inet nemesis) duplicated=$(counted ip nemesis_dup)"
   in_ns sdn-r nft flush chain inet nemesis forward
   in_ns sdn-r nft flush chain ip nemesis_dup forward
   local n
@@ -263,18 +283,22 @@ slow() {
   local n=$1 rate=$2 loss=$3 dup=${4:-0} node client
   node=$(addr_of "$n")
   client=$(addr_of client)
-  # Both directions queue at the router: towards the node on its link, towards clients on theirs.
+  # Both directions queue at the router: towards the node on its own link; towards the clients on
+  # theirs, where only node N's packets are limited (htb class 1:20, chosen by source address).
   in_ns sdn-r tc qdisc replace dev "n$n" root tbf rate "$rate" burst 32kbit latency 200ms
-  in_ns sdn-r tc qdisc replace dev to-host root tbf rate "$rate" burst 32kbit latency 200ms
+  in_ns sdn-r tc qdisc replace dev to-host root handle 1: htb default 10
+  in_ns sdn-r tc class add dev to-host parent 1: classid 1:10 htb rate 10gbit quantum 60000
+  in_ns sdn-r tc class add dev to-host parent 1: classid 1:20 htb rate "$rate" ceil "$rate" burst 4k quantum 1514
+  in_ns sdn-r tc filter add dev to-host parent 1: protocol ip u32 match ip src "$node/32" flowid 1:20
   if [ "$loss" -gt 0 ]; then
     drop_rule "$client" "$node" numgen random mod 100 "<" "$loss"
     drop_rule "$node" "$client" numgen random mod 100 "<" "$loss"
   fi
   if [ "$dup" -gt 0 ]; then
     in_ns sdn-r nft add rule ip nemesis_dup forward ip saddr "$client" ip daddr "$node" \
-      numgen random mod 100 "<" "$dup" dup to "$node" device "n$n"
+      numgen random mod 100 "<" "$dup" counter dup to "$node" device "n$n"
     in_ns sdn-r nft add rule ip nemesis_dup forward ip saddr "$node" ip daddr "$client" \
-      numgen random mod 100 "<" "$dup" dup to "$client" device to-host
+      numgen random mod 100 "<" "$dup" counter dup to "$client" device to-host
   fi
 }
 
@@ -283,6 +307,15 @@ signal_node() {
   pid=$(node_pid "$2")
   [ -n "$pid" ] || ndie "node $2 has no pid file (not started?)"
   kill "-$1" "$pid"
+  if [ "$1" = STOP ]; then
+    # Stopped ('T') before this returns: a pause that did not take would pass for one that did.
+    local i
+    for i in $(seq 50); do
+      [[ "$(ps -o stat= -p "$pid")" == T* ]] && return
+      sleep 0.1
+    done
+    ndie "node $2 (pid $pid) did not stop"
+  fi
 }
 
 nemesis_status() {
@@ -297,7 +330,7 @@ nemesis_status() {
       echo "rabbit@sdn$n ($(addr_of "$n")): not running"
     fi
   done
-  if ip netns list | grep -q '^sdn-r'; then
+  if ns_exists sdn-r; then
     in_ns sdn-r nft list chain inet nemesis forward
     in_ns sdn-r nft list chain ip nemesis_dup forward
   fi
@@ -357,7 +390,7 @@ nemesis_main() {
       node_pid "$2"
       ;;
     *)
-      sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+      sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
       exit 2
       ;;
   esac

@@ -78,6 +78,8 @@ export interface CrashScenarioResult {
   readonly resent: number;
   /** The labels acknowledged by the producer (for a consumer-side check). */
   readonly acknowledgedLabels: readonly string[];
+  /** What the producers' publishers logged as errors, over every run. */
+  readonly producerErrors: readonly string[];
   /** What `stream-dedup audit` says of the stream: declared skips apart from gaps. */
   readonly audit: AuditReport;
 }
@@ -89,7 +91,7 @@ export interface CrashScenarioResult {
  */
 export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashScenarioResult> {
   return withCrashDir(async ({ store, log }) => {
-    const { runs, kills, resent } = await runKillLoop(
+    const { runs, kills, resent, errors } = await runKillLoop(
       o,
       ['--stream', o.stream, '--transport', o.transport ?? 'stream'],
       { store, log },
@@ -122,6 +124,7 @@ export async function runCrashScenario(o: CrashScenarioOptions): Promise<CrashSc
       streamMessages: records.length,
       resent,
       acknowledgedLabels: acknowledged,
+      producerErrors: errors,
     };
   });
 }
@@ -149,13 +152,14 @@ export async function runKillLoop(
   o: CrashRunOptions,
   target: readonly string[],
   files: { readonly store: string; readonly log: string },
-): Promise<{ runs: number; kills: number; killsDuringOpen: number; resent: number }> {
+): Promise<{ runs: number; kills: number; killsDuringOpen: number; resent: number; errors: string[] }> {
   const listed: readonly KillMoment[] = [o.kill ?? []].flat();
   const moments: readonly KillMoment[] = listed.length > 0 ? listed : [{ afterMs: [50, 600] }];
   const between = ([min, max]: readonly [number, number]): number => min + Math.random() * (max - min);
   let resent = 0;
   let kills = 0;
   let killsDuringOpen = 0;
+  const errors: string[] = [];
   const progress = (
     run: number,
     outcome: { killed: boolean; resent: number; duringOpen: boolean },
@@ -198,6 +202,7 @@ export async function runKillLoop(
           : { afterAcked: Math.max(1, Math.floor(between(kill.afterAcked) * o.perRun)) };
     const outcome = await runOnce(o, target, { run, ...files, kill: at });
     resent += outcome.resent;
+    errors.push(...outcome.errors);
     if (outcome.killed) kills++;
     if (outcome.duringOpen) killsDuringOpen++;
     progress(run, outcome, at);
@@ -205,8 +210,9 @@ export async function runKillLoop(
   run++;
   const last = await runOnce(o, target, { run, ...files, kill: undefined });
   resent += last.resent;
+  errors.push(...last.errors);
   progress(run, last);
-  return { runs: run, kills, killsDuringOpen, resent };
+  return { runs: run, kills, killsDuringOpen, resent, errors };
 }
 
 /** One run's kill moment. */
@@ -221,7 +227,7 @@ async function runOnce(
     log: string;
     kill: KillAt | undefined;
   },
-): Promise<{ killed: boolean; resent: number; duringOpen: boolean }> {
+): Promise<{ killed: boolean; resent: number; duringOpen: boolean; errors: string[] }> {
   const [cmd, ...args] = o.cli;
   const child = spawn(
     cmd!,
@@ -256,25 +262,31 @@ async function runOnce(
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   let opened = false;
   let duringOpen = false;
+  // Once its output has ended the run is over: a kill timer firing before its exit event must
+  // not count a kill (nor hide the exit code of a run that failed).
+  let ended = false;
+  let killTimer: NodeJS.Timeout | undefined;
+  const errors: string[] = [];
   const killNow = (): void => {
-    if (!killed && child.exitCode === null) {
+    if (!killed && !ended && child.exitCode === null) {
       killed = child.kill('SIGKILL');
       duringOpen = killed && !opened;
     }
   };
   for await (const line of createInterface({ input: child.stdout })) {
-    let msg: { opening?: boolean; ready?: boolean; resent?: number; acked?: number };
+    let msg: { opening?: boolean; ready?: boolean; resent?: number; acked?: number; error?: string };
     try {
       msg = JSON.parse(line) as typeof msg;
     } catch {
       continue; // not one of the producer's progress lines (a warning of Node's, say)
     }
+    if (msg.error !== undefined) errors.push(msg.error);
     if (msg.opening === true && r.kill !== undefined && 'afterOpeningMs' in r.kill)
-      setTimeout(killNow, r.kill.afterOpeningMs);
+      killTimer = setTimeout(killNow, r.kill.afterOpeningMs);
     if (msg.ready === true) {
       opened = true;
       resent = msg.resent ?? 0;
-      if (r.kill !== undefined && 'afterMs' in r.kill) setTimeout(killNow, r.kill.afterMs);
+      if (r.kill !== undefined && 'afterMs' in r.kill) killTimer = setTimeout(killNow, r.kill.afterMs);
     }
     if (
       msg.acked !== undefined &&
@@ -285,7 +297,9 @@ async function runOnce(
       killNow();
     }
   }
+  ended = true;
+  clearTimeout(killTimer);
   const code = await exited;
   if (!killed && code !== 0) throw new Error(`producer run ${r.run} exited with code ${code}`);
-  return { killed, resent, duringOpen };
+  return { killed, resent, duringOpen, errors };
 }

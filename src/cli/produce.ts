@@ -76,6 +76,14 @@ export async function produce(o: ProduceOptions): Promise<void> {
     idMode: o.keyed ? ('keyed' as const) : ('auto' as const),
     ...(o.confirmTimeoutMs === undefined ? {} : { confirmTimeoutMs: o.confirmTimeoutMs }),
     ...(o.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: o.connectTimeoutMs }),
+    // The publisher's errors as progress lines (`{"error": …}`), for the parent to check.
+    logger: {
+      debug: quiet,
+      info: quiet,
+      warn: quiet,
+      error: (_obj: object, msg?: string) =>
+        process.stdout.write(`${JSON.stringify({ error: msg ?? '' })}\n`),
+    },
   };
   const open = async (): Promise<Producer> => {
     if (o.superStream !== undefined) {
@@ -176,6 +184,8 @@ export async function produce(o: ProduceOptions): Promise<void> {
   await pub.close();
   process.stdout.write(`${JSON.stringify({ done: true, timeouts, ...pub.last() })}\n`);
 }
+
+function quiet(): void {}
 
 function jsonable(o: object): Record<string, unknown> {
   return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, typeof v === 'bigint' ? v.toString() : v]));

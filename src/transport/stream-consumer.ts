@@ -27,6 +27,7 @@ import {
   EndpointRotation,
   errorText,
   explainDeclareFailure,
+  MissingStreamCheck,
   openThroughEndpoints,
   StreamNotAvailableError,
   withTimeout,
@@ -112,6 +113,8 @@ function checkEndpoint(value: Record<string, unknown>, name: string, required = 
  */
 export class StreamVerifyingConsumer extends VerifyingConsumer {
   readonly #endpoints: EndpointRotation;
+  /** "Does not exist" is believed the second time in a row only (a node back from a partition). */
+  readonly #missing = new MissingStreamCheck();
   #params: ClientParams;
   #attempts = 0;
   readonly #options: ResolvedStreamOptions;
@@ -238,6 +241,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       // connection, which may be the dead node's: that rejection is unhandled and kills the process
       // (measured on a 3-node cluster). metadata_update above handles the change instead.
       consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
+      this.#missing.succeeded();
       const via = consumer.getConnectionInfo();
       this.#log.info(
         {
@@ -249,7 +253,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
         'stream-dedup: verifying consumer subscribed',
       );
     } catch (caught) {
-      const err = await explainDeclareFailure(client, this.#options.stream, caught);
+      const err = this.#missing.judge(await explainDeclareFailure(client, this.#options.stream, caught));
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',

@@ -21,6 +21,7 @@ import {
   EndpointRotation,
   errorText,
   explainDeclareFailure,
+  MissingStreamCheck,
   isStreamClient,
   openThroughEndpoints,
   StreamDoesNotExistError,
@@ -39,6 +40,8 @@ export class StreamTransport implements PublishTransport {
   #attempts = 0;
   /** Connected once: later connects are reconnections. */
   #connected = false;
+  /** "Does not exist" is believed the second time in a row only (a node back from a partition). */
+  readonly #missing = new MissingStreamCheck();
   readonly #producerName: string;
   readonly #createStream: boolean;
   readonly #connectTimeoutMs: number;
@@ -188,13 +191,14 @@ export class StreamTransport implements PublishTransport {
       this.#socket = publisherSocket(publisher);
       // Bounded: the client never rejects a request whose connection closed, and a reconnect
       // that hangs here would hold close() forever.
+      this.#missing.succeeded();
       return await withTimeout(
         publisher.getLastPublishingId(),
         this.#connectTimeoutMs,
         `querying the last publishing ID of "${this.#producerName}" on stream "${this.target}"`,
       );
     } catch (caught) {
-      const err = await explainDeclareFailure(client, this.target, caught);
+      const err = this.#missing.judge(await explainDeclareFailure(client, this.target, caught));
       await this.#teardown();
       if (err instanceof StreamDoesNotExistError && this.#connected) {
         // Deleted while the publisher was open: no reconnect brings it back.

@@ -85,6 +85,36 @@ export async function explainDeclareFailure(client: Client, stream: string, err:
   );
 }
 
+/**
+ * Believes "the stream does not exist" only when two declarations in a row hear it. Each attempt
+ * goes through the next endpoint, and a node back from a partition can answer code 2 — to the
+ * declaration and to the metadata query alike — for a stream the cluster has, until its view is
+ * restored (test/integration/nemesis.test.ts). The first such answer in a row is given back as a
+ * {@link StreamNotAvailableError}, to be tried again; a stream that really is gone fails at the
+ * next attempt, a moment later.
+ */
+export class MissingStreamCheck {
+  #inARow = 0;
+
+  /** What a failed declaration's explained error (from {@link explainDeclareFailure}) counts as. */
+  judge(err: unknown): unknown {
+    if (!(err instanceof StreamDoesNotExistError)) {
+      this.#inARow = 0;
+      return err;
+    }
+    if (++this.#inARow >= 2) return err;
+    return new StreamNotAvailableError(
+      'the stream metadata says the stream does not exist; asking again, through the next node, before believing it',
+      { cause: err },
+    );
+  }
+
+  /** A declaration succeeded. */
+  succeeded(): void {
+    this.#inARow = 0;
+  }
+}
+
 /** How long `open()` waits for a stream that is not available (a leader election takes seconds). */
 export const OPEN_UNAVAILABLE_WAIT_MS = 30_000;
 

@@ -11,6 +11,7 @@ import {
   StreamDedupPublisher,
   StreamVerifyingConsumer,
 } from '../../src/transport/stream.js';
+import { DedupError } from '../../src/errors.js';
 import { uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
 import {
@@ -49,7 +50,17 @@ const tempDir = useTempDir();
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** One fault: what it does, for how long, and how it ends (besides `heal`). */
+/** What the faults in force did, from `scripts/nemesis.sh heal`'s counters: packets dropped and duplicated. */
+const effects = { dropped: 0, duplicated: 0 };
+
+/** Ends every fault in force, adding what they did to {@link effects}. */
+async function heal(): Promise<void> {
+  const out = await nemesis('heal');
+  effects.dropped += Number(/dropped=(\d+)/.exec(out)?.[1] ?? NaN);
+  effects.duplicated += Number(/duplicated=(\d+)/.exec(out)?.[1] ?? NaN);
+}
+
+/** One fault: what it does, for how long, how it ends (besides `heal`), and what shows it took effect. */
 interface Fault {
   readonly name: string;
   /** Starts the fault; `leader` is the stream's leader node when it starts. */
@@ -57,6 +68,12 @@ interface Fault {
   readonly holdMs: number;
   /** Ends it (every fault ends with `heal` too). */
   stop?(leader: number): Promise<unknown>;
+  /**
+   * Checked after it: its rules dropped packets (`drops`), duplicated some (`duplicates`), and the
+   * probe went without a confirm for at least half the hold (`stall`: the leader could not commit,
+   * or the clients could not reach it).
+   */
+  readonly shows: { readonly drops?: true; readonly duplicates?: true; readonly stall?: true };
 }
 
 const others = (n: number): [number, number] => [1, 2, 3].filter((m) => m !== n) as [number, number];
@@ -67,11 +84,23 @@ const FAULTS: readonly Fault[] = [
     name: 'partition: leader isolated from both followers (minority of one, clients still reach it)',
     start: (l) => nemesis('isolate', String(l)),
     holdMs: 1.5 * TICK_MS,
+    shows: { drops: true, stall: true },
+  },
+  {
+    // The publisher's node gone from the network altogether: peers and clients alike.
+    name: 'partition: leader isolated from everyone (followers and clients)',
+    start: async (l) => {
+      await nemesis('isolate', String(l));
+      await nemesis('cut', 'client', String(l));
+    },
+    holdMs: 1.5 * TICK_MS,
+    shows: { drops: true, stall: true },
   },
   {
     name: 'partition: clients cut from the leader (the cluster whole)',
     start: (l) => nemesis('cut', 'client', String(l)),
     holdMs: TICK_MS,
+    shows: { drops: true, stall: true },
   },
   {
     // Each node sees a majority (itself and the bridge): nobody pauses; the leader replicates
@@ -79,6 +108,7 @@ const FAULTS: readonly Fault[] = [
     name: 'partition: bridge (leader and one follower cut, the other follower sees both)',
     start: (l) => nemesis('cut', String(l), String(others(l)[0])),
     holdMs: 1.5 * TICK_MS,
+    shows: { drops: true },
   },
   {
     name: 'partition: one way (the leader hears the followers, they do not hear it)',
@@ -86,6 +116,7 @@ const FAULTS: readonly Fault[] = [
       for (const f of others(l)) await nemesis('cut', String(l), String(f), 'oneway');
     },
     holdMs: 1.5 * TICK_MS,
+    shows: { drops: true, stall: true },
   },
   {
     name: 'partition: flapping (leader isolated and healed every 1-2 s)',
@@ -94,24 +125,27 @@ const FAULTS: readonly Fault[] = [
       while (performance.now() < until) {
         await nemesis('isolate', String(l));
         await sleep(1_000 + Math.random() * 1_000);
-        await nemesis('heal');
+        await heal();
         await sleep(1_000 + Math.random() * 1_000);
       }
     },
     holdMs: 0,
+    shows: { drops: true },
   },
   {
-    // A long GC pause: the VM stops, its peers declare it down, a new leader is elected; then it
-    // runs on believing it still leads.
+    // A long GC pause: the VM stops (nemesis.sh checks it did), its peers declare it down, a new
+    // leader is elected; then it runs on believing it still leads.
     name: 'pause: SIGSTOP of the leader past the net tick, then SIGCONT',
     start: (l) => nemesis('pause', String(l)),
     holdMs: 1.5 * TICK_MS,
     stop: (l) => nemesis('resume', String(l)),
+    shows: { stall: true },
   },
   {
     name: 'slow link: clients to the leader at 1 mbit/s, 10 % of packets lost and 5 % duplicated both ways',
     start: (l) => nemesis('slow', String(l), '1mbit', '10', '5'),
     holdMs: TICK_MS,
+    shows: { drops: true, duplicates: true },
   },
 ];
 
@@ -214,12 +248,14 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
         error: (obj, msg) => probeSaw('error', obj, msg),
       },
     });
-    let lastConfirm = performance.now();
-    const confirmTimes: number[] = [];
     let faultInForce = -1;
+    const confirmTimes: number[] = [];
     const probeAttempted: string[] = [];
     const probeAcknowledged: string[] = [];
-    let probeTimeouts = 0;
+    const probeTimedOut: string[] = [];
+    /** Resolved by the probe's next confirm (the event the fault loop waits on). */
+    let onConfirm: (() => void)[] = [];
+    const nextConfirm = (): Promise<void> => new Promise((resolve) => onConfirm.push(resolve));
     let probing = true;
     const probeSends: Promise<unknown>[] = [];
     const probeLoop = (async () => {
@@ -229,26 +265,34 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
         probeSends.push(
           probe.send(Buffer.from(label)).then(
             () => {
-              lastConfirm = performance.now();
-              confirmTimes.push(lastConfirm);
+              confirmTimes.push(performance.now());
               probeAcknowledged.push(label);
+              const waiting = onConfirm;
+              onConfirm = [];
+              for (const resolve of waiting) resolve();
             },
-            () => probeTimeouts++,
+            (err: unknown) => {
+              if (err instanceof DedupError && err.code === 'DEDUP_CONFIRM_TIMEOUT')
+                probeTimedOut.push(label);
+            },
           ),
         );
         await sleep(20);
       }
     })();
+    const lastConfirm = (): number => confirmTimes.at(-1) ?? t0;
 
     interface FaultRun {
-      readonly name: string;
+      readonly fault: Fault;
       readonly leader: number;
       readonly atS: number;
       readonly heldMs: number;
       readonly resumedMs: number;
       /** The longest time without a probe confirm, from the fault's start to the first confirm after its heal. */
       readonly stalledMs: number;
-      readonly timeouts: number;
+      /** Packets its rules dropped and duplicated. */
+      readonly dropped: number;
+      readonly duplicated: number;
       /** What the probe publisher logged meanwhile: connections lost and made again. */
       readonly lost: number;
       readonly reconnected: number;
@@ -256,40 +300,45 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
       readonly cluster: string;
     }
     const faultRuns: FaultRun[] = [];
+    let stopping = false;
     const chaos = async (): Promise<void> => {
       for (let round = 0; round < ROUNDS; round++) {
         for (const fault of FAULTS) {
           await sleep(500 + Math.random() * 500);
+          if (stopping) return;
           const leader = await awaitNemesisLeader(stream);
-          const timeoutsBefore = probeTimeouts;
           const began = performance.now();
           faultInForce = faultRuns.length;
+          effects.dropped = 0;
+          effects.duplicated = 0;
           await fault.start(leader);
           await sleep(fault.holdMs);
           await fault.stop?.(leader);
-          await nemesis('heal');
+          await heal();
           const healed = performance.now();
           // Resumed: a probe message confirmed after the heal. Bounded, so a cluster that does not
           // come back fails the test with the fault named instead of hanging it.
-          while (lastConfirm < healed) {
-            if (performance.now() - healed > 120_000)
-              throw new Error(`${fault.name}: no confirm within 120 s of the heal`);
-            await sleep(10);
-          }
+          const deadline = setTimeout(() => {
+            stopping = true;
+            for (const resolve of onConfirm) resolve();
+          }, 120_000);
+          while (lastConfirm() < healed && !stopping) await nextConfirm();
+          clearTimeout(deadline);
+          if (lastConfirm() < healed) throw new Error(`${fault.name}: no confirm within 120 s of the heal`);
           faultInForce = -1;
-          const confirms = [began, ...confirmTimes.filter((t) => t > began && t <= lastConfirm)];
+          const resumed = lastConfirm();
+          const confirms = [began, ...confirmTimes.filter((t) => t > began && t <= resumed)];
           const stalledMs = Math.max(...confirms.slice(1).map((t, i) => t - confirms[i]!));
-          const logged = probeLog
-            .filter(({ at }) => at >= began && at <= lastConfirm)
-            .map(({ line }) => line);
+          const logged = probeLog.filter(({ at }) => at >= began && at <= resumed).map(({ line }) => line);
           faultRuns.push({
-            name: fault.name,
+            fault,
             leader,
             atS: Math.round((began - t0) / 1000),
             heldMs: Math.round(healed - began),
-            resumedMs: Math.round(lastConfirm - healed),
+            resumedMs: Math.round(resumed - healed),
             stalledMs: Math.round(stalledMs),
-            timeouts: probeTimeouts - timeoutsBefore,
+            dropped: effects.dropped,
+            duplicated: effects.duplicated,
             lost: logged.filter((line) => line.includes('connection lost')).length,
             reconnected: logged.filter((line) => line.includes('reconnected')).length,
             cluster: clusterView(await nemesis('partitions')),
@@ -306,20 +355,27 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
     let result: Awaited<ReturnType<typeof runCrashScenario>>;
     const producerLines: string[] = [];
     let consumerKills = 0;
-    try {
-      const faulting = chaos();
-      // The verifying consumer runs through all of it, SIGKILLed once per fault round at a random moment.
-      const consumerChaos = (async () => {
-        let over = false;
-        void faulting.finally(() => (over = true)).catch(() => undefined);
-        while (!over) {
-          const c = startConsumer(consumerStore, stream, consumerLog);
-          const timer = setTimeout(() => c.kill(), 5_000 + Math.random() * 20_000);
-          void faulting.finally(() => c.kill()).catch(() => undefined);
+    const faulting = chaos();
+    faulting.catch(() => undefined); // awaited below; a failure must not be unhandled meanwhile
+    // The verifying consumer runs through all of it, SIGKILLed at random moments.
+    const consumerChaos = (async () => {
+      let over = false;
+      void faulting.finally(() => (over = true)).catch(() => undefined);
+      while (!over && !stopping) {
+        const c = startConsumer(consumerStore, stream, consumerLog);
+        const timer = setTimeout(() => c.kill(), 5_000 + Math.random() * 20_000);
+        void faulting.finally(() => c.kill()).catch(() => undefined);
+        const stop = setInterval(() => stopping && c.kill(), 200);
+        try {
           if ((await c.done) === 'killed') consumerKills++;
+        } finally {
           clearTimeout(timer);
+          clearInterval(stop);
         }
-      })();
+      }
+    })();
+    consumerChaos.catch(() => undefined); // likewise
+    try {
       result = await runCrashScenario({
         cli: CLI_FROM_SOURCE,
         stream,
@@ -337,13 +393,19 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
         onProgress: (line) => producerLines.push(line),
       });
     } finally {
-      await nemesis('heal').catch(() => undefined);
+      // Whatever happened: no new fault, no new consumer, every node running, every rule gone.
+      stopping = true;
+      await Promise.allSettled([faulting, consumerChaos]);
+      await heal().catch(() => undefined);
+      for (const n of [1, 2, 3]) await nemesis('resume', String(n)).catch(() => undefined);
       if (saved === undefined) delete process.env.RABBITMQ_STREAM_ENDPOINTS;
       else process.env.RABBITMQ_STREAM_ENDPOINTS = saved;
       probing = false;
       await probeLoop;
-      await Promise.all(probeSends);
+      // close() waits closeTimeoutMs at most for the last confirms; what it leaves stays in the
+      // probe's outbox, and its sends reject.
       await probe.close();
+      await Promise.allSettled(probeSends);
     }
 
     const chaosEnded = performance.now();
@@ -372,23 +434,27 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
     // its start until the first confirm after its heal), acknowledged, lost or stored twice.
     const probeObserved = (await readStreamToEnd(connection, stream))
       .map((r) => r.body.toString('utf8'))
-      .filter((label) => label.startsWith('probe-'))
-      .map((label) => ({ label }));
+      .filter((label) => label.startsWith('probe-'));
     const probeReport = checkHistory({
       attempted: probeAttempted,
       acknowledged: probeAcknowledged,
-      observed: probeObserved,
+      observed: probeObserved.map((label) => ({ label })),
     });
+    const copies = new Map<string, number>();
+    for (const label of probeObserved) copies.set(label, (copies.get(label) ?? 0) + 1);
+    const timedOutStored = probeTimedOut.filter((label) => copies.get(label) === 1).length;
     const ofFault = (k: number) => (label: string) => label.startsWith(`probe-${k}-`);
     for (const [k, f] of faultRuns.entries()) {
       const sent = probeAttempted.filter(ofFault(k)).length;
       const acked = probeAcknowledged.filter(ofFault(k)).length;
+      const timedOut = probeTimedOut.filter(ofFault(k)).length;
       const lost = probeReport.lost.filter(ofFault(k)).length;
       const duplicated = probeReport.duplicated.filter(ofFault(k)).length;
       console.log(
-        `[nemesis] ${f.atS} s: ${f.name} [leader node${f.leader}, ${f.heldMs} ms]: first confirm ${f.resumedMs} ms after the heal, ` +
-          `longest stall ${f.stalledMs} ms; probe: ${sent} sent, ${acked} acknowledged, ${f.timeouts} timed out, ${lost} lost, ` +
-          `${duplicated} duplicated; connection lost ${f.lost}x, reconnected ${f.reconnected}x; cluster then: ${f.cluster}`,
+        `[nemesis] ${f.atS} s: ${f.fault.name} [leader node${f.leader}, ${f.heldMs} ms; ${f.dropped} packets dropped, ${f.duplicated} duplicated]: ` +
+          `first confirm ${f.resumedMs} ms after the heal, longest stall ${f.stalledMs} ms; ` +
+          `probe: ${sent} sent, ${acked} acknowledged, ${timedOut} timed out, ${lost} lost, ${duplicated} duplicated; ` +
+          `connection lost ${f.lost}x, reconnected ${f.reconnected}x; cluster then: ${f.cluster}`,
       );
     }
     console.log(`[nemesis] producer: ${producerLines.join('; ')}`);
@@ -397,7 +463,8 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
         `stream=${result.streamMessages} resent=${result.resent} ${formatReport(result.report)}; ` +
         `consumer kills=${consumerKills} doubles=${doubles} missing=${missing.length} applied-twice=${twice.length} ` +
         `confirmed gaps=${gaps.length}; audit ${result.audit.ok ? 'OK' : 'FAILED'} (gaps ${result.audit.gaps}, duplicates ${result.audit.duplicates}, out of order ${result.audit.outOfOrder}); ` +
-        `probe ${probeAttempted.length} sent, ${probeAcknowledged.length} acknowledged, ${probeReport.lost.length} lost, ${probeReport.duplicated.length} duplicated; ` +
+        `probe ${probeAttempted.length} sent, ${probeAcknowledged.length} acknowledged, ${probeReport.lost.length} lost, ${probeReport.duplicated.length} duplicated, ` +
+        `${probeTimedOut.length} timed out (${timedOutStored} of them in the stream once); ` +
         `faults ${Math.round((chaosEnded - t0) / 1000)} s, checks ${Math.round((performance.now() - chaosEnded) / 1000)} s`,
     );
     if (process.env.STREAM_DEDUP_VERBOSE === '1')
@@ -407,8 +474,15 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
         `[nemesis] consumer log:\n  ${consumerLog.join('\n  ')}\nmissing: ${missing.slice(0, 20).join(', ')}`,
       );
     }
+    // Every fault took effect: its rules matched packets, and the faults that silence the leader
+    // held the probe's confirms back for at least half their hold.
     expect(faultRuns).toHaveLength(ROUNDS * FAULTS.length);
-    expect(result.kills).toBeGreaterThanOrEqual(2 * ROUNDS);
+    for (const f of faultRuns) {
+      if (f.fault.shows.drops === true) expect(f.dropped, f.fault.name).toBeGreaterThan(0);
+      if (f.fault.shows.duplicates === true) expect(f.duplicated, f.fault.name).toBeGreaterThan(0);
+      if (f.fault.shows.stall === true)
+        expect(f.stalledMs, f.fault.name).toBeGreaterThanOrEqual(f.fault.holdMs / 2);
+    }
     expect(result.report.lost).toEqual([]);
     expect(result.report.duplicated).toEqual([]);
     // The probe's messages share the stream; nothing else may be there.
@@ -427,5 +501,11 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
     expect(doubles).toBe(0);
     expect(probeReport.lost).toEqual([]);
     expect(probeReport.duplicated).toEqual([]);
+    // A timed-out send is "not known yet": never stored twice.
+    expect(probeTimedOut.filter((label) => (copies.get(label) ?? 0) > 1)).toEqual([]);
+    // No publisher saw the broker go below what it had confirmed (design §11).
+    const behind = (line: string): boolean => line.includes('below one it confirmed');
+    expect(probeLog.map(({ line }) => line).filter(behind)).toEqual([]);
+    expect(result.producerErrors.filter(behind)).toEqual([]);
   }, 1_800_000);
 });

@@ -85,22 +85,47 @@ export function nemesisLeader(stream: string): Promise<{ node: number; replicas:
 }
 
 /**
- * The stream's leader node (1..3), asked until one is elected (an election follows most faults;
- * there is no event for its end). Fails naming the stream after `timeoutMs`.
+ * The stream's leader node (1..3) as a majority of the nodes report it, asked until two agree (an
+ * election follows most faults and there is no event for its end; a node just back from a pause
+ * can still name itself). Fails naming the stream after `timeoutMs`.
  */
 export async function awaitNemesisLeader(stream: string, timeoutMs = 60_000): Promise<number> {
   const deadline = performance.now() + timeoutMs;
-  let last: unknown = 'no leader in the metadata';
+
   for (;;) {
-    try {
-      const { node } = await nemesisLeader(stream);
-      if (node >= 1 && node <= 3) return node;
-    } catch (err) {
-      last = err;
-    }
+    const answers = await Promise.all(
+      NEMESIS_ENDPOINTS.map(({ hostname, port }) =>
+        leaderAsSeenBy(hostname, port, stream).catch((err: unknown) => `error: ${String(err)}`),
+      ),
+    );
+    const views = answers.map((a, i) => `node${i + 1}: ${a}`);
+    for (const n of [1, 2, 3]) if (answers.filter((a) => a === n).length >= 2) return n;
     if (performance.now() > deadline)
-      throw new Error(`${stream}: no leader within ${timeoutMs} ms (${String(last)})`);
+      throw new Error(
+        `${stream}: no leader that two nodes agree on within ${timeoutMs} ms (${views.join('; ')})`,
+      );
     await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** The leader node (1..3, 0 for none) in the stream metadata that the node at `hostname` gives. */
+async function leaderAsSeenBy(hostname: string, port: number, stream: string): Promise<number | string> {
+  const connecting = connect({ ...NEMESIS_CONNECTION, hostname, port });
+  let client: Client | undefined;
+  try {
+    client = await withTimeout(connecting, 3_000, `${hostname}:${port}`);
+    const [meta] = await withTimeout(
+      client.queryMetadata({ streams: [stream] }),
+      3_000,
+      `${hostname}:${port}`,
+    );
+    return Number(/^10\.99\.(\d)\.2$/.exec(meta?.leader?.host ?? '')?.[1] ?? 0);
+  } catch (err) {
+    // A client that connects after the wait gave up is closed, not left open.
+    void connecting.then((late) => late.close()).catch(() => undefined);
+    throw err;
+  } finally {
+    await client?.close().catch(() => undefined);
   }
 }
 

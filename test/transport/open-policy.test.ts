@@ -4,7 +4,9 @@ import type { Client } from 'rabbitmq-stream-js-client';
 import {
   explainDeclareFailure,
   isStreamNotAvailable,
+  MissingStreamCheck,
   openThroughEndpoints,
+  StreamDoesNotExistError,
   StreamNotAvailableError,
 } from '../../src/transport/util.js';
 
@@ -122,5 +124,24 @@ describe('open() through endpoints, mixed answers', () => {
     ]);
     await expect(openThroughEndpoints(3, mixed.attempt)).resolves.toBe('ok');
     expect(mixed.calls()).toBe(9);
+  });
+});
+
+describe('"the stream does not exist" is believed the second time in a row', () => {
+  it('the first answer in a row is tried again, the second is final; anything else or a success starts over', () => {
+    const check = new MissingStreamCheck();
+    const gone = new StreamDoesNotExistError('the stream does not exist');
+    const first = check.judge(gone);
+    expect(first).toBeInstanceOf(StreamNotAvailableError);
+    expect(isStreamNotAvailable(first)).toBe(true);
+    expect((first as Error).cause).toBe(gone);
+    expect(check.judge(gone)).toBe(gone);
+    // A success, or another failure between them, starts the count again.
+    check.succeeded();
+    expect(check.judge(gone)).toBeInstanceOf(StreamNotAvailableError);
+    const other = new Error('boom');
+    expect(check.judge(other)).toBe(other);
+    expect(check.judge(gone)).toBeInstanceOf(StreamNotAvailableError);
+    expect(check.judge(gone)).toBe(gone);
   });
 });
