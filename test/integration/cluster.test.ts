@@ -6,9 +6,10 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { runCrashScenario } from '../../src/cli/crash.js';
 import { formatReport } from '../../src/testing.js';
-import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { StreamDedupPublisher } from '../../src/transport/stream.js';
 import { BROKER, uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
+import { readAppliedEffects } from '../support/effects.js';
 import {
   CLUSTER_CONNECTION as connection,
   CLUSTER_PORTS as PORTS,
@@ -28,7 +29,6 @@ const SOAK = process.env.STREAM_DEDUP_SOAK === '1';
 const LEADER_KILLS = SOAK ? 10 : 2;
 const PRODUCER_KILLS = SOAK ? 30 : 5;
 const CONSUMER_KILLS = SOAK ? 20 : 4;
-const CONSUMER_NAME = 'cluster-effects';
 const ENDPOINTS_ENV = PORTS.map((p) => `${BROKER.host}:${p}`).join(',');
 const consumerFixture = fileURLToPath(new URL('../fixtures/effects-consumer.ts', import.meta.url));
 
@@ -186,22 +186,12 @@ describe('cluster - a 3-replica stream under faults', () => {
     consumerFaults.push(
       `SIGKILL consumer: subscribed again after ${Math.round(last.readyAt - killedAt!)} ms`,
     );
-    const check = await StreamVerifyingConsumer.open({
+    const { missing, twice, doubles } = await readAppliedEffects(
       connection,
       stream,
-      consumerName: CONSUMER_NAME,
-      store: consumerStore,
-      handler: () => undefined,
-    });
-    const missing: string[] = [];
-    const twice: string[] = [];
-    for (const label of result.acknowledgedLabels) {
-      const raw = await check.readEffect(`applied:${label}`);
-      if (raw === undefined) missing.push(label);
-      else if (Buffer.from(raw).toString() !== '1') twice.push(label);
-    }
-    const doubles = Number(Buffer.from((await check.readEffect('doubles')) ?? Buffer.from('0')).toString());
-    await check.close();
+      consumerStore,
+      result.acknowledgedLabels,
+    );
 
     console.log(`[cluster] ${faults.join('; ')}`);
     console.log(`[cluster] ${consumerFaults.join('; ')}`);

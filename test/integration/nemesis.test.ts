@@ -6,14 +6,11 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { runCrashScenario } from '../../src/cli/crash.js';
 import { checkHistory, formatReport } from '../../src/testing.js';
-import {
-  readStreamToEnd,
-  StreamDedupPublisher,
-  StreamVerifyingConsumer,
-} from '../../src/transport/stream.js';
+import { readStreamToEnd, StreamDedupPublisher } from '../../src/transport/stream.js';
 import { DedupError } from '../../src/errors.js';
 import { uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
+import { readAppliedEffects } from '../support/effects.js';
 import {
   awaitNemesisLeader,
   NEMESIS_CONNECTION as connection,
@@ -412,22 +409,12 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
     // A last run to the end of the stream, then every effect once.
     const last = startConsumer(consumerStore, stream, consumerLog, BigInt(result.streamMessages - 1));
     expect(await last.done).toBe('done');
-    const check = await StreamVerifyingConsumer.open({
+    const { missing, twice, doubles } = await readAppliedEffects(
       connection,
       stream,
-      consumerName: 'cluster-effects',
-      store: consumerStore,
-      handler: () => undefined,
-    });
-    const missing: string[] = [];
-    const twice: string[] = [];
-    for (const label of result.acknowledgedLabels) {
-      const raw = await check.readEffect(`applied:${label}`);
-      if (raw === undefined) missing.push(label);
-      else if (Buffer.from(raw).toString() !== '1') twice.push(label);
-    }
-    const doubles = Number(Buffer.from((await check.readEffect('doubles')) ?? Buffer.from('0')).toString());
-    await check.close();
+      consumerStore,
+      result.acknowledgedLabels,
+    );
     const gaps = consumerLog.filter((line) => line.startsWith('confirmed gap'));
 
     // Each fault's own counts, from the probe's history: what was sent while it was in force (from
