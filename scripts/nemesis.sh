@@ -36,7 +36,8 @@
 # (nftables `dup` sends a second copy of the packet), and the rate limit queues packets (delay under
 # load). Reordered packets, like duplicated ones, are absorbed by TCP below the client and the
 # broker; what they cost above it is delay, which loss and queueing give.
-set -euo pipefail
+# -E: the ERR trap that removes a half-made network (net_up) also fires inside functions.
+set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/rabbitmq.sh
@@ -269,9 +270,15 @@ cut() {
 # The packets a chain's rules counted (every fault rule has a counter).
 counted() { in_ns sdn-r nft list chain "$1" "$2" forward | grep -o 'counter packets [0-9]*' | awk '{ n += $3 } END { print n + 0 }'; }
 
-# Prints what the faults in force did (`dropped=N duplicated=M`, packets), then removes them.
+# Bytes a rate limit let through (htb class 1:20 on a router link; 0 when there is none).
+limited() { in_ns sdn-r tc -s class show dev "$1" classid 1:20 2>/dev/null | awk '/Sent/ { print $2; f = 1 } END { if (!f) print 0 }'; }
+
+# Prints what the faults in force did (`dropped=N duplicated=M limited=B`: packets, packets, and
+# bytes through rate limits), then removes them.
 heal() {
-  echo "dropped=$(counted inet nemesis) duplicated=$(counted ip nemesis_dup)"
+  local n bytes=0
+  for n in to-host "${NODES[@]/#/n}"; do bytes=$((bytes + $(limited "$n"))); done
+  echo "dropped=$(counted inet nemesis) duplicated=$(counted ip nemesis_dup) limited=$bytes"
   in_ns sdn-r nft flush chain inet nemesis forward
   in_ns sdn-r nft flush chain ip nemesis_dup forward
   local n
@@ -283,13 +290,11 @@ slow() {
   local n=$1 rate=$2 loss=$3 dup=${4:-0} node client
   node=$(addr_of "$n")
   client=$(addr_of client)
-  # Both directions queue at the router: towards the node on its own link; towards the clients on
-  # theirs, where only node N's packets are limited (htb class 1:20, chosen by source address).
-  in_ns sdn-r tc qdisc replace dev "n$n" root tbf rate "$rate" burst 32kbit latency 200ms
-  in_ns sdn-r tc qdisc replace dev to-host root handle 1: htb default 10
-  in_ns sdn-r tc class add dev to-host parent 1: classid 1:10 htb rate 10gbit quantum 60000
-  in_ns sdn-r tc class add dev to-host parent 1: classid 1:20 htb rate "$rate" ceil "$rate" burst 4k quantum 1514
-  in_ns sdn-r tc filter add dev to-host parent 1: protocol ip u32 match ip src "$node/32" flowid 1:20
+  # Both directions queue at the router, on the link they leave by: the clients' packets to node N
+  # on N's link, N's packets to the clients on theirs. Only those (htb class 1:20, chosen by source
+  # address): traffic between the nodes, and the other nodes' to the clients, go at full speed.
+  limit_from "n$n" "$client" "$rate"
+  limit_from to-host "$node" "$rate"
   if [ "$loss" -gt 0 ]; then
     drop_rule "$client" "$node" numgen random mod 100 "<" "$loss"
     drop_rule "$node" "$client" numgen random mod 100 "<" "$loss"
@@ -300,6 +305,15 @@ slow() {
     in_ns sdn-r nft add rule ip nemesis_dup forward ip saddr "$node" ip daddr "$client" \
       numgen random mod 100 "<" "$dup" counter dup to "$client" device to-host
   fi
+}
+
+# limit_from DEV SRC RATE: on the router's link DEV, packets from SRC go at most at RATE.
+limit_from() {
+  in_ns sdn-r tc qdisc del dev "$1" root 2>/dev/null || true
+  in_ns sdn-r tc qdisc add dev "$1" root handle 1: htb default 10
+  in_ns sdn-r tc class add dev "$1" parent 1: classid 1:10 htb rate 10gbit quantum 60000
+  in_ns sdn-r tc class add dev "$1" parent 1: classid 1:20 htb rate "$3" ceil "$3" burst 4k quantum 1514
+  in_ns sdn-r tc filter add dev "$1" parent 1: protocol ip u32 match ip src "$2/32" flowid 1:20
 }
 
 signal_node() {

@@ -259,11 +259,14 @@ async function runOnce(
   );
   let resent = 0;
   let killed = false;
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+    child.once('exit', (code, signal) => resolve([code, signal])),
+  );
   let opened = false;
   let duringOpen = false;
   // Once its output has ended the run is over: a kill timer firing before its exit event must
-  // not count a kill (nor hide the exit code of a run that failed).
+  // not land (nor hide the exit code of a run that failed); and a kill counts only when the exit
+  // says SIGKILL ended it.
   let ended = false;
   let killTimer: NodeJS.Timeout | undefined;
   const errors: string[] = [];
@@ -299,7 +302,8 @@ async function runOnce(
   }
   ended = true;
   clearTimeout(killTimer);
-  const code = await exited;
+  const [code, signal] = await exited;
+  killed = signal === 'SIGKILL';
   if (!killed && code !== 0) throw new Error(`producer run ${r.run} exited with code ${code}`);
-  return { killed, resent, duringOpen, errors };
+  return { killed, resent, duringOpen: killed && duringOpen, errors };
 }

@@ -81,8 +81,11 @@ export async function produce(o: ProduceOptions): Promise<void> {
       debug: quiet,
       info: quiet,
       warn: quiet,
-      error: (_obj: object, msg?: string) =>
-        process.stdout.write(`${JSON.stringify({ error: msg ?? '' })}\n`),
+      error: (obj: object, msg?: string) => {
+        const { err, ...detail } = obj as { err?: unknown };
+        const cause = err instanceof Error ? { cause: err.message } : {};
+        process.stdout.write(`${JSON.stringify({ error: msg ?? '', ...detail, ...cause }, jsonBigint)}\n`);
+      },
     },
   };
   const open = async (): Promise<Producer> => {
@@ -186,6 +189,10 @@ export async function produce(o: ProduceOptions): Promise<void> {
 }
 
 function quiet(): void {}
+
+function jsonBigint(_key: string, value: unknown): unknown {
+  return typeof value === 'bigint' ? value.toString() : value;
+}
 
 function jsonable(o: object): Record<string, unknown> {
   return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, typeof v === 'bigint' ? v.toString() : v]));

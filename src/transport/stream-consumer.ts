@@ -253,7 +253,10 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
         'stream-dedup: verifying consumer subscribed',
       );
     } catch (caught) {
-      const err = this.#missing.judge(await explainDeclareFailure(client, this.#options.stream, caught));
+      const err = this.#missing.judge(
+        await explainDeclareFailure(client, this.#options.stream, caught),
+        `${this.#params.hostname}:${this.#params.port}`,
+      );
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',

@@ -198,7 +198,10 @@ export class StreamTransport implements PublishTransport {
         `querying the last publishing ID of "${this.#producerName}" on stream "${this.target}"`,
       );
     } catch (caught) {
-      const err = this.#missing.judge(await explainDeclareFailure(client, this.target, caught));
+      const err = this.#missing.judge(
+        await explainDeclareFailure(client, this.target, caught),
+        this.#shared === undefined ? this.#address() : 'the shared client',
+      );
       await this.#teardown();
       if (err instanceof StreamDoesNotExistError && this.#connected) {
         // Deleted while the publisher was open: no reconnect brings it back.

@@ -86,32 +86,42 @@ export async function explainDeclareFailure(client: Client, stream: string, err:
 }
 
 /**
- * Believes "the stream does not exist" only when two declarations in a row hear it. Each attempt
- * goes through the next endpoint, and a node back from a partition can answer code 2 — to the
- * declaration and to the metadata query alike — for a stream the cluster has, until its view is
- * restored (test/integration/nemesis.test.ts). The first such answer in a row is given back as a
- * {@link StreamNotAvailableError}, to be tried again; a stream that really is gone fails at the
- * next attempt, a moment later.
+ * Believes "the stream does not exist" only when it is heard again: through another node, or
+ * through the same one {@link MissingStreamCheck.SAME_NODE_MS} later. A node back from a partition
+ * can answer code 2 — to the declaration and to the metadata query alike — for a stream the
+ * cluster has, until its view is restored (test/integration/nemesis.test.ts), and every attempt
+ * goes through the next endpoint (with one endpoint, or a shared client, always the same). Until
+ * then the answer is given back as a {@link StreamNotAvailableError}, to be tried again; a stream
+ * that really is gone fails at the next attempt through another node, or within about that time.
  */
 export class MissingStreamCheck {
-  #inARow = 0;
+  /** How long one node must keep saying "does not exist" to be believed alone. */
+  static readonly SAME_NODE_MS = 2_000;
+  /** The answers of this run of "does not exist": through which node, and when the first came. */
+  #via = new Set<string>();
+  #since = 0;
 
-  /** What a failed declaration's explained error (from {@link explainDeclareFailure}) counts as. */
-  judge(err: unknown): unknown {
+  /**
+   * What a failed declaration's explained error (from {@link explainDeclareFailure}) counts as;
+   * `via` names the node (endpoint) the attempt went through.
+   */
+  judge(err: unknown, via: string): unknown {
     if (!(err instanceof StreamDoesNotExistError)) {
-      this.#inARow = 0;
+      this.#via.clear();
       return err;
     }
-    if (++this.#inARow >= 2) return err;
+    if (this.#via.size === 0) this.#since = performance.now();
+    this.#via.add(via);
+    if (this.#via.size >= 2 || performance.now() - this.#since >= MissingStreamCheck.SAME_NODE_MS) return err;
     return new StreamNotAvailableError(
-      'the stream metadata says the stream does not exist; asking again, through the next node, before believing it',
+      'the stream metadata says the stream does not exist; asking again before believing it',
       { cause: err },
     );
   }
 
   /** A declaration succeeded. */
   succeeded(): void {
-    this.#inARow = 0;
+    this.#via.clear();
   }
 }
 

@@ -47,14 +47,20 @@ const tempDir = useTempDir();
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** What the faults in force did, from `scripts/nemesis.sh heal`'s counters: packets dropped and duplicated. */
-const effects = { dropped: 0, duplicated: 0 };
+/**
+ * What the faults in force did, from `scripts/nemesis.sh heal`'s counters: packets dropped and
+ * duplicated, bytes through rate limits.
+ */
+const effects = { dropped: 0, duplicated: 0, limited: 0 };
 
 /** Ends every fault in force, adding what they did to {@link effects}. */
 async function heal(): Promise<void> {
   const out = await nemesis('heal');
-  effects.dropped += Number(/dropped=(\d+)/.exec(out)?.[1] ?? NaN);
-  effects.duplicated += Number(/duplicated=(\d+)/.exec(out)?.[1] ?? NaN);
+  const counted = /dropped=(\d+) duplicated=(\d+) limited=(\d+)/.exec(out);
+  if (counted === null) throw new Error(`scripts/nemesis.sh heal printed no counters: ${out}`);
+  effects.dropped += Number(counted[1]);
+  effects.duplicated += Number(counted[2]);
+  effects.limited += Number(counted[3]);
 }
 
 /** One fault: what it does, for how long, how it ends (besides `heal`), and what shows it took effect. */
@@ -66,11 +72,16 @@ interface Fault {
   /** Ends it (every fault ends with `heal` too). */
   stop?(leader: number): Promise<unknown>;
   /**
-   * Checked after it: its rules dropped packets (`drops`), duplicated some (`duplicates`), and the
-   * probe went without a confirm for at least half the hold (`stall`: the leader could not commit,
-   * or the clients could not reach it).
+   * Checked after it: its rules dropped packets (`drops`), duplicated some (`duplicates`), passed
+   * bytes through a rate limit (`limits`), and the probe went without a confirm for at least half
+   * the hold (`stall`: the leader could not commit, or the clients could not reach it).
    */
-  readonly shows: { readonly drops?: true; readonly duplicates?: true; readonly stall?: true };
+  readonly shows: {
+    readonly drops?: true;
+    readonly duplicates?: true;
+    readonly limits?: true;
+    readonly stall?: true;
+  };
 }
 
 const others = (n: number): [number, number] => [1, 2, 3].filter((m) => m !== n) as [number, number];
@@ -142,7 +153,7 @@ const FAULTS: readonly Fault[] = [
     name: 'slow link: clients to the leader at 1 mbit/s, 10 % of packets lost and 5 % duplicated both ways',
     start: (l) => nemesis('slow', String(l), '1mbit', '10', '5'),
     holdMs: TICK_MS,
-    shows: { drops: true, duplicates: true },
+    shows: { drops: true, duplicates: true, limits: true },
   },
 ];
 
@@ -290,6 +301,7 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
       /** Packets its rules dropped and duplicated. */
       readonly dropped: number;
       readonly duplicated: number;
+      readonly limited: number;
       /** What the probe publisher logged meanwhile: connections lost and made again. */
       readonly lost: number;
       readonly reconnected: number;
@@ -308,6 +320,7 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
           faultInForce = faultRuns.length;
           effects.dropped = 0;
           effects.duplicated = 0;
+          effects.limited = 0;
           await fault.start(leader);
           await sleep(fault.holdMs);
           await fault.stop?.(leader);
@@ -336,6 +349,7 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
             stalledMs: Math.round(stalledMs),
             dropped: effects.dropped,
             duplicated: effects.duplicated,
+            limited: effects.limited,
             lost: logged.filter((line) => line.includes('connection lost')).length,
             reconnected: logged.filter((line) => line.includes('reconnected')).length,
             cluster: clusterView(await nemesis('partitions')),
@@ -392,6 +406,7 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
     } finally {
       // Whatever happened: no new fault, no new consumer, every node running, every rule gone.
       stopping = true;
+      for (const resolve of onConfirm.splice(0)) resolve();
       await Promise.allSettled([faulting, consumerChaos]);
       await heal().catch(() => undefined);
       for (const n of [1, 2, 3]) await nemesis('resume', String(n)).catch(() => undefined);
@@ -438,7 +453,7 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
       const lost = probeReport.lost.filter(ofFault(k)).length;
       const duplicated = probeReport.duplicated.filter(ofFault(k)).length;
       console.log(
-        `[nemesis] ${f.atS} s: ${f.fault.name} [leader node${f.leader}, ${f.heldMs} ms; ${f.dropped} packets dropped, ${f.duplicated} duplicated]: ` +
+        `[nemesis] ${f.atS} s: ${f.fault.name} [leader node${f.leader}, ${f.heldMs} ms; ${f.dropped} packets dropped, ${f.duplicated} duplicated, ${f.limited} B rate-limited]: ` +
           `first confirm ${f.resumedMs} ms after the heal, longest stall ${f.stalledMs} ms; ` +
           `probe: ${sent} sent, ${acked} acknowledged, ${timedOut} timed out, ${lost} lost, ${duplicated} duplicated; ` +
           `connection lost ${f.lost}x, reconnected ${f.reconnected}x; cluster then: ${f.cluster}`,
@@ -467,6 +482,7 @@ describe('nemesis - partitions, pauses and a slow link on a three-node cluster',
     for (const f of faultRuns) {
       if (f.fault.shows.drops === true) expect(f.dropped, f.fault.name).toBeGreaterThan(0);
       if (f.fault.shows.duplicates === true) expect(f.duplicated, f.fault.name).toBeGreaterThan(0);
+      if (f.fault.shows.limits === true) expect(f.limited, f.fault.name).toBeGreaterThan(0);
       if (f.fault.shows.stall === true)
         expect(f.stalledMs, f.fault.name).toBeGreaterThanOrEqual(f.fault.holdMs / 2);
     }

@@ -28,8 +28,15 @@ export const NEMESIS_ENDPOINTS_ENV = NEMESIS_ENDPOINTS.map((e) => `${e.hostname}
 
 /** Runs scripts/nemesis.sh with these arguments (`cut 1 2`, `isolate 3`, `heal`, `pause 2`, …). */
 export async function nemesis(...args: string[]): Promise<string> {
-  const { stdout } = await run('bash', ['scripts/nemesis.sh', ...args], { cwd: root });
-  return stdout;
+  // Bounded, so that a command that hangs fails the test naming it instead of holding the fault
+  // loop (and the producer runs waiting on it) until the test's own timeout.
+  const timeout = args[0] === 'up' ? 280_000 : args[0] === 'down' ? 110_000 : 60_000;
+  try {
+    const { stdout } = await run('bash', ['scripts/nemesis.sh', ...args], { cwd: root, timeout });
+    return stdout;
+  } catch (err) {
+    throw new Error(`scripts/nemesis.sh ${args.join(' ')} failed: ${(err as Error).message}`, { cause: err });
+  }
 }
 
 /**

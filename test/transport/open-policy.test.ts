@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import type { Client } from 'rabbitmq-stream-js-client';
 import {
@@ -127,21 +127,35 @@ describe('open() through endpoints, mixed answers', () => {
   });
 });
 
-describe('"the stream does not exist" is believed the second time in a row', () => {
-  it('the first answer in a row is tried again, the second is final; anything else or a success starts over', () => {
+describe('"the stream does not exist" is believed when heard again: through another node, or later', () => {
+  const gone = new StreamDoesNotExistError('the stream does not exist');
+
+  it('through a second node it is final at once; a success or another failure starts over', () => {
     const check = new MissingStreamCheck();
-    const gone = new StreamDoesNotExistError('the stream does not exist');
-    const first = check.judge(gone);
+    const first = check.judge(gone, 'a:5552');
     expect(first).toBeInstanceOf(StreamNotAvailableError);
     expect(isStreamNotAvailable(first)).toBe(true);
     expect((first as Error).cause).toBe(gone);
-    expect(check.judge(gone)).toBe(gone);
-    // A success, or another failure between them, starts the count again.
+    expect(check.judge(gone, 'b:5552')).toBe(gone);
     check.succeeded();
-    expect(check.judge(gone)).toBeInstanceOf(StreamNotAvailableError);
+    expect(check.judge(gone, 'a:5552')).toBeInstanceOf(StreamNotAvailableError);
     const other = new Error('boom');
-    expect(check.judge(other)).toBe(other);
-    expect(check.judge(gone)).toBeInstanceOf(StreamNotAvailableError);
-    expect(check.judge(gone)).toBe(gone);
+    expect(check.judge(other, 'b:5552')).toBe(other);
+    expect(check.judge(gone, 'b:5552')).toBeInstanceOf(StreamNotAvailableError);
+    expect(check.judge(gone, 'c:5552')).toBe(gone);
+  });
+
+  it('through the same node (one endpoint, a shared client) it is final only once it has said so for SAME_NODE_MS', () => {
+    vi.useFakeTimers({ toFake: ['performance'] });
+    try {
+      const check = new MissingStreamCheck();
+      expect(check.judge(gone, 'a:5552')).toBeInstanceOf(StreamNotAvailableError);
+      vi.advanceTimersByTime(MissingStreamCheck.SAME_NODE_MS - 1);
+      expect(check.judge(gone, 'a:5552')).toBeInstanceOf(StreamNotAvailableError);
+      vi.advanceTimersByTime(1);
+      expect(check.judge(gone, 'a:5552')).toBe(gone);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
