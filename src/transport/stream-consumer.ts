@@ -113,7 +113,7 @@ function checkEndpoint(value: Record<string, unknown>, name: string, required = 
  */
 export class StreamVerifyingConsumer extends VerifyingConsumer {
   readonly #endpoints: EndpointRotation;
-  /** "Does not exist" is believed the second time in a row only (a node back from a partition). */
+  /** "Does not exist" is believed only when heard again (a node back from a partition can say it). */
   readonly #missing = new MissingStreamCheck();
   #params: ClientParams;
   #attempts = 0;

@@ -40,7 +40,7 @@ export class StreamTransport implements PublishTransport {
   #attempts = 0;
   /** Connected once: later connects are reconnections. */
   #connected = false;
-  /** "Does not exist" is believed the second time in a row only (a node back from a partition). */
+  /** "Does not exist" is believed only when heard again (a node back from a partition can say it). */
   readonly #missing = new MissingStreamCheck();
   readonly #producerName: string;
   readonly #createStream: boolean;
