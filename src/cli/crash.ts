@@ -258,7 +258,7 @@ async function runOnce(
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
   let resent = 0;
-  let killed = false;
+  let killSent = false;
   const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
     child.once('exit', (code, signal) => resolve([code, signal])),
   );
@@ -271,9 +271,9 @@ async function runOnce(
   let killTimer: NodeJS.Timeout | undefined;
   const errors: string[] = [];
   const killNow = (): void => {
-    if (!killed && !ended && child.exitCode === null) {
-      killed = child.kill('SIGKILL');
-      duringOpen = killed && !opened;
+    if (!killSent && !ended && child.exitCode === null) {
+      killSent = child.kill('SIGKILL');
+      duringOpen = killSent && !opened;
     }
   };
   for await (const line of createInterface({ input: child.stdout })) {
@@ -303,7 +303,7 @@ async function runOnce(
   ended = true;
   clearTimeout(killTimer);
   const [code, signal] = await exited;
-  killed = signal === 'SIGKILL';
+  const killed = signal === 'SIGKILL';
   if (!killed && code !== 0) throw new Error(`producer run ${r.run} exited with code ${code}`);
   return { killed, resent, duringOpen: killed && duringOpen, errors };
 }

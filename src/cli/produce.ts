@@ -3,6 +3,7 @@ import { DedupError } from '../errors.js';
 import { AmqpDedupPublisher } from '../transport/amqp.js';
 import { StreamDedupPublisher, SuperStreamDedupPublisher } from '../transport/stream.js';
 import type { Durability } from '../publisher/types.js';
+import { silentLogger } from '../telemetry/logger.js';
 import type { SubEntryOptions } from '../transport/stream-options.js';
 import { amqpSocketOptionsFromEnv, amqpUrlFromEnv, connectionFromEnv } from './env.js';
 
@@ -78,13 +79,11 @@ export async function produce(o: ProduceOptions): Promise<void> {
     ...(o.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: o.connectTimeoutMs }),
     // The publisher's errors as progress lines (`{"error": …}`), for the parent to check.
     logger: {
-      debug: quiet,
-      info: quiet,
-      warn: quiet,
+      ...silentLogger,
       error: (obj: object, msg?: string) => {
         const { err, ...detail } = obj as { err?: unknown };
         const cause = err instanceof Error ? { cause: err.message } : {};
-        process.stdout.write(`${JSON.stringify({ error: msg ?? '', ...detail, ...cause }, jsonBigint)}\n`);
+        process.stdout.write(`${JSON.stringify({ error: msg ?? '', ...jsonable(detail), ...cause })}\n`);
       },
     },
   };
@@ -186,12 +185,6 @@ export async function produce(o: ProduceOptions): Promise<void> {
   await Promise.all(Array.from({ length: o.concurrency }, worker));
   await pub.close();
   process.stdout.write(`${JSON.stringify({ done: true, timeouts, ...pub.last() })}\n`);
-}
-
-function quiet(): void {}
-
-function jsonBigint(_key: string, value: unknown): unknown {
-  return typeof value === 'bigint' ? value.toString() : value;
 }
 
 function jsonable(o: object): Record<string, unknown> {

@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { connect, type Client } from 'rabbitmq-stream-js-client';
 import { afterAll, beforeAll } from 'vitest';
+import { withTimeout } from '../../src/transport/util.js';
 import { BROKER } from './broker.js';
 
 // The three-node cluster of scripts/nemesis.sh: each node in its own network namespace, node N at
@@ -55,28 +56,41 @@ export function useNemesisCluster(): void {
   }, 120_000);
 }
 
+/**
+ * Runs `fn` (bounded to 10 s) with a client on one node. A node behind a cut drops the SYN: the
+ * connection is given up after 3 s, and a client that connects later is closed.
+ */
+async function withNodeClient<T>(
+  hostname: string,
+  port: number,
+  fn: (client: Client) => Promise<T>,
+): Promise<T> {
+  const where = `${hostname}:${port}`;
+  const connecting = connect({ ...NEMESIS_CONNECTION, hostname, port });
+  let client: Client | undefined;
+  try {
+    client = await withTimeout(connecting, 3_000, `connecting to ${where}`);
+    return await withTimeout(fn(client), 10_000, where);
+  } catch (err) {
+    if (client === undefined) void connecting.then((late) => late.close()).catch(() => undefined);
+    throw err;
+  } finally {
+    await client?.close().catch(() => undefined);
+  }
+}
+
+/** Node N (1..3) from an address the metadata gives, 0 for none. */
+const nodeOfHost = (host: string | undefined): number =>
+  Number(/^10\.99\.(\d)\.2$/.exec(host ?? '')?.[1] ?? 0);
+
 /** Runs `fn` with a client on the first node that answers (nodes are cut off in these tests). */
 export async function withNemesisAdmin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
   let lastError: unknown;
   for (const { hostname, port } of NEMESIS_ENDPOINTS) {
-    let client: Client | undefined;
     try {
-      // A node behind a cut drops the SYN: give up on it after 3 s (closing it if it comes later).
-      const connecting = connect({ ...NEMESIS_CONNECTION, hostname, port });
-      client = await Promise.race([
-        connecting,
-        new Promise<never>((_, reject) => {
-          setTimeout(() => reject(new Error(`${hostname}:${port} did not answer in 3 s`)), 3_000).unref();
-        }),
-      ]).catch((err: unknown) => {
-        void connecting.then((late) => late.close()).catch(() => undefined);
-        throw err;
-      });
-      return await withTimeout(fn(client), 10_000, `${hostname}:${port}`);
+      return await withNodeClient(hostname, port, fn);
     } catch (err) {
       lastError = err;
-    } finally {
-      await client?.close().catch(() => undefined);
     }
   }
   throw lastError instanceof Error ? lastError : new Error('no node answered');
@@ -86,8 +100,7 @@ export async function withNemesisAdmin<T>(fn: (client: Client) => Promise<T>): P
 export function nemesisLeader(stream: string): Promise<{ node: number; replicas: number }> {
   return withNemesisAdmin(async (client) => {
     const [meta] = await client.queryMetadata({ streams: [stream] });
-    const host = meta?.leader?.host ?? '';
-    return { node: Number(/^10\.99\.(\d)\.2$/.exec(host)?.[1] ?? 0), replicas: meta?.replicas?.length ?? 0 };
+    return { node: nodeOfHost(meta?.leader?.host), replicas: meta?.replicas?.length ?? 0 };
   });
 }
 
@@ -98,50 +111,24 @@ export function nemesisLeader(stream: string): Promise<{ node: number; replicas:
  */
 export async function awaitNemesisLeader(stream: string, timeoutMs = 60_000): Promise<number> {
   const deadline = performance.now() + timeoutMs;
-
   for (;;) {
     const answers = await Promise.all(
       NEMESIS_ENDPOINTS.map(({ hostname, port }) =>
-        leaderAsSeenBy(hostname, port, stream).catch((err: unknown) => `error: ${String(err)}`),
+        withNodeClient(hostname, port, async (client) => {
+          const [meta] = await withTimeout(
+            client.queryMetadata({ streams: [stream] }),
+            3_000,
+            `querying ${hostname}:${port}`,
+          );
+          return nodeOfHost(meta?.leader?.host);
+        }).catch((err: unknown) => `error: ${String(err)}`),
       ),
     );
-    const views = answers.map((a, i) => `node${i + 1}: ${a}`);
     for (const n of [1, 2, 3]) if (answers.filter((a) => a === n).length >= 2) return n;
-    if (performance.now() > deadline)
-      throw new Error(
-        `${stream}: no leader that two nodes agree on within ${timeoutMs} ms (${views.join('; ')})`,
-      );
+    if (performance.now() > deadline) {
+      const views = answers.map((a, i) => `node${i + 1}: ${a}`).join('; ');
+      throw new Error(`${stream}: no leader that two nodes agree on within ${timeoutMs} ms (${views})`);
+    }
     await new Promise((r) => setTimeout(r, 200));
   }
-}
-
-/** The leader node (1..3, 0 for none) in the stream metadata that the node at `hostname` gives. */
-async function leaderAsSeenBy(hostname: string, port: number, stream: string): Promise<number | string> {
-  const connecting = connect({ ...NEMESIS_CONNECTION, hostname, port });
-  let client: Client | undefined;
-  try {
-    client = await withTimeout(connecting, 3_000, `${hostname}:${port}`);
-    const [meta] = await withTimeout(
-      client.queryMetadata({ streams: [stream] }),
-      3_000,
-      `${hostname}:${port}`,
-    );
-    return Number(/^10\.99\.(\d)\.2$/.exec(meta?.leader?.host ?? '')?.[1] ?? 0);
-  } catch (err) {
-    // A client that connects after the wait gave up is closed, not left open.
-    void connecting.then((late) => late.close()).catch(() => undefined);
-    throw err;
-  } finally {
-    await client?.close().catch(() => undefined);
-  }
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p,
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what}: no answer in ${ms} ms`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
 }
