@@ -65,7 +65,15 @@ export type DedupErrorCode =
    * the same chunk: nothing is skipped silently. `readStreamToEnd` (and `audit`) fail with it.
    * @remarks Since 0.4.0
    */
-  | 'DEDUP_STREAM_UNREADABLE';
+  | 'DEDUP_STREAM_UNREADABLE'
+  /**
+   * A consumer group's changelog (docs/design.md §12) cannot be restored from: an entry that does
+   * not decode, writes outside its partition's keys, is out of order, starts after the state it
+   * would apply to (a hole), or the changelog lost its first entries (a retention policy). The
+   * member stops before applying anything of the partition: nothing is guessed.
+   * @remarks Since 0.5.0
+   */
+  | 'DEDUP_CHANGELOG_INVALID';
 
 /**
  * Every operational failure stream-dedup reports is a `DedupError` with a stable {@link DedupErrorCode}.

@@ -44,7 +44,30 @@ export interface CommitPipelineOptions {
   readonly stats: VerifyStats;
   /** Called whenever the pipeline stops with `error` (`first`: the first time); `cause` is what was thrown. */
   readonly onStop: (error: Error, cause: unknown, first: boolean) => void;
+  /**
+   * Runs before each batch is written to LevelDB, with the batch's writes (the offset record
+   * last): a consumer group appends them to the partition's changelog (src/group). The batch is
+   * written only once it resolves; when it rejects, the pipeline stops with its error and nothing
+   * of the batch is written.
+   */
+  readonly journal?: Journal | undefined;
 }
+
+/** What a batch's journal is told: its writes, and the offsets it covers. */
+export interface JournalEntry {
+  /** Every write of the batch, the offset record last. */
+  readonly ops: readonly Op[];
+  /** The batch's last offset. */
+  readonly lastOffset: bigint;
+  /**
+   * The offset of the state the batch was computed on: the last offset of the batch before it
+   * (committed, or handed to a write), `undefined` for the consumer's first batch.
+   */
+  readonly baseOffset: bigint | undefined;
+}
+
+/** See {@link CommitPipelineOptions.journal}. */
+export type Journal = (entry: JournalEntry) => Promise<void>;
 
 /** Full batches that may wait behind the write in flight before `add` makes the caller wait. */
 const BATCHES_AHEAD = 4;
@@ -69,6 +92,7 @@ export class CommitPipeline {
   readonly #options: ResolvedVerifyingConsumerOptions;
   readonly #stats: VerifyStats;
   readonly #onStop: (error: Error, cause: unknown, first: boolean) => void;
+  readonly #journal: Journal | undefined;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
   #committedOffset: bigint | undefined;
   /**
@@ -110,6 +134,7 @@ export class CommitPipeline {
     this.#options = options.options;
     this.#stats = options.stats;
     this.#onStop = options.onStop;
+    this.#journal = options.journal;
     this.#committedOffset = options.committedOffset;
     this.#handedOffset = options.committedOffset;
   }
@@ -384,6 +409,7 @@ export class CommitPipeline {
     const write = ++this.#writesBegun;
     const staged = this.#scopes.stage(this.#touched, write, ops);
     const lastOffset = this.#lastOffset!;
+    const baseOffset = this.#handedOffset;
     this.#handedOffset = lastOffset;
     ops.push({ type: 'put', key: this.#offsetKey, value: encodeOffset(lastOffset) });
     const info = { messages: this.#pendingMessages, lastOffset };
@@ -397,6 +423,7 @@ export class CommitPipeline {
     const commit = (async () => {
       hooks?.beforeCommit?.(info);
       try {
+        if (this.#journal !== undefined) await this.#journal({ ops, lastOffset, baseOffset });
         await this.#db.batch(ops, { sync: this.#sync });
       } catch (err) {
         throw this.fail(err);

@@ -8,7 +8,7 @@ import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/
 import { decodeOffset, offsetKey } from '../store/consumer-keys.js';
 import { DedupStore } from '../store/store.js';
 import { observeVerifier } from '../telemetry/metrics.js';
-import { CommitPipeline } from './commit-pipeline.js';
+import { CommitPipeline, type Journal } from './commit-pipeline.js';
 import { Effects } from './effect-transaction.js';
 import { resolveVerifyingConsumerOptions, type ResolvedVerifyingConsumerOptions } from './options.js';
 import { ScopeCache, type ScopeState } from './scope-cache.js';
@@ -24,6 +24,14 @@ export type {
   VerifyingConsumerOptions,
   VerifyStats,
 } from './types.js';
+
+/** What a consumer group adds to a partition's core (src/group); nothing for a plain consumer. */
+export interface CoreExtensions {
+  /** Appends each batch to the partition's changelog before it is written (CommitPipeline). */
+  readonly journal?: Journal;
+  /** A stop with this error is expected (a lost partition, a fenced write): it is not logged as an error. */
+  readonly expectedStop?: (error: unknown) => boolean;
+}
 
 /** How often idle scopes are looked for when `scopeTtlMs` is set. */
 const EVICTION_INTERVAL_MS = 3_600_000;
@@ -57,6 +65,7 @@ export class VerifyingConsumerCore {
   #closing = false;
   readonly #stopListeners = new Set<(error: Error) => void>();
   #unobserve: () => void = () => undefined;
+  readonly #expectedStop: ((error: unknown) => boolean) | undefined;
 
   private constructor(
     store: DedupStore,
@@ -64,8 +73,10 @@ export class VerifyingConsumerCore {
     release: () => void,
     options: ResolvedVerifyingConsumerOptions,
     committedOffset: bigint | undefined,
+    extensions: CoreExtensions,
   ) {
     this.consumerName = options.consumerName;
+    this.#expectedStop = extensions.expectedStop;
     this.#ownedStore = ownedStore;
     this.#release = release;
     this.#opts = options;
@@ -79,6 +90,7 @@ export class VerifyingConsumerCore {
       options,
       stats: this.stats,
       onStop: (error, cause, first) => this.#stopped(error, cause, first),
+      journal: extensions.journal,
     });
     this.#effects = new Effects(store.db, this.#pipeline, options.consumerName);
   }
@@ -90,7 +102,10 @@ export class VerifyingConsumerCore {
    * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>").
    * @throws DedupError `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`.
    */
-  static async open(options: VerifyingConsumerOptions): Promise<VerifyingConsumerCore> {
+  static async open(
+    options: VerifyingConsumerOptions,
+    extensions: CoreExtensions = {},
+  ): Promise<VerifyingConsumerCore> {
     const opts = resolveVerifyingConsumerOptions(options);
     const owned =
       typeof opts.store === 'string' ? await DedupStore.open(opts.store, { sync: opts.sync }) : undefined;
@@ -101,7 +116,7 @@ export class VerifyingConsumerCore {
       release = store.claimConsumer(opts.consumerName);
       const raw = await store.db.get(offsetKey(opts.consumerName));
       const committed = raw === undefined ? undefined : decodeOffset(raw);
-      core = new VerifyingConsumerCore(store, owned, release, opts, committed);
+      core = new VerifyingConsumerCore(store, owned, release, opts, committed, extensions);
       if (opts.scopeTtlMs > 0) await core.evictIdle(Date.now());
       core.#unobserve = observeVerifier(core.stats, opts.consumerName);
       if (opts.scopeTtlMs > 0) {
@@ -361,7 +376,7 @@ export class VerifyingConsumerCore {
 
   /** The pipeline stopped for good (a handler threw, a write failed): log once, tell every waiter. */
   #stopped(error: Error, cause: unknown, first: boolean): void {
-    if (first) {
+    if (first && this.#expectedStop?.(cause) !== true) {
       this.#opts.logger.error(
         { consumer: this.consumerName, err: cause },
         'stream-dedup: verifying consumer stopped; uncommitted work is dropped and redelivered after a restart',

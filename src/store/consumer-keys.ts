@@ -135,3 +135,25 @@ export function decodeScopeState(raw: Uint8Array, scopeKey: string): ScopeStateR
 function asBuffer(raw: Uint8Array): Buffer {
   return Buffer.isBuffer(raw) ? raw : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
 }
+
+const GROUP_TAG = 'g:';
+const CHANGELOG_POSITION_SUFFIX = '/changelog';
+
+/**
+ * The key of a consumer group partition's changelog read position (src/group): the changelog
+ * offset from which its next restore reads. `g:<length>:<partition namespace>/changelog`.
+ */
+export function changelogPositionKey(consumerName: string): string {
+  return GROUP_TAG + lengthPrefixed(consumerName) + CHANGELOG_POSITION_SUFFIX;
+}
+
+/**
+ * True for the keys a consumer's commits write: its offset record, its scopes' verifier states and
+ * its effects. A consumer group's changelog entries may write only these.
+ */
+export function isConsumerKey(consumerName: string, key: string): boolean {
+  if (key === offsetKey(consumerName)) return true;
+  if (key.startsWith(effectKeyPrefix(consumerName))) return true;
+  const scopes = scopeStateKeysOf(consumerName);
+  return key >= scopes.gte && key < scopes.lt;
+}

@@ -234,3 +234,62 @@ class DeliveryReader {
     });
   }
 }
+
+/**
+ * Tells `onUpdate` whether each consumer update of `client`'s connections activates or
+ * deactivates the consumer (1.0: the decoder's `consumer_update_query` event carries `active`,
+ * but the client calls `consumerUpdateListener` without it). `onUpdate` runs first, synchronously
+ * in the same event as the client's handler, which calls the listener before it awaits anything
+ * (`client.ts`, `getConsumerUpdateCallback`): the listener reads the flag `onUpdate` just set.
+ * Meant for a client with one single-active consumer. Idempotent per connection.
+ *
+ * @throws DedupError `DEDUP_BROKER_REFUSED` when this client version has no `getConnection`; from
+ *   a connection's opening when it has no decoder emitter.
+ */
+export function watchConsumerUpdates(client: Client, onUpdate: (active: boolean) => void): void {
+  const target = client as unknown as { getConnection?: unknown };
+  const getConnection = target.getConnection;
+  if (typeof getConnection !== 'function') {
+    throw unsupportedClient("the client's getConnection, through which stream-dedup hears consumer updates");
+  }
+  const watched = new WeakSet<object>();
+  target.getConnection = async function (this: unknown, ...args: unknown[]): Promise<unknown> {
+    const connection: unknown = await getConnection.apply(this, args);
+    const emitter = (connection as { decoder?: { emitter?: unknown } } | null | undefined)?.decoder?.emitter;
+    if (!(emitter instanceof EventEmitter)) {
+      throw unsupportedClient(
+        "the connection's decoder events, through which stream-dedup hears consumer updates",
+      );
+    }
+    if (!watched.has(emitter)) {
+      watched.add(emitter);
+      emitter.prependListener('consumer_update_query', (update: { active?: unknown }) =>
+        onUpdate(update.active === 1 || update.active === true),
+      );
+    }
+    return connection;
+  };
+}
+
+/**
+ * The broker's last publishing ID of producer `publisherRef` on `stream`, asked through the
+ * client's locator connection without declaring a producer (1.0: `client.locatorConnection`,
+ * whose `queryPublisherSequence` the client's own `declarePublisher` uses). 0n when the name
+ * never published there.
+ *
+ * @throws DedupError `DEDUP_BROKER_REFUSED` when this client version has no such connection.
+ */
+export function queryPublisherSequence(
+  client: Client,
+  stream: string,
+  publisherRef: string,
+): Promise<bigint> {
+  const locator = (client as unknown as { locatorConnection?: { queryPublisherSequence?: unknown } })
+    .locatorConnection;
+  if (typeof locator?.queryPublisherSequence !== 'function') {
+    throw unsupportedClient("the client's locator connection, through which stream-dedup asks for a last ID");
+  }
+  return (
+    locator.queryPublisherSequence as (p: { stream: string; publisherRef: string }) => Promise<bigint>
+  ).call(locator, { stream, publisherRef });
+}

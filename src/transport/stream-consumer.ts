@@ -22,7 +22,7 @@ import {
   type SubscriptionOptions,
   type VerifyingConsumerOptions,
 } from '../consumer/core.js';
-import type { IncomingMessage } from '../consumer/types.js';
+import { OrderedDelivery } from './stream-delivery.js';
 import {
   EndpointRotation,
   errorText,
@@ -33,15 +33,6 @@ import {
   withTimeout,
   type StreamConnectionOptions,
 } from './util.js';
-
-/** Delivered messages waiting for the handler above which the consumer stops asking for chunks… */
-const BUFFER_HIGH = 20_000;
-/** …and below which it asks again. */
-const BUFFER_LOW = 5_000;
-/** Processed messages at the head of the buffer that make it worth copying the rest down. */
-const COMPACT_AT = 1_024;
-type StreamMessage = Parameters<Parameters<Client['declareConsumer']>[1]>[0];
-type ConsumerCreditPolicy = NonNullable<Parameters<Client['declareConsumer']>[0]['creditPolicy']>;
 
 /** Options of {@link StreamVerifyingConsumer.open}. */
 export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions, SubscriptionOptions {
@@ -67,7 +58,19 @@ interface ResolvedStreamOptions {
 function resolveStreamOptions(options: StreamVerifyingConsumerOptions): ResolvedStreamOptions {
   const consumer = resolveVerifyingConsumerOptions(options);
   const stream = nonEmptyString(options.stream, 'stream');
-  const connection = options.connection ?? {};
+  const connection = checkConnectionOptions(options.connection);
+  return Object.freeze({ consumer, subscription: resolveSubscriptionOptions(options), stream, connection });
+}
+
+/**
+ * Checks a consumer's `connection` option (its host, port and endpoints; not yet TLS, which
+ * `EndpointRotation` checks).
+ *
+ * @internal
+ * @throws TypeError, RangeError "Expected <option> to be <what>, got <value>".
+ */
+export function checkConnectionOptions(value: StreamConnectionOptions | undefined): StreamConnectionOptions {
+  const connection = value ?? {};
   expectObject(connection, 'connection');
   checkEndpoint(connection, 'connection');
   const { endpoints } = connection;
@@ -78,7 +81,7 @@ function resolveStreamOptions(options: StreamVerifyingConsumerOptions): Resolved
       checkEndpoint(endpoint, `connection.endpoints[${i}]`, true);
     });
   }
-  return Object.freeze({ consumer, subscription: resolveSubscriptionOptions(options), stream, connection });
+  return connection;
 }
 
 /** A host name and a port: required in an endpoint, optional in `connection` itself. */
@@ -119,15 +122,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   #attempts = 0;
   readonly #options: ResolvedStreamOptions;
   readonly #subscriptions: Resubscriber<Client>;
-  /**
-   * Delivered by the current subscription, not yet processed, in stream order (read from #head
-   * on). Emptied whenever the generation moves on, so everything in it is of the current one.
-   */
-  #buffer: IncomingMessage[] = [];
-  #head = 0;
-  #draining = false;
-  /** A credit the client asked for while the buffer was full: granted once the drain catches up. */
-  #heldCredit: (() => void) | undefined;
+  readonly #delivery: OrderedDelivery;
   readonly #log: Logger;
 
   private constructor(
@@ -140,13 +135,21 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     this.#log = options.consumer.logger;
     this.#endpoints = endpoints;
     this.#params = endpoints.next();
+    this.#delivery = new OrderedDelivery({
+      process: (message) => this.core.process(message),
+      get stopped() {
+        return core.failure !== undefined;
+      },
+      stop: (error) => void this.stop(error),
+      enqueue: (task) => this.#subscriptions.enqueue(task),
+    });
     this.#subscriptions = new Resubscriber<Client>({
       subscribe: (generation) => this.#subscribe(generation),
       core,
       reconnect: options.subscription.reconnect,
       logger: this.#log,
       target: { stream: options.stream },
-      onNewGeneration: () => this.#clearBuffer(),
+      onNewGeneration: () => this.#delivery.clear(),
     });
   }
 
@@ -175,12 +178,12 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
    * stops asking for chunks until the handler catches up (plus at most one chunk in flight).
    */
   get buffered(): number {
-    return this.#draining ? this.#buffer.length - this.#head : 0;
+    return this.#delivery.buffered;
   }
 
   /** One subscription attempt, through the next endpoint; see {@link Resubscriber}. */
   async #subscribe(generation: Generation<Client>): Promise<void> {
-    this.#heldCredit = undefined;
+    this.#delivery.reset();
     // A cluster: each attempt after the first goes through the next node, in case the last one is down.
     if (this.#attempts++ > 0) this.#params = this.#endpoints.next();
     const client = await connectStreamClient(
@@ -197,6 +200,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       this.#options.subscription.connectTimeoutMs,
     );
     generation.opened(client);
+    const isCurrent = (): boolean => generation.isCurrent();
     const resume = this.core.resumeOffset;
     const offset =
       resume !== undefined
@@ -228,9 +232,9 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
             stream: this.#options.stream,
             offset,
             connectionClosedListener: () => generation.lost(),
-            creditPolicy: this.#creditPolicy(generation),
+            creditPolicy: this.#delivery.creditPolicy(isCurrent),
           },
-          (message) => this.#onMessage(generation, message),
+          (message) => this.#delivery.deliver(isCurrent, message),
         ),
         10_000,
         'subscribing',
@@ -264,112 +268,6 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
         { cause: err },
       );
     }
-  }
-
-  /** The client's delivery callback: never throws, never waits (see the comment inside). */
-  #onMessage(generation: Generation<Client>, message: StreamMessage): void {
-    // The client may deliver two chunks at once, and an exception here would be unhandled.
-    // Process right here while nothing waits (the common, synchronous case); otherwise
-    // buffer, and drain one at a time in order. Failures become a stop.
-    if (!generation.isCurrent()) return;
-    // The client's message is the core's IncomingMessage as it is (no wrapper per message);
-    // deliveries always carry their offset.
-    const item = message as IncomingMessage;
-    if (item.offset === undefined) {
-      void this.stop(new Error('the stream client delivered a message without an offset'));
-      return;
-    }
-    if (this.#draining) {
-      this.#buffer.push(item);
-      return;
-    }
-    if (this.core.failure !== undefined) return;
-    let pending: Promise<void> | undefined;
-    try {
-      pending = this.core.process(item);
-    } catch (err) {
-      void this.stop(err instanceof Error ? err : new Error(String(err)));
-      return;
-    }
-    if (pending !== undefined) {
-      this.#draining = true;
-      this.#subscriptions.enqueue(async () => {
-        try {
-          await pending;
-        } catch (err) {
-          void this.stop(err instanceof Error ? err : new Error(String(err)));
-          this.#clearBuffer();
-          this.#draining = false;
-          return;
-        }
-        await this.#drain();
-      });
-    }
-  }
-
-  async #drain(): Promise<void> {
-    try {
-      while (this.#head < this.#buffer.length) {
-        if (this.#heldCredit !== undefined && this.#buffer.length - this.#head < BUFFER_LOW) {
-          this.#grantHeldCredit();
-        }
-        const item = this.#buffer[this.#head++]!;
-        // Drop what was processed: in a long drain the array would otherwise keep every message
-        // of it alive (measured: 59 000 at once, promoted and collected the expensive way).
-        if (this.#head >= COMPACT_AT && this.#head * 2 >= this.#buffer.length) {
-          this.#buffer = this.#buffer.slice(this.#head);
-          this.#head = 0;
-        }
-        if (this.core.failure !== undefined) continue;
-        try {
-          const pending = this.core.process(item);
-          if (pending !== undefined) await pending;
-        } catch (err) {
-          void this.stop(err instanceof Error ? err : new Error(String(err)));
-          break;
-        }
-      }
-    } finally {
-      this.#clearBuffer();
-      this.#draining = false;
-      this.#grantHeldCredit();
-    }
-  }
-
-  /** Drops what older subscription generations delivered and is still buffered (never processed). */
-  #clearBuffer(): void {
-    this.#buffer = [];
-    this.#head = 0;
-  }
-
-  /**
-   * One chunk of credit at a time, as in the client's default policy: with more credit the client
-   * runs two chunks' deliveries at once and interleaves their messages (measured: 927 of 100 000
-   * then fell outside a 1024 window as stale), and the verifier needs stream order. The credit is
-   * held back while more than {@link BUFFER_HIGH} delivered messages wait for an asynchronous
-   * handler: without that the client reads the stream into memory far ahead of a slow handler
-   * (measured: 35 000 messages ahead on a loaded 3-node cluster).
-   */
-  #creditPolicy(generation: Generation<Client>): ConsumerCreditPolicy {
-    type Request = (howMany: number) => Promise<void>;
-    return {
-      onSubscription: () => 1,
-      onChunkReceived: () => Promise.resolve(),
-      onChunkCompleted: (request: Request) => {
-        if (!generation.isCurrent()) return Promise.resolve();
-        const grant = (): void => void request(1).catch(() => undefined);
-        if (!this.#draining || this.#buffer.length - this.#head < BUFFER_HIGH) grant();
-        else this.#heldCredit = grant;
-        return Promise.resolve();
-      },
-      requestCredits: (request: Request, howMany: number) => request(howMany),
-    } as unknown as ConsumerCreditPolicy;
-  }
-
-  #grantHeldCredit(): void {
-    const grant = this.#heldCredit;
-    this.#heldCredit = undefined;
-    grant?.();
   }
 
   /** @internal Unsubscribes first (what is buffered is dropped), lets the message in progress finish, then commits. */

@@ -19,3 +19,10 @@ export type {
   SuperStreamRouting,
   SuperStreamSendResult,
 } from '../superstream/options.js';
+export { SuperStreamVerifyingConsumer } from '../group/consumer.js';
+export type {
+  AssignmentEvent,
+  GroupMessageHandler,
+  GroupStats,
+  SuperStreamVerifyingConsumerOptions,
+} from '../group/types.js';

@@ -1,0 +1,120 @@
+/**
+ * One changelog entry: what one committed batch of a partition wrote to the member's store, as
+ * the resulting values of the keys it wrote (docs/design.md §12). Applying an entry again, or an
+ * entry of another member that covers an overlapping range, gives the same state: entries are
+ * puts and deletes of values, never increments.
+ *
+ * Layout (version 1), big-endian:
+ *   u8 'G' (0x47), u8 version (1), u8 flags (bit 0: a base offset follows),
+ *   u64 lastOffset, u64 baseOffset (0 without one), u32 op count,
+ *   then per op: u8 kind (1 put, 2 delete), u32 key bytes, the key (UTF-8),
+ *   and for a put u32 value bytes and the value.
+ *
+ * @internal
+ */
+import { DedupError } from '../errors.js';
+import type { Op } from '../consumer/commit-pipeline.js';
+
+const MAGIC = 0x47;
+const VERSION = 1;
+const HEADER_BYTES = 3 + 8 + 8 + 4;
+const PUT = 1;
+const DEL = 2;
+
+/** A decoded entry. */
+export interface ChangelogEntry {
+  /** The last input offset of the batch: the entry's publishing ID is `lastOffset + 1`. */
+  readonly lastOffset: bigint;
+  /** The input offset of the state the batch was computed on (`undefined`: the partition's first batch). */
+  readonly baseOffset: bigint | undefined;
+  readonly ops: readonly Op[];
+}
+
+/** The entry's publishing ID in the changelog: one past its last input offset (IDs start at 1). */
+export function entryId(lastOffset: bigint): bigint {
+  return lastOffset + 1n;
+}
+
+/** Encodes `entry` in one buffer. */
+export function encodeEntry(entry: ChangelogEntry): Buffer {
+  let size = HEADER_BYTES;
+  const keys: Buffer[] = [];
+  for (const op of entry.ops) {
+    const key = Buffer.from(op.key, 'utf8');
+    keys.push(key);
+    size += 1 + 4 + key.length + (op.type === 'put' ? 4 + op.value.length : 0);
+  }
+  const b = Buffer.allocUnsafe(size);
+  b[0] = MAGIC;
+  b[1] = VERSION;
+  b[2] = entry.baseOffset === undefined ? 0 : 1;
+  b.writeBigUInt64BE(entry.lastOffset, 3);
+  b.writeBigUInt64BE(entry.baseOffset ?? 0n, 11);
+  b.writeUInt32BE(entry.ops.length, 19);
+  let pos = HEADER_BYTES;
+  entry.ops.forEach((op, i) => {
+    const key = keys[i]!;
+    b[pos] = op.type === 'put' ? PUT : DEL;
+    b.writeUInt32BE(key.length, pos + 1);
+    key.copy(b, pos + 5);
+    pos += 5 + key.length;
+    if (op.type === 'put') {
+      b.writeUInt32BE(op.value.length, pos);
+      b.set(op.value, pos + 4);
+      pos += 4 + op.value.length;
+    }
+  });
+  return b;
+}
+
+/**
+ * Decodes an entry and checks that every key it writes is one of the partition's
+ * (`ownsKey`): a changelog never writes outside its partition's namespace.
+ *
+ * @throws DedupError `DEDUP_CHANGELOG_INVALID` for anything malformed; `where` names the entry.
+ */
+export function decodeEntry(
+  raw: Uint8Array,
+  ownsKey: (key: string) => boolean,
+  where: string,
+): ChangelogEntry {
+  const b = Buffer.isBuffer(raw) ? raw : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+  const bad = (why: string): DedupError =>
+    new DedupError('DEDUP_CHANGELOG_INVALID', `changelog entry ${where} ${why}`);
+  if (b.length < HEADER_BYTES) throw bad(`is ${b.length} bytes long, shorter than its header`);
+  if (b[0] !== MAGIC) throw bad('is not a stream-dedup changelog entry');
+  if (b[1] !== VERSION) throw bad(`has version ${b[1]}, this version reads ${VERSION}`);
+  const flags = b[2]!;
+  if ((flags & ~1) !== 0) throw bad(`has unknown flags ${flags}`);
+  const lastOffset = b.readBigUInt64BE(3);
+  const baseOffset = (flags & 1) === 1 ? b.readBigUInt64BE(11) : undefined;
+  if (baseOffset !== undefined && baseOffset >= lastOffset)
+    throw bad(`has base offset ${baseOffset}, not below its last offset ${lastOffset}`);
+  const count = b.readUInt32BE(19);
+  const ops: Op[] = [];
+  let pos = HEADER_BYTES;
+  for (let i = 0; i < count; i++) {
+    if (pos + 5 > b.length) throw bad('is truncated');
+    const kind = b[pos]!;
+    const keyBytes = b.readUInt32BE(pos + 1);
+    pos += 5;
+    if (pos + keyBytes > b.length) throw bad('is truncated');
+    const key = b.toString('utf8', pos, pos + keyBytes);
+    pos += keyBytes;
+    if (!ownsKey(key)) throw bad(`writes key ${JSON.stringify(key)}, outside its partition`);
+    if (kind === DEL) {
+      ops.push({ type: 'del', key });
+      continue;
+    }
+    if (kind !== PUT) throw bad(`has an operation of unknown kind ${kind}`);
+    if (pos + 4 > b.length) throw bad('is truncated');
+    const valueBytes = b.readUInt32BE(pos);
+    pos += 4;
+    if (pos + valueBytes > b.length) throw bad('is truncated');
+    // A copy: the entry outlives the chunk buffer it was read from only as LevelDB's copy.
+    ops.push({ type: 'put', key, value: Uint8Array.prototype.slice.call(b, pos, pos + valueBytes) });
+    pos += valueBytes;
+  }
+  if (pos !== b.length) throw bad(`has ${b.length - pos} bytes after its last operation`);
+  return { lastOffset, baseOffset, ops };
+}

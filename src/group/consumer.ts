@@ -1,0 +1,339 @@
+/**
+ * `SuperStreamVerifyingConsumer`: one member of a consumer group over a super stream
+ * (docs/design.md §12). The broker's single active consumer spreads the partitions over the
+ * members; each member keeps the partitions it holds in its own store, and every committed batch
+ * of a partition goes first to that partition's changelog stream, from which the next holder
+ * restores before it applies anything.
+ */
+import { DedupError } from '../errors.js';
+import {
+  nonEmptyString,
+  resolveSubscriptionOptions,
+  resolveVerifyingConsumerOptions,
+} from '../consumer/options.js';
+import { effectKeyPrefix } from '../store/consumer-keys.js';
+import { DedupStore } from '../store/store.js';
+import { Locator } from '../superstream/partitions.js';
+import { checkConnectionOptions } from '../transport/stream-consumer.js';
+import { EndpointRotation, openThroughEndpoints } from '../transport/util.js';
+import type { Logger } from '../telemetry/logger.js';
+import { expectFunction, expectOptionalFunction, integerOption } from '../util/options.js';
+import { GroupPartition } from './partition.js';
+import type { GroupStats, SuperStreamVerifyingConsumerOptions } from './types.js';
+
+export type {
+  AssignmentEvent,
+  GroupMessageHandler,
+  GroupStats,
+  SuperStreamVerifyingConsumerOptions,
+} from './types.js';
+
+/** Stream names are queue names: at most 255 bytes. */
+const MAX_STREAM_NAME_BYTES = 255;
+
+/** The changelog stream of `partition` for group `consumerName`. */
+export function changelogStreamName(partition: string, consumerName: string): string {
+  return `${partition}.${consumerName}.changelog`;
+}
+
+/** The producer name every member of group `consumerName` writes changelogs under. */
+export function changelogProducerName(consumerName: string): string {
+  return `stream-dedup.changelog.${consumerName}`;
+}
+
+/**
+ * The namespace of `partition` in a member's store: the consumer name its core keeps its offset,
+ * verifier state and effects under. NUL cannot appear in a stream name, so no plain consumer's
+ * name and no other partition's is the same.
+ */
+export function partitionNamespace(consumerName: string, partition: string): string {
+  return `${consumerName}\u0000${partition}`;
+}
+
+/**
+ * One member of a consumer group over a super stream, with exactly-once effects when partitions
+ * move between members that have separate stores.
+ *
+ * Each partition is consumed through a single active consumer (reference `consumerName`): at any
+ * moment the broker delivers it to one member. That member keeps the partition's offset, verifier
+ * state and the handler's effects in its own store, as a `StreamVerifyingConsumer` does for a
+ * stream, and appends every batch to the partition's changelog stream before it commits it. A
+ * member that becomes active for a partition first restores it from the changelog; a member that
+ * loses it stops applying it at once. See the README's "Consumer groups" for the guarantees and
+ * their limits (handlers must be deterministic; effects outside the store are the application's).
+ *
+ * @example
+ * ```ts
+ * const member = await SuperStreamVerifyingConsumer.open({
+ *   superStream: 'ledger',
+ *   consumerName: 'balance-projection',
+ *   store: './.dedup',
+ *   handler: async (message, tx) => {
+ *     const balance = Number((await tx.get('balance'))?.toString() ?? 0);
+ *     tx.put('balance', String(balance + Number(message.body)));
+ *   },
+ * });
+ * ```
+ *
+ * @remarks Since 0.5.0
+ */
+export class SuperStreamVerifyingConsumer {
+  /** The super stream's partitions, in the broker's order. */
+  readonly partitions: readonly string[];
+  /** Counters since open. */
+  readonly stats: Readonly<GroupStats>;
+  readonly #members: ReadonlyMap<string, GroupPartition>;
+  readonly #store: DedupStore;
+  readonly #ownedStore: boolean;
+  readonly #consumerName: string;
+  readonly #release: () => void;
+  #stopping: Promise<void> | undefined;
+  #resolveClosed!: (error: Error | undefined) => void;
+  readonly #closed: Promise<Error | undefined>;
+  #failure: Error | undefined;
+  readonly #logger: Logger;
+
+  private constructor(
+    partitions: readonly string[],
+    members: ReadonlyMap<string, GroupPartition>,
+    store: DedupStore,
+    ownedStore: boolean,
+    consumerName: string,
+    release: () => void,
+    stats: GroupStats,
+    logger: Logger,
+  ) {
+    this.#logger = logger;
+    this.partitions = Object.freeze([...partitions]);
+    this.#members = members;
+    this.#store = store;
+    this.#ownedStore = ownedStore;
+    this.#consumerName = consumerName;
+    this.#release = release;
+    this.stats = stats;
+    this.#closed = new Promise((resolve) => (this.#resolveClosed = resolve));
+  }
+
+  /**
+   * Checks the options (before any I/O), opens the store, finds the super stream's partitions
+   * and joins the group on each of them.
+   *
+   * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>").
+   * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for `scopeTtlMs` (an eviction would not be in the
+   *   changelog); `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
+   *   `DEDUP_BROKER_REFUSED` (for example a missing super stream).
+   */
+  static async open(options: SuperStreamVerifyingConsumerOptions): Promise<SuperStreamVerifyingConsumer> {
+    const superStream = nonEmptyString(options?.superStream, 'superStream');
+    expectFunction(options.handler, 'handler');
+    const scopeTtlMs = (options as { scopeTtlMs?: unknown }).scopeTtlMs;
+    if (scopeTtlMs !== undefined && scopeTtlMs !== 0) {
+      throw new DedupError(
+        'DEDUP_UNSAFE_OPTIONS',
+        'scopeTtlMs is not supported by SuperStreamVerifyingConsumer: a scope forgotten by one member ' +
+          'is not forgotten in the changelog, and the next holder of the partition would see it again',
+      );
+    }
+    const groupHandler = options.handler;
+    const consumer = resolveVerifyingConsumerOptions({ ...options, scopeTtlMs: 0, handler: () => undefined });
+    const subscription = resolveSubscriptionOptions(options);
+    const connection = checkConnectionOptions(options.connection);
+    // Checks the TLS options too, before anything is opened.
+    new EndpointRotation(connection);
+    const appendTimeoutMs = integerOption(options.appendTimeoutMs, 'appendTimeoutMs', 30_000, 1);
+    const restoreTimeoutMs = integerOption(options.restoreTimeoutMs, 'restoreTimeoutMs', 300_000, 1);
+    expectOptionalFunction(options.onAssignment, 'onAssignment');
+    const consumerName = consumer.consumerName;
+    const producer = changelogProducerName(consumerName);
+    if (Buffer.byteLength(producer, 'utf8') > 256) {
+      throw new RangeError(
+        `Expected consumerName to be at most 232 UTF-8 bytes, got ${consumerName.length} characters`,
+      );
+    }
+
+    const owned = typeof consumer.store === 'string';
+    const store =
+      typeof consumer.store === 'string'
+        ? await DedupStore.open(consumer.store, { sync: consumer.sync })
+        : consumer.store;
+    let release: (() => void) | undefined;
+    const members = new Map<string, GroupPartition>();
+    try {
+      // One member per store: two in one store would share the partitions' namespaces.
+      release = store.claimConsumer(`group:${consumerName}`);
+      const locator = new Locator(connection, subscription.connectTimeoutMs);
+      let partitions: string[];
+      try {
+        partitions = await locator.partitions(superStream);
+      } finally {
+        await locator.close();
+      }
+      for (const partition of partitions) {
+        const changelog = changelogStreamName(partition, consumerName);
+        if (Buffer.byteLength(changelog, 'utf8') > MAX_STREAM_NAME_BYTES) {
+          throw new RangeError(
+            `Expected consumerName to be short enough for changelog stream "${changelog}" (at most 255 bytes)`,
+          );
+        }
+      }
+      const stats: GroupStats = { restores: 0, entriesRestored: 0, fenced: 0 };
+      const opened: { member?: SuperStreamVerifyingConsumer } = {};
+      const fail = (error: Error): void => {
+        if (opened.member !== undefined) void opened.member.#stop(error);
+      };
+      for (const partition of partitions) {
+        members.set(
+          partition,
+          new GroupPartition({
+            superStream,
+            consumerName,
+            partition,
+            namespace: partitionNamespace(consumerName, partition),
+            changelog: changelogStreamName(partition, consumerName),
+            changelogProducer: producer,
+            store,
+            consumer,
+            handler: groupHandler,
+            subscription,
+            connection,
+            appendTimeoutMs,
+            restoreTimeoutMs,
+            onAssignment: options.onAssignment,
+            stats,
+            fail,
+          }),
+        );
+      }
+      const member = new SuperStreamVerifyingConsumer(
+        partitions,
+        members,
+        store,
+        owned,
+        consumerName,
+        release,
+        stats,
+        consumer.logger,
+      );
+      opened.member = member;
+      const endpoints = new EndpointRotation(connection).size;
+      for (const partition of members.values()) {
+        await openThroughEndpoints(endpoints, () => partition.subscribe());
+      }
+      consumer.logger.info(
+        { consumer: consumerName, superStream, partitions },
+        'stream-dedup: consumer group member joined',
+      );
+      return member;
+    } catch (err) {
+      for (const partition of members.values()) await partition.close().catch(() => undefined);
+      release?.();
+      if (owned) await store.close();
+      throw err;
+    }
+  }
+
+  /** The partitions this member holds now (active, state restored), in the super stream's order. */
+  activePartitions(): string[] {
+    return this.partitions.filter((p) => this.#members.get(p)!.isActive);
+  }
+
+  /** The last offset of `partition` committed by this member while it holds it; `undefined` otherwise. */
+  committedOffset(partition: string): bigint | undefined {
+    return this.#member(partition).committedOffset;
+  }
+
+  /**
+   * Resolves once this member holds `partition` with every message up to `offset` committed (by
+   * itself, or restored from the changelog when it took the partition over); rejects when the
+   * member stops first (with the error that stopped it, or `DEDUP_CONSUMER_CLOSED` after `close()`).
+   */
+  async waitForOffset(partition: string, offset: bigint): Promise<void> {
+    const member = this.#member(partition);
+    const committed = member.committedOffset;
+    if (committed !== undefined && committed >= offset) return;
+    let unsubscribe = (): void => undefined;
+    try {
+      await Promise.race([
+        new Promise<void>((resolve) => {
+          unsubscribe = member.onCommitted((at) => {
+            if (at >= offset) resolve();
+          });
+        }),
+        this.#closed.then((error) => {
+          throw (
+            error ??
+            new DedupError(
+              'DEDUP_CONSUMER_CLOSED',
+              'the consumer group member closed before reaching the offset',
+            )
+          );
+        }),
+      ]);
+    } finally {
+      unsubscribe();
+    }
+  }
+
+  /**
+   * Reads a value the handler committed for `partition` in this member's store. Current only while
+   * this member holds the partition: afterwards it is what this member last restored or committed.
+   */
+  async readEffect(partition: string, key: string): Promise<Buffer | undefined> {
+    this.#member(partition);
+    const raw = await this.#store.db.get(
+      effectKeyPrefix(partitionNamespace(this.#consumerName, partition)) + key,
+    );
+    return raw === undefined ? undefined : Buffer.from(raw);
+  }
+
+  /** The error that stopped the member, if any. */
+  get failure(): Error | undefined {
+    return this.#failure;
+  }
+
+  /** Resolves when the member stopped: with the error that stopped it, or `undefined` after `close()`. */
+  closed(): Promise<Error | undefined> {
+    return this.#closed;
+  }
+
+  /**
+   * Leaves the group: every partition is dropped (what is processed and not yet committed is
+   * processed again by the next holder), subscriptions and changelog writers close, the store is
+   * released. Idempotent.
+   */
+  close(): Promise<void> {
+    return this.#stop(undefined);
+  }
+
+  /** Calls {@link SuperStreamVerifyingConsumer.close}: `await using member = await …open(…)`. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  #member(partition: string): GroupPartition {
+    const member = this.#members.get(partition);
+    if (member === undefined) {
+      throw new RangeError(
+        `Expected partition to be one of ${this.partitions.join(', ')}, got ${JSON.stringify(partition)}`,
+      );
+    }
+    return member;
+  }
+
+  #stop(error: Error | undefined): Promise<void> {
+    this.#stopping ??= (async () => {
+      this.#failure = error;
+      if (error !== undefined) {
+        this.#logger.error(
+          { consumer: this.#consumerName, err: error },
+          'stream-dedup: consumer group member stopped; its partitions go to the other members',
+        );
+      }
+      await Promise.all([...this.#members.values()].map((m) => m.close().catch(() => undefined)));
+      this.#release();
+      if (this.#ownedStore) await this.#store.close().catch(() => undefined);
+      this.#resolveClosed(error);
+    })();
+    return this.#stopping;
+  }
+}

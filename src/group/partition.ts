@@ -1,0 +1,445 @@
+/**
+ * One partition of a consumer group, as one member sees it (docs/design.md §12): a single-active
+ * subscription to the partition (the group's name as its reference, the super stream's name so
+ * that the broker spreads partitions over members); when the broker activates it, the partition's
+ * state is restored from its changelog and a verifying consumer core opened on it; each of that
+ * core's batches is appended to the changelog before it is written to the store; when the broker
+ * deactivates it, its connection goes or its changelog write is fenced, the partition is dropped
+ * at once: nothing more of it is applied or committed by this member.
+ *
+ * @internal
+ */
+import { Offset, type Client } from 'rabbitmq-stream-js-client';
+import { DedupError } from '../errors.js';
+import { VerifyingConsumerCore } from '../consumer/core.js';
+import type { ResolvedSubscriptionOptions, ResolvedVerifyingConsumerOptions } from '../consumer/options.js';
+import { Resubscriber, type Generation } from '../consumer/resubscribe.js';
+import type { JournalEntry } from '../consumer/commit-pipeline.js';
+import type { DedupStore } from '../store/store.js';
+import type { Logger } from '../telemetry/logger.js';
+import {
+  consumerCloseEvents,
+  decodeDeliveriesOurselves,
+  metadataUpdateStream,
+  watchConsumerUpdates,
+} from '../transport/stream-client-internals.js';
+import {
+  OrderedDelivery,
+  type ConsumerCreditPolicy,
+  type StreamMessage,
+} from '../transport/stream-delivery.js';
+import { connectStreamClient } from '../transport/stream-probe.js';
+import {
+  EndpointRotation,
+  errorText,
+  explainDeclareFailure,
+  StreamNotAvailableError,
+  withTimeout,
+  type StreamConnectionOptions,
+} from '../transport/util.js';
+import { encodeEntry, entryId } from './changelog-entry.js';
+import { ChangelogWriter } from './changelog-writer.js';
+import { restorePartition } from './restore.js';
+import type { AssignmentEvent, GroupMessageHandler, GroupStats } from './types.js';
+
+/**
+ * Thrown into a partition's core when the partition moved away while a batch was being appended
+ * (or the append failed, or was fenced): the batch is not written to the store, and the core is
+ * dropped. Expected: never logged as a consumer failure.
+ */
+export class PartitionMoved extends Error {
+  constructor(partition: string, why: string, options?: ErrorOptions) {
+    super(`partition "${partition}" ${why}`, options);
+    this.name = 'PartitionMoved';
+  }
+}
+
+/** What every partition of one member shares. */
+export interface PartitionSettings {
+  readonly superStream: string;
+  readonly consumerName: string;
+  readonly partition: string;
+  /** The partition's namespace in the store: the name its core's keys are kept under. */
+  readonly namespace: string;
+  readonly changelog: string;
+  readonly changelogProducer: string;
+  readonly store: DedupStore;
+  readonly consumer: ResolvedVerifyingConsumerOptions;
+  readonly handler: GroupMessageHandler;
+  readonly subscription: ResolvedSubscriptionOptions;
+  readonly connection: StreamConnectionOptions;
+  readonly appendTimeoutMs: number;
+  readonly restoreTimeoutMs: number;
+  readonly onAssignment: ((event: AssignmentEvent) => void) | undefined;
+  readonly stats: GroupStats;
+  /** Stops the whole member with `error` (a handler threw, a changelog is invalid). */
+  readonly fail: (error: Error) => void;
+}
+
+/** How long the restore may wait for the next changelog entry before asking for the end again. */
+const RESTORE_STALL_MS = 5_000;
+
+/** One activation: the core and the deliveries of one period as the partition's active consumer. */
+interface Activation {
+  readonly epoch: number;
+  readonly core: VerifyingConsumerCore;
+  readonly delivery: OrderedDelivery;
+  readonly isCurrent: () => boolean;
+}
+
+/** @internal */
+export class GroupPartition {
+  readonly #s: PartitionSettings;
+  readonly #log: Logger;
+  readonly #endpoints: EndpointRotation;
+  readonly #writer: ChangelogWriter;
+  readonly #subscriptions: Resubscriber<Client>;
+  /** Bumped on every activation and every loss: what an older one started is dropped. */
+  #epoch = 0;
+  #active: Activation | undefined;
+  /** The closing of the last core: the next activation waits for it (it holds the namespace). */
+  #closingCore: Promise<void> = Promise.resolve();
+  /** Set by the consumer-update watch just before the client calls our listener. */
+  #updateActive: boolean | undefined;
+  #closed = false;
+  readonly #commitListeners = new Set<(offset: bigint) => void>();
+  /** The current subscription attempt. */
+  #generation: Generation<Client> | undefined;
+
+  constructor(settings: PartitionSettings) {
+    this.#s = settings;
+    this.#log = settings.consumer.logger;
+    this.#endpoints = new EndpointRotation(settings.connection);
+    this.#writer = new ChangelogWriter({
+      stream: settings.changelog,
+      producerName: settings.changelogProducer,
+      connection: settings.connection,
+      connectTimeoutMs: settings.subscription.connectTimeoutMs,
+      appendTimeoutMs: settings.appendTimeoutMs,
+      reconnect: settings.subscription.reconnect,
+      logger: this.#log,
+    });
+    const committed = (): bigint | undefined => this.#active?.core.committedOffset;
+    this.#subscriptions = new Resubscriber<Client>({
+      subscribe: (generation) => this.#subscribe(generation),
+      core: {
+        consumerName: settings.consumerName,
+        get committedOffset() {
+          return committed();
+        },
+        discardPending: () => undefined,
+      },
+      reconnect: settings.subscription.reconnect,
+      logger: this.#log,
+      target: { stream: settings.partition },
+      // A new subscription: whatever the old one had is gone (the broker may give it to another member).
+      onNewGeneration: () => this.#lose(this.#closed ? 'closed' : 'lost its subscription'),
+    });
+  }
+
+  get name(): string {
+    return this.#s.partition;
+  }
+
+  /** True while this member is the partition's active consumer (its state restored). */
+  get isActive(): boolean {
+    return this.#active !== undefined;
+  }
+
+  /** The partition's committed offset in this member's store while active. */
+  get committedOffset(): bigint | undefined {
+    return this.#active?.core.committedOffset;
+  }
+
+  /**
+   * Calls `listener` with the partition's committed offset after every commit this member makes
+   * (in any later activation too); returns the unsubscribe function.
+   */
+  onCommitted(listener: (offset: bigint) => void): () => void {
+    this.#commitListeners.add(listener);
+    return () => this.#commitListeners.delete(listener);
+  }
+
+  /** Subscribes for the first time. Rejects with the broker's answer when that fails. */
+  subscribe(): Promise<void> {
+    return this.#subscriptions.subscribe();
+  }
+
+  /** Drops the partition, closes the subscription and the changelog writer. Idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#subscriptions.shutdown(async () => {
+      this.#lose('closed');
+      await this.#closingCore;
+    }, false);
+    await this.#writer.close();
+  }
+
+  async #subscribe(generation: Generation<Client>): Promise<void> {
+    this.#generation = generation;
+    // A cluster: each attempt goes through the next node, in case the last one is down.
+    const params = this.#endpoints.next();
+    const client = await connectStreamClient(
+      {
+        ...params,
+        listeners: {
+          connection_closed: () => generation.lost(),
+          metadata_update: (update) => {
+            if (metadataUpdateStream(update) === this.#s.partition) generation.lost();
+          },
+        },
+      },
+      this.#s.subscription.connectTimeoutMs,
+    );
+    generation.opened(client);
+    try {
+      decodeDeliveriesOurselves(client, (error) => {
+        if (!generation.isCurrent()) return;
+        this.#s.fail(
+          new DedupError(
+            'DEDUP_STREAM_UNREADABLE',
+            `cannot read stream "${this.#s.partition}": ${error.message}`,
+            { cause: error },
+          ),
+        );
+      });
+      watchConsumerUpdates(client, (active) => (this.#updateActive = active));
+      const consumer = await withTimeout(
+        client.declareConsumer(
+          {
+            stream: this.#s.partition,
+            // Ignored: a single active consumer starts where its activation answers.
+            offset: Offset.next(),
+            singleActive: true,
+            consumerRef: this.#s.consumerName,
+            consumerUpdateListener: () => this.#onConsumerUpdate(generation),
+            connectionClosedListener: () => generation.lost(),
+            creditPolicy: this.#creditPolicy(),
+          },
+          (message) => this.#deliver(message),
+          // The client's third argument only carries the super stream's name, sent as the
+          // subscription's `super-stream` property: the broker then spreads the group's partitions.
+          { superStream: this.#s.superStream } as unknown as Parameters<Client['declareConsumer']>[2],
+        ),
+        10_000,
+        'subscribing',
+        (message) => new StreamNotAvailableError(message),
+      );
+      consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
+    } catch (caught) {
+      const err = await explainDeclareFailure(client, this.#s.partition, caught);
+      await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+      throw new DedupError(
+        'DEDUP_BROKER_REFUSED',
+        `cannot consume partition "${this.#s.partition}" of super stream "${this.#s.superStream}": ${errorText(err)}`,
+        { cause: err },
+      );
+    }
+  }
+
+  /** The client's consumer-update listener: never throws (the client would answer with its own offset). */
+  async #onConsumerUpdate(generation: Generation<Client>): Promise<Offset> {
+    const active = this.#updateActive;
+    this.#updateActive = undefined;
+    if (active === undefined) {
+      this.#s.fail(
+        new DedupError(
+          'DEDUP_BROKER_REFUSED',
+          'this rabbitmq-stream-js-client version does not say whether a consumer update activates; ' +
+            'use the 1.0.x line pinned in package.json',
+        ),
+      );
+      return Offset.next();
+    }
+    if (!active) {
+      this.#lose('was given to another member');
+      // The broker activates the next member once we answer: let a commit under way end first, so
+      // that its restore finds our last entry (ours is dropped locally either way).
+      await withTimeout(this.#closingCore, 5_000, 'handing over').catch(() => undefined);
+      return Offset.next();
+    }
+    if (!generation.isCurrent() || this.#closed) return Offset.next();
+    const epoch = ++this.#epoch;
+    try {
+      return await this.#activate(epoch, generation);
+    } catch (err) {
+      if (epoch === this.#epoch && generation.isCurrent()) {
+        if (err instanceof DedupError && err.code === 'DEDUP_CHANGELOG_INVALID') {
+          this.#s.fail(err);
+        } else {
+          this.#log.warn(
+            { consumer: this.#s.consumerName, partition: this.#s.partition, err: errorText(err) },
+            'stream-dedup: cannot take over partition; subscribing again',
+          );
+          generation.lost();
+        }
+      }
+      return Offset.next();
+    }
+  }
+
+  /** Restores the partition from its changelog and opens its core; answers where delivery starts. */
+  async #activate(epoch: number, generation: Generation<Client>): Promise<Offset> {
+    const started = performance.now();
+    await this.#closingCore;
+    const client = await connectStreamClient(this.#endpoints.next(), this.#s.subscription.connectTimeoutMs);
+    let report;
+    try {
+      report = await restorePartition({
+        db: this.#s.store.db,
+        sync: this.#s.store.sync,
+        namespace: this.#s.namespace,
+        changelog: this.#s.changelog,
+        producerName: this.#s.changelogProducer,
+        client,
+        stallMs: RESTORE_STALL_MS,
+        timeoutMs: this.#s.restoreTimeoutMs,
+      });
+    } finally {
+      await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+    }
+    if (epoch !== this.#epoch || !generation.isCurrent())
+      throw new PartitionMoved(this.#s.partition, 'moved');
+    const partition = this.#s.partition;
+    const handler = this.#s.handler;
+    const core = await VerifyingConsumerCore.open(
+      {
+        ...this.#s.consumer,
+        consumerName: this.#s.namespace,
+        store: this.#s.store,
+        handler: (message, tx) => handler(message, tx, partition),
+      },
+      {
+        journal: (entry) => this.#journal(epoch, entry),
+        expectedStop: (error) => error instanceof PartitionMoved,
+      },
+    );
+    if (epoch !== this.#epoch || !generation.isCurrent()) {
+      await core.close();
+      throw new PartitionMoved(this.#s.partition, 'moved');
+    }
+    const isCurrent = (): boolean => epoch === this.#epoch && generation.isCurrent();
+    const delivery = new OrderedDelivery({
+      process: (message) => (isCurrent() ? core.process(message) : undefined),
+      get stopped() {
+        return !isCurrent() || core.failure !== undefined;
+      },
+      stop: (error) => {
+        // A moved partition was handled where it was seen; anything else stops the member.
+        if (!(error instanceof PartitionMoved) && isCurrent()) this.#s.fail(error);
+      },
+      enqueue: (task) => this.#subscriptions.enqueue(task),
+    });
+    core.onCommitted((offset) => {
+      for (const listener of this.#commitListeners) listener(offset);
+    });
+    this.#active = { epoch, core, delivery, isCurrent };
+    if (report.offset !== undefined) {
+      for (const listener of this.#commitListeners) listener(report.offset);
+    }
+    this.#s.stats.restores++;
+    this.#s.stats.entriesRestored += report.applied;
+    const ms = Math.round(performance.now() - started);
+    this.#log.info(
+      {
+        consumer: this.#s.consumerName,
+        partition,
+        offset: report.offset?.toString(),
+        changelogRead: report.read,
+        changelogApplied: report.applied,
+        ms,
+      },
+      'stream-dedup: consumer group member took over partition',
+    );
+    this.#emit({ kind: 'assigned', partition, offset: report.offset, restored: report.applied, ms });
+    if (report.offset !== undefined) return Offset.offset(report.offset + 1n);
+    return this.#s.subscription.startFrom === 'next' ? Offset.next() : Offset.first();
+  }
+
+  /** Appends a batch to the changelog; the batch is written to the store only once this resolves. */
+  async #journal(epoch: number, entry: JournalEntry): Promise<void> {
+    const partition = this.#s.partition;
+    if (epoch !== this.#epoch) throw new PartitionMoved(partition, 'moved before its batch was appended');
+    let outcome;
+    try {
+      outcome = await this.#writer.append(
+        encodeEntry({ lastOffset: entry.lastOffset, baseOffset: entry.baseOffset, ops: entry.ops }),
+        entryId(entry.lastOffset),
+      );
+    } catch (err) {
+      if (epoch === this.#epoch) {
+        if (err instanceof DedupError && err.code === 'DEDUP_BROKER_REFUSED') this.#s.fail(err);
+        else this.#restart(`could not append to its changelog: ${errorText(err)}`);
+      }
+      throw new PartitionMoved(partition, 'could not append its batch to the changelog', { cause: err });
+    }
+    // Moved while the entry was on its way: it may be in the changelog (where it is a consistent
+    // state, §12), but nothing more of this partition is applied here.
+    if (epoch !== this.#epoch) throw new PartitionMoved(partition, 'moved while its batch was appended');
+    if (outcome === 'fenced') {
+      this.#s.stats.fenced++;
+      this.#log.warn(
+        { consumer: this.#s.consumerName, partition, lastOffset: entry.lastOffset.toString() },
+        'stream-dedup: another member wrote past this one in the changelog; dropping the batch and taking the partition over again',
+      );
+      this.#restart('was fenced: another member wrote past this one in its changelog');
+      throw new PartitionMoved(partition, 'was fenced');
+    }
+  }
+
+  /** Drops the partition and subscribes again (the activation then restores from the changelog). */
+  #restart(why: string): void {
+    this.#lose(why);
+    this.#generation?.lost();
+  }
+
+  /** Drops the active period, if any: nothing more is processed or committed; the core closes. */
+  #lose(why: string): void {
+    const active = this.#active;
+    this.#epoch++;
+    if (active === undefined) return;
+    this.#active = undefined;
+    active.delivery.release();
+    active.core.discardPending();
+    const closing = this.#closingCore.then(() => active.core.close()).catch(() => undefined);
+    this.#closingCore = closing;
+    this.#emit({ kind: 'revoked', partition: this.#s.partition, reason: why });
+    this.#log.info(
+      { consumer: this.#s.consumerName, partition: this.#s.partition, reason: why },
+      'stream-dedup: consumer group member dropped partition',
+    );
+  }
+
+  #deliver(message: StreamMessage): void {
+    const active = this.#active;
+    if (active !== undefined) active.delivery.deliver(active.isCurrent, message);
+  }
+
+  /** One chunk of credit at a time, held back by the current activation's buffer (OrderedDelivery). */
+  #creditPolicy(): ConsumerCreditPolicy {
+    type Request = (howMany: number) => Promise<void>;
+    type Policy = {
+      onChunkCompleted: (request: Request) => Promise<void>;
+    };
+    return {
+      onSubscription: () => 1,
+      onChunkReceived: () => Promise.resolve(),
+      onChunkCompleted: (request: Request) => {
+        const active = this.#active;
+        if (active === undefined) return request(1).catch(() => undefined);
+        const policy = active.delivery.creditPolicy(active.isCurrent) as unknown as Policy;
+        return policy.onChunkCompleted(request);
+      },
+      requestCredits: (request: Request, howMany: number) => request(howMany),
+    } as unknown as ConsumerCreditPolicy;
+  }
+
+  #emit(event: AssignmentEvent): void {
+    try {
+      this.#s.onAssignment?.(event);
+    } catch {
+      // An observer's bug changes nothing.
+    }
+  }
+}

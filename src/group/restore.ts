@@ -1,0 +1,215 @@
+/**
+ * Restores a partition's state in the member's store from its changelog (docs/design.md §12):
+ * before a member applies anything of a partition it just became active for, it reads the
+ * changelog from where it last read up to the changelog's end and applies every entry past its
+ * own state. Entries at or below the store's offset are skipped (the store has them, from its own
+ * commits or an earlier restore); an entry whose base lies past the store's offset would leave a
+ * hole and stops the restore, as does a changelog that lost its head to a retention policy.
+ *
+ * @internal
+ */
+import { Offset, type Client } from 'rabbitmq-stream-js-client';
+import { DedupError } from '../errors.js';
+import { holdsIdentity, parseIdentity } from '../identity/headers.js';
+import {
+  changelogPositionKey,
+  decodeOffset,
+  encodeOffset,
+  isConsumerKey,
+  offsetKey,
+} from '../store/consumer-keys.js';
+import type { KeyValueDb } from '../store/store.js';
+import type { Op } from '../consumer/commit-pipeline.js';
+import type { StreamMessage } from '../transport/stream-delivery.js';
+import { decodeDeliveriesOurselves, queryPublisherSequence } from '../transport/stream-client-internals.js';
+import { errorText, withTimeout } from '../transport/util.js';
+import { decodeEntry, entryId } from './changelog-entry.js';
+
+export interface RestoreOptions {
+  readonly db: KeyValueDb;
+  readonly sync: boolean;
+  /** The partition's namespace in the store (the core's consumer name). */
+  readonly namespace: string;
+  readonly changelog: string;
+  /** The changelog's producer name. */
+  readonly producerName: string;
+  /** A connected client; the restore declares one consumer on it and removes it. */
+  readonly client: Client;
+  /** How long the restore may wait without a new entry before asking the broker for the end again. */
+  readonly stallMs: number;
+  /** How long the whole restore may take. */
+  readonly timeoutMs: number;
+}
+
+/** What a restore did. */
+export interface RestoreReport {
+  /** The partition's offset in the store afterwards (`undefined`: nothing committed yet). */
+  readonly offset: bigint | undefined;
+  /** Changelog entries read, and of them applied (the others the store had). */
+  readonly read: number;
+  readonly applied: number;
+  /** The changelog's last ID when the restore began (0n: empty). */
+  readonly changelogLastId: bigint;
+}
+
+/** Entries per LevelDB batch while restoring, and the bytes at which a batch is written early. */
+const ENTRIES_PER_WRITE = 512;
+const BYTES_PER_WRITE = 4 * 1024 * 1024;
+
+/** Stream protocol response code 2: the stream does not exist. */
+const DOES_NOT_EXIST = /code 2\b|does not exist/i;
+
+/**
+ * Reads the changelog up to its end and applies what the store lacks.
+ *
+ * @throws DedupError `DEDUP_CHANGELOG_INVALID` (an entry that does not decode, a hole, a lost head),
+ *   `DEDUP_BROKER_UNREACHABLE` when the end is not reached within `timeoutMs`.
+ */
+export async function restorePartition(o: RestoreOptions): Promise<RestoreReport> {
+  const { db, namespace } = o;
+  const raw = await db.get(offsetKey(namespace));
+  let local = raw === undefined ? undefined : decodeOffset(raw);
+  const rawPosition = await db.get(changelogPositionKey(namespace));
+  const position = rawPosition === undefined ? 0n : decodeOffset(rawPosition);
+  const lastId = await changelogLastId(o);
+  const have = local === undefined ? 0n : entryId(local);
+  if (lastId <= have) return { offset: local, read: 0, applied: 0, changelogLastId: lastId };
+
+  const stats = await withTimeout(o.client.streamStatsRequest(o.changelog), o.stallMs, 'changelog stats');
+  if (stats.firstChunkId > position) {
+    throw new DedupError(
+      'DEDUP_CHANGELOG_INVALID',
+      `changelog "${o.changelog}" starts at offset ${stats.firstChunkId}, past offset ${position} where this ` +
+        'member must read from: its first entries are gone (a retention policy on the changelog?)',
+    );
+  }
+
+  const owns = (key: string): boolean => isConsumerKey(namespace, key);
+  let read = 0;
+  let applied = 0;
+  let lastSeenId = 0n;
+  let target = lastId;
+  let ops: Op[] = [];
+  let bytes = 0;
+  let entriesInWrite = 0;
+  let nextPosition = position;
+  let failure: Error | undefined;
+  const queue: StreamMessage[] = [];
+  let wake: (() => void) | undefined;
+  const notify = (): void => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+
+  const flush = async (): Promise<void> => {
+    if (entriesInWrite === 0 && nextPosition === position) return;
+    ops.push({ type: 'put', key: changelogPositionKey(namespace), value: encodeOffset(nextPosition) });
+    await db.batch(ops, { sync: o.sync });
+    ops = [];
+    bytes = 0;
+    entriesInWrite = 0;
+  };
+
+  decodeDeliveriesOurselves(o.client, (error) => {
+    failure ??= new DedupError(
+      'DEDUP_CHANGELOG_INVALID',
+      `cannot read changelog "${o.changelog}": ${error.message}`,
+      { cause: error },
+    );
+    notify();
+  });
+  const consumer = await withTimeout(
+    o.client.declareConsumer({ stream: o.changelog, offset: Offset.offset(position) }, (message) => {
+      queue.push(message);
+      notify();
+    }),
+    o.stallMs,
+    `subscribing to changelog "${o.changelog}"`,
+  );
+  const deadline = performance.now() + o.timeoutMs;
+  try {
+    while (lastSeenId < target) {
+      if (failure !== undefined) throw failure;
+      const message = queue.shift();
+      if (message === undefined) {
+        if (performance.now() >= deadline) {
+          throw new DedupError(
+            'DEDUP_BROKER_UNREACHABLE',
+            `restoring from changelog "${o.changelog}": reached entry ${lastSeenId} of ${target} within ${o.timeoutMs} ms`,
+          );
+        }
+        const arrived = await new Promise<boolean>((resolve) => {
+          const timer = setTimeout(() => resolve(false), o.stallMs);
+          wake = () => {
+            clearTimeout(timer);
+            resolve(true);
+          };
+        });
+        // Quiet: the last ID may have belonged to an entry a leader lost before replicating it.
+        if (!arrived) target = await changelogLastId(o);
+        continue;
+      }
+      const offset = message.offset;
+      if (offset === undefined) throw new Error('the stream client delivered a message without an offset');
+      const where = `at offset ${offset} of "${o.changelog}"`;
+      const identity = holdsIdentity(message.applicationProperties)
+        ? parseIdentity(message.applicationProperties)
+        : 'no identity headers';
+      if (typeof identity === 'string') {
+        throw new DedupError('DEDUP_CHANGELOG_INVALID', `changelog entry ${where}: ${identity}`);
+      }
+      if (identity.publishingId <= lastSeenId) {
+        throw new DedupError(
+          'DEDUP_CHANGELOG_INVALID',
+          `changelog entry ${where} has ID ${identity.publishingId}, not above the entry before it (${lastSeenId})`,
+        );
+      }
+      const entry = decodeEntry(message.content, owns, where);
+      if (entryId(entry.lastOffset) !== identity.publishingId) {
+        throw new DedupError(
+          'DEDUP_CHANGELOG_INVALID',
+          `changelog entry ${where} covers offsets up to ${entry.lastOffset} but has ID ${identity.publishingId}`,
+        );
+      }
+      lastSeenId = identity.publishingId;
+      read++;
+      nextPosition = offset + 1n;
+      if (local === undefined || entry.lastOffset > local) {
+        if (entry.baseOffset !== undefined && (local === undefined || entry.baseOffset > local)) {
+          throw new DedupError(
+            'DEDUP_CHANGELOG_INVALID',
+            `changelog entry ${where} was computed on offset ${entry.baseOffset}, past this member's ` +
+              `state (${local === undefined ? 'empty' : `offset ${local}`}): the entries between are missing`,
+          );
+        }
+        for (const op of entry.ops) {
+          ops.push(op);
+          bytes += op.key.length + (op.type === 'put' ? op.value.length : 0);
+        }
+        local = entry.lastOffset;
+        applied++;
+      }
+      entriesInWrite++;
+      if (entriesInWrite >= ENTRIES_PER_WRITE || bytes >= BYTES_PER_WRITE) await flush();
+    }
+    await flush();
+  } finally {
+    await withTimeout(o.client.closeConsumer(consumer.extendedId), 5_000, 'closing').catch(() => undefined);
+  }
+  return { offset: local, read, applied, changelogLastId: lastId };
+}
+
+/** The changelog's last ID (0n for a changelog not yet written, or not yet created). */
+async function changelogLastId(o: RestoreOptions): Promise<bigint> {
+  try {
+    return await withTimeout(
+      queryPublisherSequence(o.client, o.changelog, o.producerName),
+      o.stallMs,
+      `querying the last ID of changelog "${o.changelog}"`,
+    );
+  } catch (err) {
+    if (DOES_NOT_EXIST.test(errorText(err))) return 0n;
+    throw err;
+  }
+}

@@ -1,0 +1,97 @@
+/**
+ * The consumer group's public types: its options, its handler, its assignment events and its
+ * counters.
+ */
+import type {
+  EffectTransaction,
+  SubscriptionOptions,
+  VerifiedMessage,
+  VerifyingConsumerOptions,
+} from '../consumer/types.js';
+import type { StreamConnectionOptions } from '../transport/util.js';
+
+/**
+ * Processes one new message of `partition`; whatever it writes through `tx` commits atomically
+ * with the partition's dedup state and offset, and goes to the partition's changelog with them.
+ * It must be a deterministic function of the message and of what it reads through `tx` (no
+ * clock, no randomness, no outside state): during a hand-over two members may process the same
+ * messages, and the changelog keeps the values of one of them (docs/design.md §12).
+ *
+ * @remarks Since 0.5.0
+ */
+export type GroupMessageHandler = (
+  message: VerifiedMessage,
+  tx: EffectTransaction,
+  partition: string,
+) => void | Promise<void>;
+
+/**
+ * A partition came to this member (its state restored from the changelog) or left it.
+ *
+ * @remarks Since 0.5.0
+ */
+export type AssignmentEvent =
+  | {
+      readonly kind: 'assigned';
+      readonly partition: string;
+      /** The partition's last committed offset after the restore (`undefined`: nothing yet). */
+      readonly offset: bigint | undefined;
+      /** Changelog entries applied to this member's store by the restore. */
+      readonly restored: number;
+      /** How long the take-over took, from the broker's activation to the first delivery asked for. */
+      readonly ms: number;
+    }
+  | {
+      readonly kind: 'revoked';
+      readonly partition: string;
+      /** Why: given to another member, a lost connection, a fenced changelog write, close. */
+      readonly reason: string;
+    };
+
+/**
+ * Options of `SuperStreamVerifyingConsumer.open`: those of a verifying consumer (they apply to
+ * every partition), and the super stream.
+ *
+ * @remarks Since 0.5.0
+ */
+export interface SuperStreamVerifyingConsumerOptions
+  extends Omit<VerifyingConsumerOptions, 'handler' | 'scopeTtlMs'>, SubscriptionOptions {
+  /** The super stream whose partitions the group shares. */
+  readonly superStream: string;
+  /**
+   * The group's name: every member of one group uses the same. It is the single-active-consumer
+   * reference on each partition, part of each partition's changelog name
+   * (`<partition>.<consumerName>.changelog`) and of the keys in the member's store.
+   */
+  readonly consumerName: string;
+  /** The handler, applied once per new message of the partitions this member holds. */
+  readonly handler: GroupMessageHandler;
+  /** Connection parameters; defaults as for `StreamDedupPublisher`. */
+  readonly connection?: StreamConnectionOptions;
+  /**
+   * How long appending one batch to its changelog may take, reconnections included (an integer
+   * ≥ 1). After it, the member drops the partition and subscribes to it again.
+   * @defaultValue 30000
+   */
+  readonly appendTimeoutMs?: number;
+  /** How long restoring a partition from its changelog may take (an integer ≥ 1). @defaultValue 300000 */
+  readonly restoreTimeoutMs?: number;
+  /** Observation: partitions coming to this member and leaving it. */
+  readonly onAssignment?: (event: AssignmentEvent) => void;
+  /** Not supported in a group: an eviction would not be in the changelog. Must be absent or 0. */
+  readonly scopeTtlMs?: 0;
+}
+
+/**
+ * A member's counters since open.
+ *
+ * @remarks Since 0.5.0
+ */
+export interface GroupStats {
+  /** Take-overs: each restored a partition from its changelog and opened it. */
+  restores: number;
+  /** Changelog entries applied to this member's store by those restores. */
+  entriesRestored: number;
+  /** Batches dropped because another member had written past them in the changelog. */
+  fenced: number;
+}
