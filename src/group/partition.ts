@@ -260,6 +260,8 @@ export class GroupPartition {
       return Offset.next();
     }
     if (!generation.isCurrent() || this.#closed) return Offset.next();
+    // Active again without having been told otherwise: the older period ends first.
+    this.#lose('was activated again');
     const epoch = ++this.#epoch;
     try {
       return await this.#activate(epoch, generation);
