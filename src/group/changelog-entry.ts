@@ -9,8 +9,7 @@
  *   u64 lastOffset, u64 baseOffset (0 without one), u32 op count,
  *   then per op: u8 kind (1 put, 2 delete), u32 key bytes, the key (UTF-8),
  *   and for a put u32 value bytes and the value.
- *
- * @internal
+
  */
 import { DedupError } from '../errors.js';
 import type { Op } from '../consumer/commit-pipeline.js';
@@ -21,7 +20,11 @@ const HEADER_BYTES = 3 + 8 + 8 + 4;
 const PUT = 1;
 const DEL = 2;
 
-/** A decoded entry. */
+/**
+ * A decoded entry.
+ *
+ * @internal
+ */
 export interface ChangelogEntry {
   /** The last input offset of the batch: the entry's publishing ID is `lastOffset + 1`. */
   readonly lastOffset: bigint;
@@ -30,12 +33,20 @@ export interface ChangelogEntry {
   readonly ops: readonly Op[];
 }
 
-/** The entry's publishing ID in the changelog: one past its last input offset (IDs start at 1). */
+/**
+ * The entry's publishing ID in the changelog: one past its last input offset (IDs start at 1).
+ *
+ * @internal
+ */
 export function entryId(lastOffset: bigint): bigint {
   return lastOffset + 1n;
 }
 
-/** Encodes `entry` in one buffer. */
+/**
+ * Encodes `entry` in one buffer.
+ *
+ * @internal
+ */
 export function encodeEntry(entry: ChangelogEntry): Buffer {
   let size = HEADER_BYTES;
   const keys: Buffer[] = [];
@@ -72,6 +83,8 @@ export function encodeEntry(entry: ChangelogEntry): Buffer {
  * (`ownsKey`): a changelog never writes outside its partition's namespace.
  *
  * @throws DedupError `DEDUP_CHANGELOG_INVALID` for anything malformed; `where` names the entry.
+ *
+ * @internal
  */
 export function decodeEntry(
   raw: Uint8Array,

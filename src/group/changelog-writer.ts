@@ -11,8 +11,7 @@
  * one, and keeps an outbox. The changelog has several writers by design and is itself the log
  * that is written first; a batch whose entry was not confirmed is simply not committed, and its
  * messages are processed again.
- *
- * @internal
+
  */
 import type { Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
@@ -22,13 +21,18 @@ import { StreamTransport } from '../transport/stream-transport.js';
 import { errorText, withTimeout, type StreamConnectionOptions } from '../transport/util.js';
 import { Backoff, sleep } from '../util/backoff.js';
 
-/** What an append found. */
+/**
+ * What an append found.
+ *
+ * @internal
+ */
 export type AppendOutcome =
   /** The changelog's last ID is our entry's: ours, or another member's for the same input. */
   | 'landed'
   /** The changelog holds a higher ID: another member wrote past our entry, which was dropped. */
   | 'fenced';
 
+/** @internal */
 export interface ChangelogWriterOptions {
   readonly stream: string;
   readonly producerName: string;

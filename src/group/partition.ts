@@ -6,8 +6,7 @@
  * core's batches is appended to the changelog before it is written to the store; when the broker
  * deactivates it, its connection goes or its changelog write is fenced, the partition is dropped
  * at once: nothing more of it is applied or committed by this member.
- *
- * @internal
+
  */
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
@@ -46,6 +45,8 @@ import type { AssignmentEvent, GroupMessageHandler, GroupStats } from './types.j
  * Thrown into a partition's core when the partition moved away while a batch was being appended
  * (or the append failed, or was fenced): the batch is not written to the store, and the core is
  * dropped. Expected: never logged as a consumer failure.
+ *
+ * @internal
  */
 export class PartitionMoved extends Error {
   constructor(partition: string, why: string, options?: ErrorOptions) {
@@ -54,7 +55,11 @@ export class PartitionMoved extends Error {
   }
 }
 
-/** What every partition of one member shares. */
+/**
+ * What every partition of one member shares.
+ *
+ * @internal
+ */
 export interface PartitionSettings {
   readonly superStream: string;
   readonly consumerName: string;

@@ -5,8 +5,7 @@
  * own state. Entries at or below the store's offset are skipped (the store has them, from its own
  * commits or an earlier restore); an entry whose base lies past the store's offset would leave a
  * hole and stops the restore, as does a changelog that lost its head to a retention policy.
- *
- * @internal
+
  */
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
@@ -25,6 +24,7 @@ import { decodeDeliveriesOurselves, queryPublisherSequence } from '../transport/
 import { errorText, withTimeout } from '../transport/util.js';
 import { decodeEntry, entryId } from './changelog-entry.js';
 
+/** @internal */
 export interface RestoreOptions {
   readonly db: KeyValueDb;
   readonly sync: boolean;
@@ -41,7 +41,11 @@ export interface RestoreOptions {
   readonly timeoutMs: number;
 }
 
-/** What a restore did. */
+/**
+ * What a restore did.
+ *
+ * @internal
+ */
 export interface RestoreReport {
   /** The partition's offset in the store afterwards (`undefined`: nothing committed yet). */
   readonly offset: bigint | undefined;
@@ -64,6 +68,8 @@ const DOES_NOT_EXIST = /code 2\b|does not exist/i;
  *
  * @throws DedupError `DEDUP_CHANGELOG_INVALID` (an entry that does not decode, a hole, a lost head),
  *   `DEDUP_BROKER_UNREACHABLE` when the end is not reached within `timeoutMs`.
+ *
+ * @internal
  */
 export async function restorePartition(o: RestoreOptions): Promise<RestoreReport> {
   const { db, namespace } = o;

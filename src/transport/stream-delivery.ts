@@ -14,10 +14,16 @@ const BUFFER_LOW = 5_000;
 /** Processed messages at the head of the buffer that make it worth copying the rest down. */
 const COMPACT_AT = 1_024;
 
+/** @internal */
 export type StreamMessage = Parameters<Parameters<Client['declareConsumer']>[1]>[0];
+/** @internal */
 export type ConsumerCreditPolicy = NonNullable<Parameters<Client['declareConsumer']>[0]['creditPolicy']>;
 
-/** Where the deliveries go. */
+/**
+ * Where the deliveries go.
+ *
+ * @internal
+ */
 export interface DeliveryTarget {
   /** Verifies and applies one message (`VerifyingConsumerCore.process`); may throw. */
   process(message: IncomingMessage): Promise<void> | undefined;
