@@ -9,7 +9,6 @@
  *   u64 lastOffset, u64 baseOffset (0 without one), u32 op count,
  *   then per op: u8 kind (1 put, 2 delete), u32 key bytes, the key (UTF-8),
  *   and for a put u32 value bytes and the value.
-
  */
 import { DedupError } from '../errors.js';
 import type { Op } from '../consumer/commit-pipeline.js';

@@ -11,7 +11,6 @@
  * one, and keeps an outbox. The changelog has several writers by design and is itself the log
  * that is written first; a batch whose entry was not confirmed is simply not committed, and its
  * messages are processed again.
-
  */
 import type { Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';

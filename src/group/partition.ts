@@ -6,7 +6,6 @@
  * core's batches is appended to the changelog before it is written to the store; when the broker
  * deactivates it, its connection goes or its changelog write is fenced, the partition is dropped
  * at once: nothing more of it is applied or committed by this member.
-
  */
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';

@@ -5,7 +5,6 @@
  * own state. Entries at or below the store's offset are skipped (the store has them, from its own
  * commits or an earlier restore); an entry whose base lies past the store's offset would leave a
  * hole and stops the restore, as does a changelog that lost its head to a retention policy.
-
  */
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';

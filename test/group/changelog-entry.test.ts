@@ -68,7 +68,10 @@ function expectInvalid(
     thrown = err;
   }
   expect(thrown).toBeInstanceOf(DedupError);
-  expect(thrown).toMatchObject({ code: 'DEDUP_CHANGELOG_INVALID', message: `changelog entry ${where} ${why}` });
+  expect(thrown).toMatchObject({
+    code: 'DEDUP_CHANGELOG_INVALID',
+    message: `changelog entry ${where} ${why}`,
+  });
 }
 
 const sample: ChangelogEntry = {
@@ -236,7 +239,11 @@ describe('group - changelog entry', () => {
             seen.push(key);
             return key !== refused;
           };
-          expectInvalid(encodeEntry(entry), `writes key ${JSON.stringify(refused)}, outside its partition`, ownsKey);
+          expectInvalid(
+            encodeEntry(entry),
+            `writes key ${JSON.stringify(refused)}, outside its partition`,
+            ownsKey,
+          );
           // Asked about each key as written, in order, up to the first refused one.
           const first = entry.ops.findIndex((op) => op.key === refused);
           expect(seen).toEqual(entry.ops.slice(0, first + 1).map((op) => op.key));
@@ -257,14 +264,27 @@ describe('group - changelog entry', () => {
     };
     const ownsKey = (key: string): boolean => isConsumerKey('a', key);
     expectInvalid(encodeEntry(entry), 'writes key "u:2:a1total", outside its partition', ownsKey, 'g-0@5');
-    expect(decodeEntry(encodeEntry({ ...entry, ops: entry.ops.slice(0, 1) }), ownsKey, 'g-0@5').ops).toHaveLength(
-      1,
-    );
+    expect(
+      decodeEntry(encodeEntry({ ...entry, ops: entry.ops.slice(0, 1) }), ownsKey, 'g-0@5').ops,
+    ).toHaveLength(1);
   });
 });
 
 describe('store - isConsumerKey', () => {
-  const names = ['a', 'a1', 'ab', 'a:', '1', '11', '1:a', 'a\u0000', 'a\u0000b', '\u0000', '🚀', 'balance-projection'];
+  const names = [
+    'a',
+    'a1',
+    'ab',
+    'a:',
+    '1',
+    '11',
+    '1:a',
+    'a\u0000',
+    'a\u0000b',
+    '\u0000',
+    '🚀',
+    'balance-projection',
+  ];
 
   /** Keys that consumer `name`'s commits write. */
   function keysOf(name: string): string[] {
