@@ -158,6 +158,7 @@ export class SuperStreamVerifyingConsumer {
         : consumer.store;
     let release: (() => void) | undefined;
     const members = new Map<string, GroupPartition>();
+    const opened: { member?: SuperStreamVerifyingConsumer } = {};
     try {
       // One member per store: two in one store would share the partitions' namespaces.
       release = store.claimConsumer(`group:${consumerName}`);
@@ -177,7 +178,6 @@ export class SuperStreamVerifyingConsumer {
         }
       }
       const stats: GroupStats = { restores: 0, entriesRestored: 0, fenced: 0 };
-      const opened: { member?: SuperStreamVerifyingConsumer } = {};
       const fail = (error: Error): void => {
         if (opened.member !== undefined) void opened.member.#stop(error);
       };
@@ -218,6 +218,8 @@ export class SuperStreamVerifyingConsumer {
       const endpoints = new EndpointRotation(connection).size;
       for (const partition of members.values()) {
         await openThroughEndpoints(endpoints, () => partition.subscribe());
+        // A partition's activation may have stopped the member meanwhile (an invalid changelog).
+        if (member.failure !== undefined) throw member.failure;
       }
       consumer.logger.info(
         { consumer: consumerName, superStream, partitions },
@@ -225,9 +227,13 @@ export class SuperStreamVerifyingConsumer {
       );
       return member;
     } catch (err) {
-      for (const partition of members.values()) await partition.close().catch(() => undefined);
-      release?.();
-      if (owned) await store.close();
+      const member = opened.member;
+      if (member !== undefined) await member.close();
+      else {
+        for (const partition of members.values()) await partition.close().catch(() => undefined);
+        release?.();
+        if (owned) await store.close();
+      }
       throw err;
     }
   }

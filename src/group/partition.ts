@@ -103,6 +103,8 @@ export class GroupPartition {
   #active: Activation | undefined;
   /** The closing of the last core: the next activation waits for it (it holds the namespace). */
   #closingCore: Promise<void> = Promise.resolve();
+  /** The last activation (restore and core opening), which the next one and close() wait for. */
+  #activating: Promise<void> = Promise.resolve();
   /** Set by the consumer-update watch just before the client calls our listener. */
   #updateActive: boolean | undefined;
   #closed = false;
@@ -166,6 +168,9 @@ export class GroupPartition {
 
   /** Subscribes for the first time. Rejects with the broker's answer when that fails. */
   subscribe(): Promise<void> {
+    if (this.#closed) {
+      return Promise.reject(new DedupError('DEDUP_CONSUMER_CLOSED', 'the consumer group member closed'));
+    }
     return this.#subscriptions.subscribe();
   }
 
@@ -174,6 +179,8 @@ export class GroupPartition {
     if (this.#closed) return;
     this.#closed = true;
     await this.#subscriptions.shutdown(async () => {
+      this.#lose('closed');
+      await this.#activating;
       this.#lose('closed');
       await this.#closingCore;
     }, false);
@@ -286,9 +293,22 @@ export class GroupPartition {
   }
 
   /** Restores the partition from its changelog and opens its core; answers where delivery starts. */
-  async #activate(epoch: number, generation: Generation<Client>): Promise<Offset> {
+  #activate(epoch: number, generation: Generation<Client>): Promise<Offset> {
+    // One activation at a time per partition: an older one (still restoring) ends before this one
+    // starts, and close() waits for the last.
+    const run = this.#activating.then(() => this.#activateNow(epoch, generation));
+    this.#activating = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run;
+  }
+
+  async #activateNow(epoch: number, generation: Generation<Client>): Promise<Offset> {
     const started = performance.now();
     await this.#closingCore;
+    const current = (): boolean => epoch === this.#epoch && generation.isCurrent() && !this.#closed;
+    if (!current()) throw new PartitionMoved(this.#s.partition, 'moved');
     const client = await connectStreamClient(this.#endpoints.next(), this.#s.subscription.connectTimeoutMs);
     let report;
     try {
@@ -301,6 +321,7 @@ export class GroupPartition {
         client,
         stallMs: RESTORE_STALL_MS,
         timeoutMs: this.#s.restoreTimeoutMs,
+        isCurrent: current,
       });
     } finally {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
@@ -336,6 +357,12 @@ export class GroupPartition {
         if (!(error instanceof PartitionMoved) && isCurrent()) this.#s.fail(error);
       },
       enqueue: (task) => this.#subscriptions.enqueue(task),
+    });
+    // A failure outside a delivery (a failed linger commit) stops the member too.
+    core.waitForOffset(2n ** 64n).catch((error: unknown) => {
+      if (!(error instanceof PartitionMoved) && isCurrent() && core.failure !== undefined) {
+        this.#s.fail(core.failure);
+      }
     });
     core.onCommitted((offset) => {
       for (const listener of this.#commitListeners) listener(offset);

@@ -19,7 +19,11 @@ import {
 import type { KeyValueDb } from '../store/store.js';
 import type { Op } from '../consumer/commit-pipeline.js';
 import type { StreamMessage } from '../transport/stream-delivery.js';
-import { decodeDeliveriesOurselves, queryPublisherSequence } from '../transport/stream-client-internals.js';
+import {
+  consumerCloseEvents,
+  decodeDeliveriesOurselves,
+  queryPublisherSequence,
+} from '../transport/stream-client-internals.js';
 import { errorText, withTimeout } from '../transport/util.js';
 import { decodeEntry, entryId } from './changelog-entry.js';
 
@@ -38,6 +42,8 @@ export interface RestoreOptions {
   readonly stallMs: number;
   /** How long the whole restore may take. */
   readonly timeoutMs: number;
+  /** False once the partition moved on: the restore stops before its next write. */
+  readonly isCurrent: () => boolean;
 }
 
 /**
@@ -53,6 +59,18 @@ export interface RestoreReport {
   readonly applied: number;
   /** The changelog's last ID when the restore began (0n: empty). */
   readonly changelogLastId: bigint;
+}
+
+/**
+ * The activation the restore served is over: it stopped before writing anything more.
+ *
+ * @internal
+ */
+export class RestoreAbandoned extends Error {
+  constructor() {
+    super('the partition moved on during its restore');
+    this.name = 'RestoreAbandoned';
+  }
 }
 
 /** Entries per LevelDB batch while restoring, and the bytes at which a batch is written early. */
@@ -109,6 +127,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
 
   const flush = async (): Promise<void> => {
     if (entriesInWrite === 0 && nextPosition === position) return;
+    // A restore of an activation that is over writes nothing more (a newer one may be running).
+    if (!o.isCurrent()) throw new RestoreAbandoned();
     ops.push({ type: 'put', key: changelogPositionKey(namespace), value: encodeOffset(nextPosition) });
     await db.batch(ops, { sync: o.sync });
     ops = [];
@@ -125,17 +145,30 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
     notify();
   });
   const consumer = await withTimeout(
-    o.client.declareConsumer({ stream: o.changelog, offset: Offset.offset(position) }, (message) => {
-      queue.push(message);
-      notify();
-    }),
+    o.client.declareConsumer(
+      {
+        stream: o.changelog,
+        offset: Offset.offset(position),
+        connectionClosedListener: () => {
+          failure ??= new Error(`the connection reading changelog "${o.changelog}" closed`);
+          notify();
+        },
+      },
+      (message) => {
+        queue.push(message);
+        notify();
+      },
+    ),
     o.stallMs,
     `subscribing to changelog "${o.changelog}"`,
   );
+  // As for the stream consumer: the client's own reaction to a leader change rejects unhandled.
+  consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
   const deadline = performance.now() + o.timeoutMs;
   try {
     while (lastSeenId < target) {
       if (failure !== undefined) throw failure;
+      if (!o.isCurrent()) throw new RestoreAbandoned();
       const message = queue.shift();
       if (message === undefined) {
         if (performance.now() >= deadline) {
