@@ -221,9 +221,18 @@ function expectedFold(input: readonly Input[]): { balance: number; count: number
   return { balance, count: seen.size };
 }
 
-const settings = {
-  batch: fc.tuple(fc.integer({ min: 1, max: 4 }), fc.integer({ min: 1, max: 4 })),
-};
+/** Each member's batch size. */
+const batchArb = fc.tuple(fc.integer({ min: 1, max: 4 }), fc.integer({ min: 1, max: 4 }));
+
+/** The model over arbitrary inputs, events, batch sizes and interleavings, judged by `check`. */
+function modelProperty(
+  guards: Guards,
+  check: (run: { world: World; holder: Member }, input: readonly Input[]) => boolean | void,
+): fc.IAsyncPropertyWithHooks<[fc.Scheduler, Input[], Event[], [number, number]]> {
+  return fc.asyncProperty(fc.scheduler(), inputArb, eventsArb, batchArb, async (s, input, events, batch) =>
+    check(await runModel(s, input, events, batch, guards), input),
+  );
+}
 
 describe('consumer group hand-over (fc.scheduler model of docs/design.md §12)', () => {
   const guarded: Array<[string, Guards]> = [
@@ -234,22 +243,15 @@ describe('consumer group hand-over (fc.scheduler model of docs/design.md §12)',
   for (const [label, guards] of guarded) {
     it(`${label}: every interleaving of hand-overs, zombies and crashes gives the exact fold`, async () => {
       await fc.assert(
-        fc.asyncProperty(
-          fc.scheduler(),
-          inputArb,
-          eventsArb,
-          settings.batch,
-          async (s, input, events, batch) => {
-            const { world, holder } = await runModel(s, input, events, batch, guards);
-            expect({
-              doubles: world.doubles,
-              holes: world.holes,
-              offset: holder.offset,
-              balance: holder.kv.get('balance'),
-              count: holder.kv.get('count'),
-            }).toEqual({ doubles: 0, holes: 0, offset: input.length - 1, ...expectedFold(input) });
-          },
-        ),
+        modelProperty(guards, ({ world, holder }, input) => {
+          expect({
+            doubles: world.doubles,
+            holes: world.holes,
+            offset: holder.offset,
+            balance: holder.kv.get('balance'),
+            count: holder.kv.get('count'),
+          }).toEqual({ doubles: 0, holes: 0, offset: input.length - 1, ...expectedFold(input) });
+        }),
         { numRuns: 1_000 },
       );
     });
@@ -257,19 +259,7 @@ describe('consumer group hand-over (fc.scheduler model of docs/design.md §12)',
 
   it('without either guard, a zombie’s stale batch lands after newer ones and fast-check finds the double effect', async () => {
     const result = await fc.check(
-      fc.asyncProperty(
-        fc.scheduler(),
-        inputArb,
-        eventsArb,
-        settings.batch,
-        async (s, input, events, batch) => {
-          const { world } = await runModel(s, input, events, batch, {
-            brokerFencing: false,
-            restoreSkips: false,
-          });
-          return world.doubles === 0;
-        },
-      ),
+      modelProperty({ brokerFencing: false, restoreSkips: false }, ({ world }) => world.doubles === 0),
       { numRuns: 2_000 },
     );
     expect(result.failed).toBe(true);

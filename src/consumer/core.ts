@@ -31,6 +31,8 @@ export interface CoreExtensions {
   readonly journal?: Journal;
   /** A stop with this error is expected (a lost partition, a fenced write): it is not logged as an error. */
   readonly expectedStop?: (error: unknown) => boolean;
+  /** Called once when the core stops on an error (`cause`: what was thrown), wherever it was seen. */
+  readonly onStop?: (error: Error, cause: unknown) => void;
 }
 
 /** How often idle scopes are looked for when `scopeTtlMs` is set. */
@@ -65,7 +67,7 @@ export class VerifyingConsumerCore {
   #closing = false;
   readonly #stopListeners = new Set<(error: Error) => void>();
   #unobserve: () => void = () => undefined;
-  readonly #expectedStop: ((error: unknown) => boolean) | undefined;
+  readonly #extensions: CoreExtensions;
 
   private constructor(
     store: DedupStore,
@@ -76,7 +78,7 @@ export class VerifyingConsumerCore {
     extensions: CoreExtensions,
   ) {
     this.consumerName = options.consumerName;
-    this.#expectedStop = extensions.expectedStop;
+    this.#extensions = extensions;
     this.#ownedStore = ownedStore;
     this.#release = release;
     this.#opts = options;
@@ -376,12 +378,13 @@ export class VerifyingConsumerCore {
 
   /** The pipeline stopped for good (a handler threw, a write failed): log once, tell every waiter. */
   #stopped(error: Error, cause: unknown, first: boolean): void {
-    if (first && this.#expectedStop?.(cause) !== true) {
+    if (first && this.#extensions.expectedStop?.(cause) !== true) {
       this.#opts.logger.error(
         { consumer: this.consumerName, err: cause },
         'stream-dedup: verifying consumer stopped; uncommitted work is dropped and redelivered after a restart',
       );
     }
+    if (first) this.#extensions.onStop?.(error, cause);
     for (const listener of this.#stopListeners) listener(error);
   }
 }

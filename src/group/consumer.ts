@@ -169,6 +169,10 @@ export class SuperStreamVerifyingConsumer {
       } finally {
         await locator.close();
       }
+      const stats: GroupStats = { restores: 0, entriesRestored: 0, fenced: 0 };
+      const fail = (error: Error): void => {
+        if (opened.member !== undefined) void opened.member.#stop(error);
+      };
       for (const partition of partitions) {
         const changelog = changelogStreamName(partition, consumerName);
         if (Buffer.byteLength(changelog, 'utf8') > MAX_STREAM_NAME_BYTES) {
@@ -176,12 +180,6 @@ export class SuperStreamVerifyingConsumer {
             `Expected consumerName to be short enough for changelog stream "${changelog}" (at most 255 bytes)`,
           );
         }
-      }
-      const stats: GroupStats = { restores: 0, entriesRestored: 0, fenced: 0 };
-      const fail = (error: Error): void => {
-        if (opened.member !== undefined) void opened.member.#stop(error);
-      };
-      for (const partition of partitions) {
         members.set(
           partition,
           new GroupPartition({
@@ -189,7 +187,7 @@ export class SuperStreamVerifyingConsumer {
             consumerName,
             partition,
             namespace: partitionNamespace(consumerName, partition),
-            changelog: changelogStreamName(partition, consumerName),
+            changelog,
             changelogProducer: producer,
             store,
             consumer,

@@ -18,10 +18,11 @@ import type { Logger } from '../telemetry/logger.js';
 import {
   consumerCloseEvents,
   decodeDeliveriesOurselves,
-  metadataUpdateStream,
   watchConsumerUpdates,
 } from '../transport/stream-client-internals.js';
 import {
+  connectSubscriber,
+  creditPolicyOf,
   OrderedDelivery,
   type ConsumerCreditPolicy,
   type StreamMessage,
@@ -180,8 +181,8 @@ export class GroupPartition {
     this.#closed = true;
     await this.#subscriptions.shutdown(async () => {
       this.#lose('closed');
+      // An activation under way sees the loss and closes the core it may have opened.
       await this.#activating;
-      this.#lose('closed');
       await this.#closingCore;
     }, false);
     await this.#writer.close();
@@ -191,19 +192,12 @@ export class GroupPartition {
     this.#generation = generation;
     // A cluster: each attempt goes through the next node, in case the last one is down.
     const params = this.#endpoints.next();
-    const client = await connectStreamClient(
-      {
-        ...params,
-        listeners: {
-          connection_closed: () => generation.lost(),
-          metadata_update: (update) => {
-            if (metadataUpdateStream(update) === this.#s.partition) generation.lost();
-          },
-        },
-      },
+    const client = await connectSubscriber(
+      params,
+      this.#s.partition,
+      generation,
       this.#s.subscription.connectTimeoutMs,
     );
-    generation.opened(client);
     try {
       decodeDeliveriesOurselves(client, (error) => {
         if (!generation.isCurrent()) return;
@@ -340,13 +334,17 @@ export class GroupPartition {
       {
         journal: (entry) => this.#journal(epoch, entry),
         expectedStop: (error) => error instanceof PartitionMoved,
+        // Any failure (a failed linger commit too, not only one a delivery sees) stops the member.
+        onStop: (error, cause) => {
+          if (!(cause instanceof PartitionMoved) && current()) this.#s.fail(error);
+        },
       },
     );
-    if (epoch !== this.#epoch || !generation.isCurrent()) {
+    if (!current()) {
       await core.close();
       throw new PartitionMoved(this.#s.partition, 'moved');
     }
-    const isCurrent = (): boolean => epoch === this.#epoch && generation.isCurrent();
+    const isCurrent = current;
     const delivery = new OrderedDelivery({
       process: (message) => (isCurrent() ? core.process(message) : undefined),
       get stopped() {
@@ -357,12 +355,6 @@ export class GroupPartition {
         if (!(error instanceof PartitionMoved) && isCurrent()) this.#s.fail(error);
       },
       enqueue: (task) => this.#subscriptions.enqueue(task),
-    });
-    // A failure outside a delivery (a failed linger commit) stops the member too.
-    core.waitForOffset(2n ** 64n).catch((error: unknown) => {
-      if (!(error instanceof PartitionMoved) && isCurrent() && core.failure !== undefined) {
-        this.#s.fail(core.failure);
-      }
     });
     core.onCommitted((offset) => {
       for (const listener of this.#commitListeners) listener(offset);
@@ -451,21 +443,11 @@ export class GroupPartition {
 
   /** One chunk of credit at a time, held back by the current activation's buffer (OrderedDelivery). */
   #creditPolicy(): ConsumerCreditPolicy {
-    type Request = (howMany: number) => Promise<void>;
-    type Policy = {
-      onChunkCompleted: (request: Request) => Promise<void>;
-    };
-    return {
-      onSubscription: () => 1,
-      onChunkReceived: () => Promise.resolve(),
-      onChunkCompleted: (request: Request) => {
-        const active = this.#active;
-        if (active === undefined) return request(1).catch(() => undefined);
-        const policy = active.delivery.creditPolicy(active.isCurrent) as unknown as Policy;
-        return policy.onChunkCompleted(request);
-      },
-      requestCredits: (request: Request, howMany: number) => request(howMany),
-    } as unknown as ConsumerCreditPolicy;
+    return creditPolicyOf((request) => {
+      const active = this.#active;
+      if (active === undefined) return request(1).catch(() => undefined);
+      return active.delivery.onChunkCompleted(active.isCurrent, request);
+    });
   }
 
   #emit(event: AssignmentEvent): void {

@@ -11,18 +11,13 @@ import {
 } from '../consumer/options.js';
 import { Resubscriber, type Generation } from '../consumer/resubscribe.js';
 import { expectObject, integerOption, typeMismatch } from '../util/options.js';
-import {
-  consumerCloseEvents,
-  decodeDeliveriesOurselves,
-  metadataUpdateStream,
-} from './stream-client-internals.js';
-import { connectStreamClient } from './stream-probe.js';
+import { consumerCloseEvents, decodeDeliveriesOurselves } from './stream-client-internals.js';
 import {
   VerifyingConsumerCore,
   type SubscriptionOptions,
   type VerifyingConsumerOptions,
 } from '../consumer/core.js';
-import { OrderedDelivery } from './stream-delivery.js';
+import { connectSubscriber, OrderedDelivery } from './stream-delivery.js';
 import {
   EndpointRotation,
   errorText,
@@ -186,20 +181,12 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     this.#delivery.reset();
     // A cluster: each attempt after the first goes through the next node, in case the last one is down.
     if (this.#attempts++ > 0) this.#params = this.#endpoints.next();
-    const client = await connectStreamClient(
-      {
-        ...this.#params,
-        listeners: {
-          connection_closed: () => generation.lost(),
-          // A leader change or a deleted stream: subscribe again, through whichever node answers.
-          metadata_update: (update) => {
-            if (metadataUpdateStream(update) === this.#options.stream) generation.lost();
-          },
-        },
-      },
+    const client = await connectSubscriber(
+      this.#params,
+      this.#options.stream,
+      generation,
       this.#options.subscription.connectTimeoutMs,
     );
-    generation.opened(client);
     const isCurrent = (): boolean => generation.isCurrent();
     const resume = this.core.resumeOffset;
     const offset =
