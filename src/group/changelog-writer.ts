@@ -49,8 +49,6 @@ export class ChangelogWriter {
   readonly #transport: StreamTransport;
   #connected = false;
   #closed = false;
-  /** The broker's last ID as the last connect reported it. */
-  #lastIdAtConnect = 0n;
   /** The confirm or loss the append under way waits for. */
   #waiter: { id: bigint; resolve: (confirmed: boolean) => void } | undefined;
   readonly #handlers: TransportHandlers = {
@@ -88,27 +86,36 @@ export class ChangelogWriter {
   /**
    * Appends `entry` with publishing ID `id`; resolves once the broker confirmed it and said whose
    * entry is the latest. Lost connections are reconnected and the entry sent again (the broker
-   * keeps one copy of an ID).
+   * keeps one copy of an ID); so is an entry that a failover lost after its confirm (the broker's
+   * last ID then below ours). Gives up as soon as `isCurrent()` turns false (the partition moved).
    *
    * @throws DedupError `DEDUP_BROKER_UNREACHABLE` after `appendTimeoutMs`; `DEDUP_BROKER_REFUSED`
-   *   for an entry too large for one message, or a broker whose last ID is below a confirmed one.
+   *   for an entry too large for one message; `DEDUP_CONSUMER_CLOSED` once the partition moved or
+   *   the writer closed.
    */
-  async append(entry: Buffer, id: bigint): Promise<AppendOutcome> {
+  async append(entry: Buffer, id: bigint, isCurrent: () => boolean): Promise<AppendOutcome> {
     const { appendTimeoutMs, logger } = this.#options;
     const deadline = performance.now() + appendTimeoutMs;
+    const left = (): number => Math.max(1, deadline - performance.now());
     const backoff = new Backoff(this.#options.reconnect);
     let lastError: unknown;
-    for (let attempt = 0; !this.#closed; attempt++) {
+    for (let attempt = 0; !this.#closed && isCurrent(); attempt++) {
       if (attempt > 0) {
         if (performance.now() >= deadline) break;
-        await sleep(Math.min(backoff.next(), Math.max(1, deadline - performance.now())));
+        await sleep(Math.min(backoff.next(), left()));
+        if (this.#closed || !isCurrent()) break;
       }
       try {
         if (!this.#connected) {
-          this.#lastIdAtConnect = await this.#transport.connect(this.#handlers);
+          const lastId = await withTimeout(
+            this.#transport.connect(this.#handlers),
+            left(),
+            `connecting the writer of changelog "${this.#options.stream}"`,
+          );
           this.#connected = true;
-          // Our ID, or one above, is there already: an earlier attempt landed, or another member's.
-          if (this.#lastIdAtConnect >= id) return this.#judge(id, this.#lastIdAtConnect);
+          // Above ours: another member wrote past this entry. Equal: it may be ours, not yet
+          // replicated; it is sent again below and only a confirm decides.
+          if (lastId > id) return 'fenced';
         }
         if (entry.length > this.#transport.maxMessageBytes) {
           throw new DedupError(
@@ -119,10 +126,9 @@ export class ChangelogWriter {
         }
         const confirmed = new Promise<boolean>((resolve) => (this.#waiter = { id, resolve }));
         await this.#transport.publish([{ publishingId: id, body: entry, headers: undefined }]);
-        const left = Math.max(1, deadline - performance.now());
         const outcome = await withTimeout(
           confirmed,
-          left,
+          left(),
           `waiting for the confirm of changelog entry ${id}`,
         );
         if (!outcome) continue; // lost: reconnect and send again
@@ -131,7 +137,10 @@ export class ChangelogWriter {
           this.#options.connectTimeoutMs,
           `querying the last ID of changelog "${this.#options.stream}"`,
         );
-        return this.#judge(id, last);
+        if (last === id) return 'landed';
+        if (last > id) return 'fenced';
+        // Confirmed, and yet the broker's last ID is below ours: a new leader without our entry.
+        throw new Error(`the broker confirmed changelog entry ${id} but now reports ${last} as its last ID`);
       } catch (err) {
         if (err instanceof DedupError && err.code === 'DEDUP_BROKER_REFUSED' && this.#connected) throw err;
         lastError = err;
@@ -145,12 +154,17 @@ export class ChangelogWriter {
         }
       }
     }
+    if (this.#closed || !isCurrent()) {
+      throw new DedupError(
+        'DEDUP_CONSUMER_CLOSED',
+        `changelog entry ${id} on stream "${this.#options.stream}" was given up: the partition moved or the member closed`,
+        { cause: lastError },
+      );
+    }
     throw new DedupError(
-      this.#closed ? 'DEDUP_CONSUMER_CLOSED' : 'DEDUP_BROKER_UNREACHABLE',
-      this.#closed
-        ? 'the consumer closed while a changelog entry was being appended'
-        : `changelog entry ${id} on stream "${this.#options.stream}" was not confirmed within ` +
-            `${appendTimeoutMs} ms: ${errorText(lastError)}`,
+      'DEDUP_BROKER_UNREACHABLE',
+      `changelog entry ${id} on stream "${this.#options.stream}" was not confirmed within ` +
+        `${appendTimeoutMs} ms: ${errorText(lastError)}`,
       { cause: lastError },
     );
   }
@@ -160,14 +174,5 @@ export class ChangelogWriter {
     this.#closed = true;
     this.#handlers.disconnected(new Error('closed'));
     await this.#transport.close();
-  }
-
-  #judge(id: bigint, last: bigint): AppendOutcome {
-    if (last === id) return 'landed';
-    if (last > id) return 'fenced';
-    throw new DedupError(
-      'DEDUP_BROKER_REFUSED',
-      `changelog "${this.#options.stream}": the broker confirmed entry ${id} but reports ${last} as its last ID`,
-    );
   }
 }

@@ -145,9 +145,10 @@ export class SuperStreamVerifyingConsumer {
     expectOptionalFunction(options.onAssignment, 'onAssignment');
     const consumerName = consumer.consumerName;
     const producer = changelogProducerName(consumerName);
+    const prefixBytes = Buffer.byteLength(changelogProducerName(''), 'utf8');
     if (Buffer.byteLength(producer, 'utf8') > 256) {
       throw new RangeError(
-        `Expected consumerName to be at most 232 UTF-8 bytes, got ${consumerName.length} characters`,
+        `Expected consumerName to be at most ${256 - prefixBytes} UTF-8 bytes, got ${Buffer.byteLength(consumerName, 'utf8')}`,
       );
     }
 
@@ -160,8 +161,9 @@ export class SuperStreamVerifyingConsumer {
     const members = new Map<string, GroupPartition>();
     const opened: { member?: SuperStreamVerifyingConsumer } = {};
     try {
-      // One member per store: two in one store would share the partitions' namespaces.
-      release = store.claimConsumer(`group:${consumerName}`);
+      // One member per store: two in one store would share the partitions' namespaces. The claim
+      // is the namespace of a partition with an empty name, which no stream has.
+      release = store.claimConsumer(partitionNamespace(consumerName, ''));
       const locator = new Locator(connection, subscription.connectTimeoutMs);
       let partitions: string[];
       try {
@@ -328,10 +330,14 @@ export class SuperStreamVerifyingConsumer {
     this.#stopping ??= (async () => {
       this.#failure = error;
       if (error !== undefined) {
-        this.#logger.error(
-          { consumer: this.#consumerName, err: error },
-          'stream-dedup: consumer group member stopped; its partitions go to the other members',
-        );
+        try {
+          this.#logger.error(
+            { consumer: this.#consumerName, err: error },
+            'stream-dedup: consumer group member stopped; its partitions go to the other members',
+          );
+        } catch {
+          // A logger's bug must not keep the member from stopping.
+        }
       }
       await Promise.all([...this.#members.values()].map((m) => m.close().catch(() => undefined)));
       this.#release();

@@ -90,6 +90,8 @@ interface Activation {
   readonly core: VerifyingConsumerCore;
   readonly delivery: OrderedDelivery;
   readonly isCurrent: () => boolean;
+  /** The subscription that was activated: deliveries of any other are dropped. */
+  readonly generation: Generation<Client>;
 }
 
 /** @internal */
@@ -220,9 +222,9 @@ export class GroupPartition {
             consumerRef: this.#s.consumerName,
             consumerUpdateListener: () => this.#onConsumerUpdate(generation),
             connectionClosedListener: () => generation.lost(),
-            creditPolicy: this.#creditPolicy(),
+            creditPolicy: this.#creditPolicy(generation),
           },
-          (message) => this.#deliver(message),
+          (message) => this.#deliver(generation, message),
           // The client's third argument only carries the super stream's name, sent as the
           // subscription's `super-stream` property: the broker then spreads the group's partitions.
           { superStream: this.#s.superStream } as unknown as Parameters<Client['declareConsumer']>[2],
@@ -258,7 +260,8 @@ export class GroupPartition {
       return Offset.next();
     }
     if (!active) {
-      this.#lose('was given to another member');
+      // Only the current subscription's deactivation ends the period (an old connection's is late).
+      if (this.#active?.generation === generation) this.#lose('was given to another member');
       // The broker activates the next member once we answer: let a commit under way end first, so
       // that its restore finds our last entry (ours is dropped locally either way).
       await withTimeout(this.#closingCore, 5_000, 'handing over').catch(() => undefined);
@@ -359,7 +362,7 @@ export class GroupPartition {
     core.onCommitted((offset) => {
       for (const listener of this.#commitListeners) listener(offset);
     });
-    this.#active = { epoch, core, delivery, isCurrent };
+    this.#active = { epoch, core, delivery, isCurrent, generation };
     if (report.offset !== undefined) {
       for (const listener of this.#commitListeners) listener(report.offset);
     }
@@ -391,6 +394,7 @@ export class GroupPartition {
       outcome = await this.#writer.append(
         encodeEntry({ lastOffset: entry.lastOffset, baseOffset: entry.baseOffset, ops: entry.ops }),
         entryId(entry.lastOffset),
+        () => epoch === this.#epoch,
       );
     } catch (err) {
       if (epoch === this.#epoch) {
@@ -436,16 +440,18 @@ export class GroupPartition {
     );
   }
 
-  #deliver(message: StreamMessage): void {
+  /** A delivery of subscription `generation`: to the current activation if it is that subscription's. */
+  #deliver(generation: Generation<Client>, message: StreamMessage): void {
     const active = this.#active;
-    if (active !== undefined) active.delivery.deliver(active.isCurrent, message);
+    if (active?.generation === generation) active.delivery.deliver(active.isCurrent, message);
   }
 
   /** One chunk of credit at a time, held back by the current activation's buffer (OrderedDelivery). */
-  #creditPolicy(): ConsumerCreditPolicy {
+  #creditPolicy(generation: Generation<Client>): ConsumerCreditPolicy {
     return creditPolicyOf((request) => {
+      if (!generation.isCurrent()) return Promise.resolve();
       const active = this.#active;
-      if (active === undefined) return request(1).catch(() => undefined);
+      if (active?.generation !== generation) return request(1).catch(() => undefined);
       return active.delivery.onChunkCompleted(active.isCurrent, request);
     });
   }

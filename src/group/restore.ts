@@ -18,7 +18,7 @@ import {
 } from '../store/consumer-keys.js';
 import type { KeyValueDb } from '../store/store.js';
 import type { Op } from '../consumer/commit-pipeline.js';
-import type { StreamMessage } from '../transport/stream-delivery.js';
+import { creditPolicyOf, type StreamMessage } from '../transport/stream-delivery.js';
 import {
   consumerCloseEvents,
   decodeDeliveriesOurselves,
@@ -77,6 +77,10 @@ export class RestoreAbandoned extends Error {
 const ENTRIES_PER_WRITE = 512;
 const BYTES_PER_WRITE = 4 * 1024 * 1024;
 
+/** Entries read ahead of the writes above which no more chunks are asked for, and below which they are again. */
+const QUEUE_HIGH = 4_096;
+const QUEUE_LOW = 1_024;
+
 /** Stream protocol response code 2: the stream does not exist. */
 const DOES_NOT_EXIST = /code 2\b|does not exist/i;
 
@@ -94,7 +98,9 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   let local = raw === undefined ? undefined : decodeOffset(raw);
   const rawPosition = await db.get(changelogPositionKey(namespace));
   const position = rawPosition === undefined ? 0n : decodeOffset(rawPosition);
-  const lastId = await changelogLastId(o);
+  // A changelog that does not exist is believed only by a member that has nothing of the partition:
+  // a node back from a network partition can say it of a stream that exists.
+  const lastId = await changelogLastId(o, local === undefined && position === 0n);
   const have = local === undefined ? 0n : entryId(local);
   if (lastId <= have) return { offset: local, read: 0, applied: 0, changelogLastId: lastId };
 
@@ -117,7 +123,15 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   let entriesInWrite = 0;
   let nextPosition = position;
   let failure: Error | undefined;
-  const queue: StreamMessage[] = [];
+  // Entries read and not yet applied, from queueHead on; the credit is held while there are many.
+  let queue: StreamMessage[] = [];
+  let queueHead = 0;
+  let heldCredit: (() => void) | undefined;
+  const grantHeld = (): void => {
+    const grant = heldCredit;
+    heldCredit = undefined;
+    grant?.();
+  };
   let wake: (() => void) | undefined;
   const notify = (): void => {
     const w = wake;
@@ -149,6 +163,12 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       {
         stream: o.changelog,
         offset: Offset.offset(position),
+        creditPolicy: creditPolicyOf((request) => {
+          const grant = (): void => void request(1).catch(() => undefined);
+          if (queue.length - queueHead < QUEUE_HIGH) grant();
+          else heldCredit = grant;
+          return Promise.resolve();
+        }),
         connectionClosedListener: () => {
           failure ??= new Error(`the connection reading changelog "${o.changelog}" closed`);
           notify();
@@ -169,7 +189,12 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
     while (lastSeenId < target) {
       if (failure !== undefined) throw failure;
       if (!o.isCurrent()) throw new RestoreAbandoned();
-      const message = queue.shift();
+      const message = queueHead < queue.length ? queue[queueHead++] : undefined;
+      if (queueHead >= 1_024 && queueHead * 2 >= queue.length) {
+        queue = queue.slice(queueHead);
+        queueHead = 0;
+      }
+      if (heldCredit !== undefined && queue.length - queueHead < QUEUE_LOW) grantHeld();
       if (message === undefined) {
         if (performance.now() >= deadline) {
           throw new DedupError(
@@ -185,7 +210,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
           };
         });
         // Quiet: the last ID may have belonged to an entry a leader lost before replicating it.
-        if (!arrived) target = await changelogLastId(o);
+        if (!arrived) target = await changelogLastId(o, false);
         continue;
       }
       const offset = message.offset;
@@ -238,8 +263,11 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   return { offset: local, read, applied, changelogLastId: lastId };
 }
 
-/** The changelog's last ID (0n for a changelog not yet written, or not yet created). */
-async function changelogLastId(o: RestoreOptions): Promise<bigint> {
+/**
+ * The changelog's last ID (0n for a changelog not yet written, or, when `missingMeansEmpty`, not
+ * yet created; otherwise "does not exist" is an error the activation is retried after).
+ */
+async function changelogLastId(o: RestoreOptions, missingMeansEmpty: boolean): Promise<bigint> {
   try {
     return await withTimeout(
       queryPublisherSequence(o.client, o.changelog, o.producerName),
@@ -247,7 +275,12 @@ async function changelogLastId(o: RestoreOptions): Promise<bigint> {
       `querying the last ID of changelog "${o.changelog}"`,
     );
   } catch (err) {
-    if (DOES_NOT_EXIST.test(errorText(err))) return 0n;
-    throw err;
+    if (!DOES_NOT_EXIST.test(errorText(err))) throw err;
+    if (missingMeansEmpty) return 0n;
+    throw new DedupError(
+      'DEDUP_BROKER_UNREACHABLE',
+      `the broker says changelog "${o.changelog}" does not exist, but this member holds state from it: not believed`,
+      { cause: err },
+    );
   }
 }
