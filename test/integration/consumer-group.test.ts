@@ -1,7 +1,6 @@
-import type { Client } from 'rabbitmq-stream-js-client';
 import { afterAll, describe, expect, it } from 'vitest';
 import { SuperStreamVerifyingConsumer, type AssignmentEvent } from '../../src/transport/stream.js';
-import type { GroupMessageHandler } from '../../src/group/types.js';
+import { ledgerHandler, publishLedger as publish, type Sent } from '../support/group-ledger.js';
 import { STREAM_CONNECTION } from '../support/broker.js';
 import { useClient } from '../support/stream.js';
 import { useSuperStreams } from '../support/superstream.js';
@@ -27,68 +26,6 @@ async function groupSuperStream(prefix: string): Promise<{ name: string; partiti
   return { name, partitions };
 }
 
-/** What one partition was sent: its last offset, and the exactly-once fold of its distinct messages. */
-interface Sent {
-  lastOffset: bigint;
-  balance: number;
-  distinct: number;
-}
-
-/**
- * Publishes `count` credit events to each partition under producer `ledger`, IDs continuing from
- * `fromId`, every fifth one published a second time a few messages later (a planted redelivery:
- * same identity, same body). Returns per partition what was sent so far, added to `sent`.
- */
-async function publish(
-  c: Client,
-  partitions: readonly string[],
-  fromId: number,
-  count: number,
-  sent: Map<string, Sent>,
-): Promise<void> {
-  for (const partition of partitions) {
-    const publisher = await c.declarePublisher({ stream: partition });
-    const send = async (id: number): Promise<void> => {
-      const amount = (id % 13) + 1;
-      await publisher.send(Buffer.from(JSON.stringify({ amount })), {
-        applicationProperties: { 'x-dedup-producer': 'ledger', 'x-dedup-id': String(id) },
-      });
-    };
-    const s = sent.get(partition) ?? { lastOffset: -1n, balance: 0, distinct: 0 };
-    const replays: number[] = [];
-    for (let id = fromId; id < fromId + count; id++) {
-      await send(id);
-      s.lastOffset++;
-      s.balance += (id % 13) + 1;
-      s.distinct++;
-      if (id % 5 === 0) replays.push(id);
-      if (replays.length > 0 && id % 5 === 3) {
-        await send(replays.shift()!);
-        s.lastOffset++;
-      }
-    }
-    for (const id of replays) {
-      await send(id);
-      s.lastOffset++;
-    }
-    await publisher.flush();
-    await publisher.close();
-    sent.set(partition, s);
-  }
-}
-
-/** The credit-17 projection: balance, count, and a mark per applied ID (a second one is a double). */
-const ledger: GroupMessageHandler = async (message, tx) => {
-  const { amount } = JSON.parse(message.body.toString()) as { amount: number };
-  const id = message.identity!.publishingId.toString();
-  if ((await tx.get(`applied:${id}`)) !== undefined) tx.put('doubles', `${id}`);
-  tx.put(`applied:${id}`, '1');
-  const balance = Number((await tx.get('balance'))?.toString() ?? 0);
-  tx.put('balance', String(balance + amount));
-  const count = Number((await tx.get('count'))?.toString() ?? 0);
-  tx.put('count', String(count + 1));
-};
-
 async function member(
   name: string,
   superStreamName: string,
@@ -101,7 +38,7 @@ async function member(
     store: store ?? (await tempDir()),
     connection: STREAM_CONNECTION,
     commitEvery: 20,
-    handler: ledger,
+    handler: ledgerHandler,
     onAssignment: (e: AssignmentEvent) =>
       events.push(`${name} ${e.kind} ${e.partition.slice(superStreamName.length)}`),
   });
