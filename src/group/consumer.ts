@@ -17,7 +17,12 @@ import { Locator } from '../superstream/partitions.js';
 import { checkConnectionOptions } from '../transport/stream-consumer.js';
 import { EndpointRotation, openThroughEndpoints } from '../transport/util.js';
 import type { Logger } from '../telemetry/logger.js';
-import { expectFunction, expectOptionalFunction, integerOption } from '../util/options.js';
+import {
+  expectFunction,
+  expectOptionalFunction,
+  expectOptionalObject,
+  integerOption,
+} from '../util/options.js';
 import { GroupPartition } from './partition.js';
 import type { GroupStats, SuperStreamVerifyingConsumerOptions } from './types.js';
 
@@ -135,7 +140,17 @@ export class SuperStreamVerifyingConsumer {
       );
     }
     const groupHandler = options.handler;
-    const consumer = resolveVerifyingConsumerOptions({ ...options, scopeTtlMs: 0, handler: () => undefined });
+    const consumer = resolveVerifyingConsumerOptions({
+      ...options,
+      scopeTtlMs: 0,
+      handler: () => undefined,
+      // The group's hooks are told the partition too: checked here, wrapped per partition.
+      hooks: undefined,
+    });
+    const { hooks } = options;
+    expectOptionalObject(hooks, 'hooks');
+    expectOptionalFunction(hooks?.beforeCommit, 'hooks.beforeCommit');
+    expectOptionalFunction(hooks?.afterCommit, 'hooks.afterCommit');
     const subscription = resolveSubscriptionOptions(options);
     const connection = checkConnectionOptions(options.connection);
     // Checks the TLS options too, before anything is opened.
@@ -194,6 +209,7 @@ export class SuperStreamVerifyingConsumer {
             store,
             consumer,
             handler: groupHandler,
+            hooks,
             subscription,
             connection,
             appendTimeoutMs,

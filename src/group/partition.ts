@@ -9,7 +9,7 @@
  */
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
-import { VerifyingConsumerCore } from '../consumer/core.js';
+import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../consumer/core.js';
 import type { ResolvedSubscriptionOptions, ResolvedVerifyingConsumerOptions } from '../consumer/options.js';
 import { Resubscriber, type Generation } from '../consumer/resubscribe.js';
 import type { JournalEntry } from '../consumer/commit-pipeline.js';
@@ -39,7 +39,12 @@ import {
 import { encodeEntry, entryId } from './changelog-entry.js';
 import { ChangelogWriter } from './changelog-writer.js';
 import { restorePartition } from './restore.js';
-import type { AssignmentEvent, GroupMessageHandler, GroupStats } from './types.js';
+import type {
+  AssignmentEvent,
+  GroupMessageHandler,
+  GroupStats,
+  SuperStreamVerifyingConsumerOptions,
+} from './types.js';
 
 /**
  * Thrown into a partition's core when the partition moved away while a batch was being appended
@@ -71,6 +76,7 @@ export interface PartitionSettings {
   readonly store: DedupStore;
   readonly consumer: ResolvedVerifyingConsumerOptions;
   readonly handler: GroupMessageHandler;
+  readonly hooks: SuperStreamVerifyingConsumerOptions['hooks'];
   readonly subscription: ResolvedSubscriptionOptions;
   readonly connection: StreamConnectionOptions;
   readonly appendTimeoutMs: number;
@@ -97,6 +103,8 @@ interface Activation {
 /** @internal */
 export class GroupPartition {
   readonly #s: PartitionSettings;
+  /** The commit hooks of the partition's cores: the group's, told the partition. */
+  readonly #hooks: NonNullable<VerifyingConsumerOptions['hooks']>;
   readonly #log: Logger;
   readonly #endpoints: EndpointRotation;
   readonly #writer: ChangelogWriter;
@@ -117,6 +125,11 @@ export class GroupPartition {
 
   constructor(settings: PartitionSettings) {
     this.#s = settings;
+    const { hooks, partition } = settings;
+    this.#hooks = {
+      beforeCommit: hooks?.beforeCommit && ((info) => hooks.beforeCommit!({ partition, ...info })),
+      afterCommit: hooks?.afterCommit && ((info) => hooks.afterCommit!({ partition, ...info })),
+    };
     this.#log = settings.consumer.logger;
     this.#endpoints = new EndpointRotation(settings.connection);
     this.#writer = new ChangelogWriter({
@@ -333,6 +346,7 @@ export class GroupPartition {
         consumerName: this.#s.namespace,
         store: this.#s.store,
         handler: (message, tx) => handler(message, tx, partition),
+        hooks: this.#hooks,
       },
       {
         journal: (entry) => this.#journal(epoch, entry),

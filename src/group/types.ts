@@ -55,7 +55,7 @@ export type AssignmentEvent =
  * @remarks Since 0.5.0
  */
 export interface SuperStreamVerifyingConsumerOptions
-  extends Omit<VerifyingConsumerOptions, 'handler' | 'scopeTtlMs'>, SubscriptionOptions {
+  extends Omit<VerifyingConsumerOptions, 'handler' | 'scopeTtlMs' | 'hooks'>, SubscriptionOptions {
   /** The super stream whose partitions the group shares. */
   readonly superStream: string;
   /**
@@ -76,10 +76,32 @@ export interface SuperStreamVerifyingConsumerOptions
   readonly appendTimeoutMs?: number;
   /** How long restoring a partition from its changelog may take (an integer ≥ 1). @defaultValue 300000 */
   readonly restoreTimeoutMs?: number;
+  /**
+   * Observation hooks around each commit of a partition this member holds (for example fault
+   * injection in tests): `beforeCommit` before the batch goes to the changelog, `afterCommit` once
+   * it is in the changelog and in this member's store, before its messages are settled.
+   */
+  readonly hooks?: {
+    readonly beforeCommit?: (info: CommitInfo) => void;
+    readonly afterCommit?: (info: CommitInfo) => void;
+  };
   /** Observation: partitions coming to this member and leaving it. */
   readonly onAssignment?: (event: AssignmentEvent) => void;
   /** Not supported in a group: an eviction would not be in the changelog. Must be absent or 0. */
   readonly scopeTtlMs?: 0;
+}
+
+/**
+ * What the commit hooks of a group member are told.
+ *
+ * @remarks Since 0.5.0
+ */
+export interface CommitInfo {
+  readonly partition: string;
+  /** Messages in the batch. */
+  readonly messages: number;
+  /** The batch's last offset. */
+  readonly lastOffset: bigint;
 }
 
 /**

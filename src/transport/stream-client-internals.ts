@@ -241,6 +241,7 @@ class DeliveryReader {
  * but the client calls `consumerUpdateListener` without it). `onUpdate` runs first, synchronously
  * in the same event as the client's handler, which calls the listener before it awaits anything
  * (`client.ts`, `getConsumerUpdateCallback`): the listener reads the flag `onUpdate` just set.
+ * The client's handler then runs with its rejection caught.
  * Meant for a client with one single-active consumer. Idempotent per connection.
  *
  * @throws DedupError `DEDUP_BROKER_REFUSED` when this client version has no `getConnection`; from
@@ -263,9 +264,17 @@ export function watchConsumerUpdates(client: Client, onUpdate: (active: boolean)
     }
     if (!watched.has(emitter)) {
       watched.add(emitter);
-      emitter.prependListener('consumer_update_query', (update: { active?: unknown }) =>
-        onUpdate(update.active === 1 || update.active === true),
-      );
+      // The client's own listener answers the broker and rejects, unhandled, when that answer
+      // cannot be written (measured: a member paused past its heartbeat, then resumed): it runs
+      // here, right after `onUpdate`, with its rejection caught.
+      const clientListeners = emitter.listeners('consumer_update_query') as Array<
+        (update: unknown) => unknown
+      >;
+      emitter.removeAllListeners('consumer_update_query');
+      emitter.on('consumer_update_query', (update: { active?: unknown }) => {
+        onUpdate(update.active === 1 || update.active === true);
+        for (const listener of clientListeners) void Promise.resolve(listener(update)).catch(() => undefined);
+      });
     }
     return connection;
   };
@@ -292,4 +301,44 @@ export function queryPublisherSequence(
   return (
     locator.queryPublisherSequence as (p: { stream: string; publisherRef: string }) => Promise<bigint>
   ).call(locator, { stream, publisherRef });
+}
+
+/**
+ * Keeps a failed heartbeat from killing the process (1.0: `connection.heartbeat`, whose
+ * `heartbeat()` re-arms itself with a `setTimeout` and rejects, unhandled, when the heartbeat
+ * cannot be written: measured on a process paused past its heartbeat and resumed, whose first timer
+ * wrote to the socket the broker had closed). The loss itself is seen through the connection's
+ * close. Covers the client's locator connection and every connection it opens later.
+ *
+ * @throws DedupError `DEDUP_BROKER_REFUSED` when this client version has no such heartbeat.
+ */
+export function guardHeartbeats(client: Client): void {
+  const target = client as unknown as { getConnection?: unknown; locatorConnection?: unknown };
+  const getConnection = target.getConnection;
+  if (typeof getConnection !== 'function') {
+    throw unsupportedClient("the client's getConnection, through which stream-dedup guards heartbeats");
+  }
+  if (target.locatorConnection !== undefined) guardHeartbeat(target.locatorConnection);
+  if (guardedClients.has(client)) return;
+  guardedClients.add(client);
+  target.getConnection = async function (this: unknown, ...args: unknown[]): Promise<unknown> {
+    const connection: unknown = await getConnection.apply(this, args);
+    guardHeartbeat(connection);
+    return connection;
+  };
+}
+
+const guardedClients = new WeakSet<object>();
+const guardedHeartbeats = new WeakSet<object>();
+
+function guardHeartbeat(connection: unknown): void {
+  const heartbeat = (connection as { heartbeat?: { heartbeat?: unknown } } | null | undefined)?.heartbeat;
+  if (typeof heartbeat?.heartbeat !== 'function') {
+    throw unsupportedClient("the connection's heartbeat, which stream-dedup guards");
+  }
+  if (guardedHeartbeats.has(heartbeat)) return;
+  guardedHeartbeats.add(heartbeat);
+  const beat = (heartbeat.heartbeat as () => Promise<void>).bind(heartbeat);
+  // Its timer calls `this.heartbeat()`: this property, from now on.
+  heartbeat.heartbeat = () => beat().catch(() => undefined);
 }

@@ -3,6 +3,7 @@ import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
 import { connect, type Client, type ClientParams } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { errorText, withTimeout } from './util.js';
+import { guardHeartbeats } from './stream-client-internals.js';
 
 /**
  * A handshake of our own with a stream port before rabbitmq-stream-js-client connects to it.
@@ -254,7 +255,9 @@ export async function connectStreamClient(params: ClientParams, timeoutMs: numbe
   const where = `${params.hostname}:${params.port}`;
   const attempt = connect(params);
   try {
-    return await withTimeout(attempt, timeoutMs, `connecting to ${where}`);
+    const client = await withTimeout(attempt, timeoutMs, `connecting to ${where}`);
+    guardHeartbeats(client);
+    return client;
   } catch (err) {
     // A client that connects after the wait gave up is closed, not left holding a connection.
     attempt.then((late) => late.close()).catch(() => undefined);

@@ -22,6 +22,7 @@ export type {
 export { SuperStreamVerifyingConsumer } from '../group/consumer.js';
 export type {
   AssignmentEvent,
+  CommitInfo,
   GroupMessageHandler,
   GroupStats,
   SuperStreamVerifyingConsumerOptions,

@@ -29,22 +29,17 @@ export async function publishLedger(
       confirmed += ids.length;
       if (confirmed >= sentCount) allConfirmed();
     });
-    const send = async (id: number): Promise<void> => {
+    const s = sent.get(partition) ?? { lastOffset: -1n, balance: 0, distinct: 0 };
+    for (let id = fromId; id < fromId + count; id++) {
+      s.balance += (id % 13) + 1;
+      s.distinct++;
+    }
+    for (const id of ledgerIds(fromId, count)) {
       sentCount++;
       await publisher.send(Buffer.from(JSON.stringify({ amount: (id % 13) + 1 })), {
         applicationProperties: { 'x-dedup-producer': 'ledger', 'x-dedup-id': String(id) },
       });
-    };
-    const s = sent.get(partition) ?? { lastOffset: -1n, balance: 0, distinct: 0 };
-    const replays: number[] = [];
-    for (let id = fromId; id < fromId + count; id++) {
-      await send(id);
-      s.balance += (id % 13) + 1;
-      s.distinct++;
-      if (id % 5 === 0) replays.push(id);
-      if (replays.length > 0 && id % 5 === 3) await send(replays.shift()!);
     }
-    for (const id of replays) await send(id);
     s.lastOffset += BigInt(sentCount);
     const done = new Promise<void>((resolve) => (allConfirmed = resolve));
     await publisher.flush();
@@ -52,6 +47,21 @@ export async function publishLedger(
     await publisher.close();
     sent.set(partition, s);
   }
+}
+
+/**
+ * The IDs {@link publishLedger} sends to each partition, in order: `fromId` … `fromId + count - 1`,
+ * every fifth one again a few messages later.
+ */
+export function ledgerIds(fromId: number, count: number): number[] {
+  const ids: number[] = [];
+  const replays: number[] = [];
+  for (let id = fromId; id < fromId + count; id++) {
+    ids.push(id);
+    if (id % 5 === 0) replays.push(id);
+    if (replays.length > 0 && id % 5 === 3) ids.push(replays.shift()!);
+  }
+  return [...ids, ...replays];
 }
 
 /** The credit-17 projection: balance, count, and a mark per applied ID (a second one is a double). */
