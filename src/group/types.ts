@@ -97,6 +97,7 @@ export interface SuperStreamVerifyingConsumerOptions
  * @remarks Since 0.5.0
  */
 export interface CommitInfo {
+  /** The partition of the batch. */
   readonly partition: string;
   /** Messages in the batch. */
   readonly messages: number;
