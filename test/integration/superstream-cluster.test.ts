@@ -1,5 +1,4 @@
 import { join } from 'node:path';
-import { connect as amqpConnect } from 'amqplib';
 import { connect, type Client } from 'rabbitmq-stream-js-client';
 import { describe, expect, it } from 'vitest';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
@@ -8,10 +7,10 @@ import { readStreamToEnd } from '../../src/transport/stream-ops.js';
 import { SuperStreamDedupPublisher } from '../../src/transport/stream.js';
 import { BROKER, uniqueName } from '../support/broker.js';
 import {
-  CLUSTER_AMQP_PORTS,
   CLUSTER_CONNECTION,
   CLUSTER_PORTS,
   clusterScript,
+  declareSpreadSuperStream,
   useCluster,
   withAdmin,
 } from '../support/cluster.js';
@@ -33,46 +32,6 @@ const WINDOW = 100;
 /** How long the throughput before the kill and after the recovery is measured. */
 const MEASURE_MS = 3_000;
 const PARTITIONS = 3;
-
-/**
- * Declares a super stream as `rabbitmq-streams add_super_stream` does (a direct exchange marked
- * `x-super-stream`, one stream per partition bound with its routing key "i" and
- * `x-stream-partition-order` i), but declares partition i over an AMQP 0-9-1 connection to node i+1
- * with `x-queue-leader-locator: client-local`: its leader is then that node, deterministically.
- * The broker's own creation does not spread them reliably: created through the stream protocol
- * on node 1, `client-local` put all three leaders on node 1, and both the default and `balanced`
- * (which counts the leaders of every stream already on the cluster) put two of the three there.
- */
-async function declareSpreadSuperStream(name: string): Promise<string[]> {
-  const partitions = Array.from({ length: PARTITIONS }, (_, i) => `${name}-${i}`);
-  const url = (port: number): string => `amqp://${BROKER.username}:${BROKER.password}@${BROKER.host}:${port}`;
-  const connections = await Promise.all(CLUSTER_AMQP_PORTS.map((port) => amqpConnect(url(port))));
-  try {
-    await Promise.all(
-      partitions.map(async (partition, i) => {
-        const channel = await connections[i]!.createChannel();
-        await channel.assertQueue(partition, {
-          durable: true,
-          arguments: {
-            'x-queue-type': 'stream',
-            'x-initial-cluster-size': 3,
-            'x-queue-leader-locator': 'client-local',
-          },
-        });
-        await channel.close();
-      }),
-    );
-    const channel = await connections[0]!.createChannel();
-    await channel.assertExchange(name, 'direct', { durable: true, arguments: { 'x-super-stream': true } });
-    for (const [i, partition] of partitions.entries()) {
-      await channel.bindQueue(partition, name, String(i), { 'x-stream-partition-order': i });
-    }
-    await channel.close();
-  } finally {
-    await Promise.all(connections.map((c) => c.close().catch(() => undefined)));
-  }
-  return partitions;
-}
 
 /** Per partition: the node (1..3) that leads it and how many replicas it has (0 when unknown). */
 async function placement(client: Client, partitions: readonly string[]) {
@@ -120,7 +79,7 @@ describe('super stream on the cluster - the leader of one partition killed', () 
     const started = performance.now();
     const at = (): string => `${((performance.now() - started) / 1000).toFixed(1)} s`;
     const name = uniqueName('ss-cluster');
-    const partitions = await declareSpreadSuperStream(name);
+    const partitions = await declareSpreadSuperStream(name, PARTITIONS);
     const victim = partitions[VICTIM]!;
     const victimNode = VICTIM + 1;
     // Metadata is asked of a node that stays up.

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { connect as amqpConnect } from 'amqplib';
 import { connect, type Client } from 'rabbitmq-stream-js-client';
 import { afterAll, beforeAll } from 'vitest';
 import { BROKER } from './broker.js';
@@ -68,4 +69,44 @@ export function leaderNode(stream: string): Promise<{ node: number; replicas: nu
     const [meta] = await client.queryMetadata({ streams: [stream] });
     return { node: (meta?.leader?.port ?? 0) - 5560, replicas: meta?.replicas?.length ?? 0 };
   });
+}
+
+/**
+ * Declares a super stream as `rabbitmq-streams add_super_stream` does (a direct exchange marked
+ * `x-super-stream`, one stream per partition bound with its routing key "i" and
+ * `x-stream-partition-order` i), but declares partition i over an AMQP 0-9-1 connection to node i+1
+ * with `x-queue-leader-locator: client-local`: its leader is then that node, deterministically.
+ * The broker's own creation does not spread them reliably: created through the stream protocol
+ * on node 1, `client-local` put all three leaders on node 1, and both the default and `balanced`
+ * (which counts the leaders of every stream already on the cluster) put two of the three there.
+ */
+export async function declareSpreadSuperStream(name: string, count: number): Promise<string[]> {
+  const partitions = Array.from({ length: count }, (_, i) => `${name}-${i}`);
+  const url = (port: number): string => `amqp://${BROKER.username}:${BROKER.password}@${BROKER.host}:${port}`;
+  const connections = await Promise.all(CLUSTER_AMQP_PORTS.map((port) => amqpConnect(url(port))));
+  try {
+    await Promise.all(
+      partitions.map(async (partition, i) => {
+        const channel = await connections[i]!.createChannel();
+        await channel.assertQueue(partition, {
+          durable: true,
+          arguments: {
+            'x-queue-type': 'stream',
+            'x-initial-cluster-size': 3,
+            'x-queue-leader-locator': 'client-local',
+          },
+        });
+        await channel.close();
+      }),
+    );
+    const channel = await connections[0]!.createChannel();
+    await channel.assertExchange(name, 'direct', { durable: true, arguments: { 'x-super-stream': true } });
+    for (const [i, partition] of partitions.entries()) {
+      await channel.bindQueue(partition, name, String(i), { 'x-stream-partition-order': i });
+    }
+    await channel.close();
+  } finally {
+    await Promise.all(connections.map((c) => c.close().catch(() => undefined)));
+  }
+  return partitions;
 }
