@@ -1,0 +1,189 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import type { Client } from 'rabbitmq-stream-js-client';
+import { afterEach, expect } from 'vitest';
+import { BROKER } from './broker.js';
+import { publishLedger, type Sent } from './group-ledger.js';
+
+// Consumer group members as processes (test/fixtures/group-member.ts), for the tests that SIGKILL,
+// SIGSTOP and fail over under them: the crash test on the single broker and the cluster test.
+
+const fixture = fileURLToPath(new URL('../fixtures/group-member.ts', import.meta.url));
+
+/** Member processes still running: killed after each test, whatever its outcome. */
+const running = new Set<ChildProcess>();
+
+/** Kills every member process a test left running, after each test of the file. */
+export function useMemberProcesses(): void {
+  afterEach(() => {
+    for (const child of running) child.kill('SIGKILL');
+    running.clear();
+  });
+}
+
+/** A line a member printed (test/fixtures/group-member.ts), with when the test read it. */
+export type Line = Record<string, unknown> & { member: string; at: number };
+
+/** A member's answer to `{ wait }`: the partition's state in its store once it reached the offset. */
+export interface Reached {
+  member: string;
+  reached: string;
+  balance: number;
+  count: number;
+  doubles: string | null;
+}
+
+/** One member process: its exit, and when it said it is open. */
+export class MemberProcess {
+  readonly child: ChildProcess;
+  readonly exited: Promise<[number | null, NodeJS.Signals | null]>;
+  readonly ready: Promise<void>;
+  constructor(
+    name: string,
+    superStreamName: string,
+    store: string,
+    env: Record<string, string>,
+    onLine: (line: Line) => void,
+  ) {
+    const child = spawn(process.execPath, ['--import', 'tsx', fixture, superStreamName, store, name], {
+      env: { ...process.env, RABBITMQ_STREAM_PORT: String(BROKER.streamPort), ...env },
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    this.child = child;
+    running.add(child);
+    child.once('exit', () => running.delete(child));
+    this.exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    let markReady = (): void => undefined;
+    this.ready = new Promise((resolve) => (markReady = resolve));
+    void (async () => {
+      for await (const text of createInterface({ input: child.stdout })) {
+        const line = { ...(JSON.parse(text) as Record<string, unknown>), at: performance.now() } as Line;
+        if (line.ready === true) markReady();
+        onLine(line);
+      }
+    })();
+  }
+
+  send(line: object): void {
+    this.child.stdin!.write(`${JSON.stringify(line)}\n`);
+  }
+}
+
+/** What a group test is given: the super stream, a client to publish with, and store directories. */
+export interface GroupRigOptions {
+  client: () => Client;
+  superStream: string;
+  partitions: readonly string[];
+  tempDir: () => Promise<string>;
+  /** Extra environment of member i's process (HEARTBEAT, PAUSE_FILE, CLUSTER_PORTS). */
+  env?: (member: number) => Record<string, string>;
+}
+
+export type GroupRig = Awaited<ReturnType<typeof startGroup>>;
+
+/**
+ * Two members of group balance-projection, each with its own store, started and holding every
+ * partition (they start from `next`, so before the first message).
+ */
+export async function startGroup(options: GroupRigOptions) {
+  const { superStream: name, partitions, tempDir } = options;
+  const env = options.env ?? (() => ({}));
+  const stores = [await tempDir(), await tempDir()];
+  const lines: Line[] = [];
+  const waiters = new Set<() => void>();
+  const onLine = (line: Line): void => {
+    lines.push(line);
+    for (const check of waiters) check();
+  };
+  /**
+   * Resolves once `done(lines)` holds (checked on every new line); rejects after `ms` naming `what`
+   * and the last lines, so that a wait that never ends says which one it was.
+   */
+  const until = (done: (all: readonly Line[]) => boolean, what: string, ms = 60_000): Promise<void> =>
+    new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        waiters.delete(check);
+        const tail = lines.slice(-15).map((l) => JSON.stringify(l));
+        reject(new Error(`still waiting for ${what} after ${ms} ms; last lines:\n${tail.join('\n')}`));
+      }, ms);
+      const check = (): void => {
+        if (!done(lines)) return;
+        clearTimeout(timer);
+        waiters.delete(check);
+        resolve();
+      };
+      waiters.add(check);
+      check();
+    });
+  const start = (i: number): MemberProcess => new MemberProcess(`m${i}`, name, stores[i]!, env(i), onLine);
+  const members = [start(0), start(1)];
+  await Promise.all(members.map((m) => m.ready));
+  await until(
+    (all) =>
+      new Set(all.filter((l) => l.kind === 'assigned').map((l) => l.partition)).size === partitions.length,
+    'every partition held',
+  );
+  return { name, partitions, stores, lines, until, start, members, client: options.client };
+}
+
+/** Waits until each partition's holder has committed up to what `sent` says was sent to it. */
+export function committedEverywhere(g: GroupRig, sent: Map<string, Sent>, what: string): Promise<void> {
+  return g.until(
+    (all) =>
+      [...sent].every(([p, s]) =>
+        all.some((l) => l.commit === p && BigInt(String(l.lastOffset)) >= s.lastOffset),
+      ),
+    what,
+  );
+}
+
+/**
+ * Publishes the first round and waits until each partition's holder committed it: from then on the
+ * changelog of every partition has an entry, and a member that takes one over starts from there,
+ * not from `next` (which would skip what came before it).
+ */
+export async function firstRound(g: GroupRig, sent: Map<string, Sent>): Promise<void> {
+  await publishLedger(g.client(), g.partitions, 1, 50, sent);
+  await committedEverywhere(g, sent, 'the first round committed in every partition');
+}
+
+/**
+ * Asks both members for the end state of every partition and checks the holder's against the fold
+ * of what was sent (balance, count, no double); then stops both with SIGTERM and expects exit 0.
+ */
+export async function expectExactFolds(g: GroupRig, sent: Map<string, Sent>): Promise<Reached[]> {
+  const from = g.lines.length;
+  const targets = Object.fromEntries([...sent].map(([p, s]) => [p, String(s.lastOffset)]));
+  for (const m of g.members) m.send({ wait: targets });
+  const reached = new Map<string, Reached>();
+  await g.until((all) => {
+    for (const l of all.slice(from))
+      if (typeof l.reached === 'string') reached.set(l.reached, l as unknown as Reached);
+    return reached.size === sent.size;
+  }, 'every partition reached in its holder');
+  expect(
+    g.lines.filter((l) => typeof l.failed === 'string').map((l) => `${l.member}: ${String(l.failed)}`),
+  ).toEqual([]);
+  for (const [partition, s] of sent) {
+    const r = reached.get(partition)!;
+    expect({ partition, balance: r.balance, count: r.count, doubles: r.doubles }).toEqual({
+      partition,
+      balance: s.balance,
+      count: s.distinct,
+      doubles: null,
+    });
+  }
+  for (const m of g.members) m.child.kill('SIGTERM');
+  const exits = await Promise.all(g.members.map((m) => m.exited));
+  expect(exits.map(([code]) => code)).toEqual([0, 0]);
+  return [...reached.values()];
+}
+
+/** `p0@m1: 1234/56 …`: where each partition ended, for the test's summary line. */
+export function describeReached(g: GroupRig, reached: readonly Reached[]): string {
+  return reached
+    .map((r) => `${r.reached.slice(g.name.length)}@${r.member}: ${r.balance}/${r.count}`)
+    .join(' ');
+}
