@@ -1,6 +1,6 @@
 // Consumer-side verification cost, against the bare Map compare-and-set it replaces, in one run.
 //
-//   npm run bench:verify [-- messages scopes]      (the consumer rows need the broker running)
+//   npm run bench:verify [-- messages scopes]      (the consumer and group rows need the broker running)
 //
 // Every variant handles the same stream: `messages` checks spread round-robin over `scopes` scopes,
 // with increasing IDs per scope, and records each ID reported new (check + record per message, as a
@@ -9,6 +9,7 @@
 import { ScopedVerifier, encodeScopeKey, type PolicySpec } from 'stream-dedup';
 import { measureInChild, median } from './common.js';
 import { measureConsumers } from './consumer.js';
+import { measureGroup, measureTakeover } from './group.js';
 
 const MESSAGES = Number(process.argv[2] ?? 10_000_000);
 const SCOPES = Number(process.argv[3] ?? 1_000);
@@ -140,6 +141,11 @@ const consumerRatio = consumers.verifyingPerSec / consumers.rawPerSec;
 // The same on a stream of sub-entry batches of 100 (docs/design.md §10).
 const batched = await measureConsumers(100_000, 9, true);
 const batchedRatio = batched.verifyingPerSec / batched.rawPerSec;
+// A consumer group of two members over 3 partitions against the raw super stream consumer, and
+// the take-over of a partition whose changelog holds 100 000 entries (bench/group.ts).
+const group = await measureGroup(300_000);
+const groupRatio = group.groupPerSec / group.rawPerSec;
+const takeover = await measureTakeover(100_000);
 
 const targets = {
   consumerToRaw: { target: 0.8, got: Number(consumerRatio.toFixed(3)) },
@@ -177,6 +183,15 @@ console.log(
 console.log(
   `${'verifying, sub-entry'.padEnd(26)} ${Math.round(batched.verifyingPerSec).toLocaleString('en').padStart(12)}   msg/s, ${batchedRatio.toFixed(3)} of raw consumer on the same stream`,
 );
+console.log(
+  `${'raw super stream consumer'.padEnd(26)} ${Math.round(group.rawPerSec).toLocaleString('en').padStart(12)}   msg/s (3 partitions, ${group.messages.toLocaleString('en')} messages)`,
+);
+console.log(
+  `${'group of two members'.padEnd(26)} ${Math.round(group.groupPerSec).toLocaleString('en').padStart(12)}   msg/s, ${groupRatio.toFixed(3)} of the raw super stream consumer`,
+);
+console.log(
+  `${'take-over, 100k changelog'.padEnd(26)} ${Math.round(takeover.takeoverMs).toLocaleString('en').padStart(12)}   ms (${takeover.entries.toLocaleString('en')} entries restored; the raw consumer reads that changelog in ${Math.round(takeover.rawReadMs).toLocaleString('en')} ms: ${(takeover.takeoverMs / takeover.rawReadMs).toFixed(2)}×)`,
+);
 for (const [name, ok] of Object.entries(met)) {
   const { target, got } = targets[name as keyof typeof targets];
   console.log(
@@ -203,6 +218,18 @@ console.log(
       rawPerSec: Math.round(batched.rawPerSec),
       verifyingPerSec: Math.round(batched.verifyingPerSec),
       ratio: Number(batchedRatio.toFixed(3)),
+    },
+    group: {
+      messages: group.messages,
+      rawPerSec: Math.round(group.rawPerSec),
+      groupPerSec: Math.round(group.groupPerSec),
+      ratio: Number(groupRatio.toFixed(3)),
+    },
+    takeover: {
+      entries: takeover.entries,
+      takeoverMs: Math.round(takeover.takeoverMs),
+      rawReadMs: Math.round(takeover.rawReadMs),
+      ratio: Number((takeover.takeoverMs / takeover.rawReadMs).toFixed(3)),
     },
     targets,
     met,

@@ -48,6 +48,8 @@ export class ChangelogWriter {
   readonly #options: ChangelogWriterOptions;
   readonly #transport: StreamTransport;
   #connected = false;
+  /** A connection under way that {@link ChangelogWriter.warmUp} started. */
+  #connecting: Promise<void> | undefined;
   #closed = false;
   /** The confirm or loss the append under way waits for. */
   #waiter: { id: bigint; resolve: (confirmed: boolean) => void } | undefined;
@@ -78,6 +80,26 @@ export class ChangelogWriter {
     } as ConstructorParameters<typeof StreamTransport>[0]);
   }
 
+  /**
+   * Connects ahead of the first append — creating the changelog if it does not exist — so that a
+   * partition's first batch after a take-over does not wait for it (measured: 170-355 ms, most of a
+   * first append). Nothing depends on it: a failure is left to the next append, which connects
+   * again and decides from the confirm and the broker's last ID as always.
+   */
+  warmUp(): void {
+    if (this.#connected || this.#connecting !== undefined || this.#closed) return;
+    this.#connecting = this.#transport.connect(this.#handlers).then(
+      () => {
+        this.#connecting = undefined;
+        if (this.#closed) return;
+        this.#connected = true;
+      },
+      () => {
+        this.#connecting = undefined;
+      },
+    );
+  }
+
   /** The largest entry that fits one message. */
   get maxEntryBytes(): number {
     return this.#transport.maxMessageBytes;
@@ -106,6 +128,13 @@ export class ChangelogWriter {
         if (this.#closed || !isCurrent()) break;
       }
       try {
+        if (this.#connecting !== undefined) {
+          await withTimeout(
+            this.#connecting,
+            left(),
+            `connecting the writer of changelog "${this.#options.stream}"`,
+          );
+        }
         if (!this.#connected) {
           const lastId = await withTimeout(
             this.#transport.connect(this.#handlers),
@@ -173,6 +202,8 @@ export class ChangelogWriter {
   async close(): Promise<void> {
     this.#closed = true;
     this.#handlers.disconnected(new Error('closed'));
+    // A warm-up under way ends first (bounded by connectTimeoutMs): its connection is closed too.
+    await this.#connecting;
     await this.#transport.close();
   }
 }

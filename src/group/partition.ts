@@ -338,6 +338,9 @@ export class GroupPartition {
     }
     if (epoch !== this.#epoch || !generation.isCurrent())
       throw new PartitionMoved(this.#s.partition, 'moved');
+    // The changelog writer connects while the core opens and the first batch is processed: that
+    // batch need not wait for it. Not during the restore, which must see the changelog as it is.
+    this.#writer.warmUp();
     const partition = this.#s.partition;
     const handler = this.#s.handler;
     const core = await VerifyingConsumerCore.open(

@@ -1,0 +1,298 @@
+/**
+ * Consumer groups (docs/design.md §12), for `bench:verify`, against the raw client in the same run:
+ *
+ * - Throughput: a 3-partition super stream holding `count` messages, read from the first offset by
+ *   a group of two `SuperStreamVerifyingConsumer` members in one process (each with its own store,
+ *   a LevelDB commit and a changelog append per 1 000 messages of a partition) against the raw
+ *   client's super stream consumer reading the same messages. Both timed from the first message to
+ *   the last (for the group: to the last partition committed); each read in a fresh process.
+ * - Take-over: a member with an empty store takes over a partition whose changelog holds 100 000
+ *   entries (one per input message, as `commitEvery: 1` writes them) and restores them all before
+ *   its first delivery, against the raw client reading that changelog from its first entry to its
+ *   last. The entries are the library's own encoding of the entry a real member wrote for the
+ *   partition's first message (read back from its changelog), one per offset, appended by a raw
+ *   publisher under the group's changelog producer name, each sent once the one before it is
+ *   confirmed (one entry per chunk, as a member writes them). A member itself would take minutes
+ *   to write 100 000 entries: each of its commits is a changelog append, a confirm, a query of the
+ *   last ID and a LevelDB write.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Offset, type Client } from 'rabbitmq-stream-js-client';
+import {
+  StreamDedupPublisher,
+  SuperStreamVerifyingConsumer,
+  type AssignmentEvent,
+} from 'stream-dedup/stream';
+import { decodeEntry, encodeEntry } from '../src/group/changelog-entry.js';
+import { changelogProducerName, changelogStreamName, partitionNamespace } from '../src/group/consumer.js';
+import { encodeOffset, offsetKey } from '../src/store/consumer-keys.js';
+import { CONNECTION, connectClient, measureInChild, median, uniqueName } from './common.js';
+
+export interface GroupRates {
+  readonly messages: number;
+  readonly rawPerSec: number;
+  readonly groupPerSec: number;
+}
+
+export interface TakeoverTimes {
+  readonly entries: number;
+  /** The new holder's take-over, from the broker's activation to its first delivery asked for (ms). */
+  readonly takeoverMs: number;
+  /** The raw client reading the same changelog from its first entry to its last (ms). */
+  readonly rawReadMs: number;
+}
+
+const PARTITIONS = 3;
+const BODY = Buffer.alloc(100, 0x61);
+
+/** Publishes `count` stamped messages to each of `partitions` (producer names per partition). */
+async function fill(partitions: readonly string[], dir: string, count: number): Promise<void> {
+  for (const [i, stream] of partitions.entries()) {
+    const pub = await StreamDedupPublisher.open({
+      connection: CONNECTION,
+      stream,
+      producerName: `bench-group-source-${i}`,
+      store: join(dir, `producer-${i}`),
+      durability: 'reserve',
+    });
+    await Promise.all(Array.from({ length: count }, () => pub.send(BODY)));
+    await pub.close();
+  }
+}
+
+async function rawGroupRead(superStream: string, count: number): Promise<number> {
+  const client = await connectClient();
+  try {
+    let seen = 0;
+    let t0 = 0;
+    let done = (): void => undefined;
+    const all = new Promise<void>((resolve) => (done = resolve));
+    const consumer = await client.declareSuperStreamConsumer(
+      { superStream, offset: Offset.first(), consumerRef: uniqueName('raw') },
+      () => {
+        if (seen++ === 0) t0 = performance.now();
+        if (seen === count) done();
+      },
+    );
+    await all;
+    const seconds = (performance.now() - t0) / 1000;
+    await consumer.close();
+    return count / seconds;
+  } finally {
+    await client.close();
+  }
+}
+
+async function groupRead(
+  superStream: string,
+  dir: string,
+  perPartition: number,
+  round: string,
+): Promise<number> {
+  const client = await connectClient();
+  const consumerName = `bench-group-${round}`;
+  let t0 = 0;
+  let applied = 0;
+  const open = (member: string) =>
+    SuperStreamVerifyingConsumer.open({
+      connection: CONNECTION,
+      superStream,
+      consumerName,
+      store: join(dir, `${consumerName}-${member}`),
+      startFrom: 'first',
+      commitEvery: 1_000,
+      handler: (_message, tx) => {
+        if (t0 === 0) t0 = performance.now();
+        applied++;
+        tx.put('last', 'x');
+      },
+    });
+  const members = await Promise.all([open('a'), open('b')]);
+  try {
+    const partitions = members[0].partitions;
+    await Promise.all(
+      partitions.map((p) => Promise.any(members.map((m) => m.waitForOffset(p, BigInt(perPartition - 1))))),
+    );
+    const seconds = (performance.now() - t0) / 1000;
+    // A hand-over may have processed a batch twice (once by each member; one is kept): at least all.
+    if (applied < perPartition * partitions.length)
+      throw new Error(`the group applied ${applied} of ${perPartition * partitions.length}`);
+    const held = members.map((m) => m.activePartitions().length);
+    if (held.includes(0)) throw new Error(`a member holds no partition (${held.join('/')})`);
+    return (perPartition * partitions.length) / seconds;
+  } finally {
+    await Promise.all(members.map((m) => m.close()));
+    for (const p of members[0].partitions)
+      await client.deleteStream({ stream: changelogStreamName(p, consumerName) }).catch(() => undefined);
+    await client.close();
+  }
+}
+
+/** Reads `stream` from its first message to its `count`th with the raw client's consumer: ms. */
+async function rawStreamRead(client: Client, stream: string, count: number): Promise<number> {
+  let seen = 0;
+  let done = (): void => undefined;
+  const all = new Promise<void>((resolve) => (done = resolve));
+  const started = performance.now();
+  const consumer = await client.declareConsumer({ stream, offset: Offset.first() }, () => {
+    if (++seen === count) done();
+  });
+  await all;
+  const ms = performance.now() - started;
+  await client.closeConsumer(consumer.extendedId);
+  return ms;
+}
+
+/** One take-over measurement in this process: see the file comment. */
+async function takeover(entries: number): Promise<TakeoverTimes> {
+  const client = await connectClient();
+  const dir = await mkdtemp(join(tmpdir(), 'bench-takeover-'));
+  const superStream = uniqueName('bench-takeover');
+  const consumerName = 'bench-takeover';
+  await client.createSuperStream({ streamName: superStream, arguments: {} }, undefined, 1);
+  const [partition] = (await client.queryPartitions({ superStream })) as [string];
+  const changelog = changelogStreamName(partition, consumerName);
+  const member = (name: string, onAssignment?: (e: AssignmentEvent) => void) =>
+    SuperStreamVerifyingConsumer.open({
+      connection: CONNECTION,
+      superStream,
+      consumerName,
+      store: join(dir, name),
+      startFrom: 'first',
+      commitEvery: 1,
+      handler: (_message, tx) => tx.put('last', 'x'),
+      ...(onAssignment === undefined ? {} : { onAssignment }),
+    });
+  try {
+    // A real member writes the entry of offset 0: its ops are the template of every other entry.
+    await fill([partition], dir, 1);
+    const first = await member('first');
+    await first.waitForOffset(partition, 0n);
+    await first.close();
+    const namespace = partitionNamespace(consumerName, partition);
+    let templateRead = (_content: Buffer): void => undefined;
+    const read = new Promise<Buffer>((resolve) => (templateRead = resolve));
+    const reader = await client.declareConsumer({ stream: changelog, offset: Offset.first() }, (m) =>
+      templateRead(m.content),
+    );
+    const template = await read;
+    await client.closeConsumer(reader.extendedId);
+    const { ops } = decodeEntry(template, () => true, 'template');
+    const offsetOp = offsetKey(namespace);
+    if (!ops.some((op) => op.key === offsetOp)) throw new Error('the template entry writes no offset');
+    await fill([partition], dir, entries - 1);
+
+    // One entry per chunk, as a member writes them (each append waits for its confirm).
+    const publisher = await client.declarePublisher({
+      stream: changelog,
+      publisherRef: changelogProducerName(consumerName),
+    });
+    let confirmedUpTo = 0n;
+    let onConfirm = (): void => undefined;
+    publisher.on('publish_confirm', (err, ids) => {
+      if (err !== null) throw new Error(`publish error ${err}`);
+      for (const id of ids) if (id > confirmedUpTo) confirmedUpTo = id;
+      onConfirm();
+    });
+    for (let offset = 1n; offset < BigInt(entries); offset++) {
+      const entry = encodeEntry({
+        lastOffset: offset,
+        baseOffset: offset - 1n,
+        ops: ops.map((op) =>
+          op.key === offsetOp && op.type === 'put' ? { ...op, value: encodeOffset(offset) } : op,
+        ),
+      });
+      const id = offset + 1n;
+      const landed = new Promise<void>((resolve) => (onConfirm = () => confirmedUpTo >= id && resolve()));
+      await publisher.basicSend(id, entry, {
+        applicationProperties: {
+          'x-dedup-producer': changelogProducerName(consumerName),
+          'x-dedup-id': String(id),
+        },
+      });
+      await publisher.flush();
+      await landed;
+    }
+    await publisher.close();
+
+    const rawReadMs = await rawStreamRead(client, changelog, entries);
+
+    let assigned = (_e: AssignmentEvent & { kind: 'assigned' }): void => undefined;
+    const takenOver = new Promise<AssignmentEvent & { kind: 'assigned' }>((resolve) => (assigned = resolve));
+    const holder = await member('holder', (e) => {
+      if (e.kind === 'assigned') assigned(e);
+    });
+    const event = await takenOver;
+    await holder.close();
+    if (event.restored !== entries || event.offset !== BigInt(entries - 1))
+      throw new Error(`restored ${event.restored} entries up to ${event.offset}, not ${entries}`);
+    return { entries, takeoverMs: event.ms, rawReadMs };
+  } finally {
+    await client.deleteSuperStream({ streamName: superStream }).catch(() => undefined);
+    await client.deleteStream({ stream: changelog }).catch(() => undefined);
+    await client.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Fills a 3-partition super stream with `count` messages, then reads it `rounds` times each way,
+ * interleaved, each read in a fresh process.
+ */
+export async function measureGroup(count = 99_999, rounds = 5): Promise<GroupRates> {
+  const perPartition = Math.ceil(count / PARTITIONS);
+  const dir = await mkdtemp(join(tmpdir(), 'bench-group-'));
+  const superStream = uniqueName('bench-group');
+  const client = await connectClient();
+  const run = (mode: string, round: number): Promise<{ rate: number }> =>
+    measureInChild(import.meta.url, [mode, superStream, dir, String(perPartition), String(round)], {
+      STREAM_DEDUP_BENCH_GROUP: '1',
+    });
+  try {
+    await client.createSuperStream({ streamName: superStream, arguments: {} }, undefined, PARTITIONS);
+    await fill(await client.queryPartitions({ superStream }), dir, perPartition);
+    const raw: number[] = [];
+    const group: number[] = [];
+    for (let i = 0; i < rounds; i++) {
+      raw.push((await run('raw', i)).rate);
+      group.push((await run('group', i)).rate);
+    }
+    return { messages: perPartition * PARTITIONS, rawPerSec: median(raw), groupPerSec: median(group) };
+  } finally {
+    await client.deleteSuperStream({ streamName: superStream }).catch(() => undefined);
+    await client.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** The take-over of a partition with an `entries`-entry changelog, in a fresh process. */
+export function measureTakeover(entries = 100_000): Promise<TakeoverTimes> {
+  return measureInChild(import.meta.url, ['takeover', '', '', String(entries), '0'], {
+    STREAM_DEDUP_BENCH_GROUP: '1',
+  });
+}
+
+if (process.env.STREAM_DEDUP_BENCH_GROUP === '1') {
+  const [mode, superStream, dir, n, round] = process.argv.slice(2) as [
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  const result =
+    mode === 'takeover'
+      ? await takeover(Number(n))
+      : {
+          rate:
+            mode === 'raw'
+              ? (await rawGroupRead(superStream, Number(n) * PARTITIONS),
+                await rawGroupRead(superStream, Number(n) * PARTITIONS))
+              : (await groupRead(superStream, dir, Number(n), `warm-${round}`),
+                await groupRead(superStream, dir, Number(n), round)),
+        };
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+  process.exit(0);
+}
