@@ -410,17 +410,19 @@ export class ProducerState {
    * @throws DedupError `DEDUP_STORE_CLOSED` once the store is closed.
    */
   commit(commit: ProducerCommit): Promise<void> {
+    // The outbox segment — the large value — goes last. classic-level copies every op into one
+    // LevelDB WriteBatch on the main thread, and an op appended after a large one grows (copies)
+    // the batch's buffer: measured, an 850 kB segment followed by a 40 B meta took 8.4 ms of the
+    // main thread per commit, and 0.24 ms with the meta first (19 % of the publisher's CPU in the
+    // sub-entry benchmark). Keys are distinct, so the order changes nothing else.
     const ops: Array<{ type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string }> = [];
-    if (commit.segment !== undefined && commit.segment.length > 0) {
-      ops.push({
-        type: 'put',
-        key: this.#prefix + OUTBOX_INFIX + idKey(commit.segment[0]!.publishingId),
-        value: encodeSegment(commit.segment, commit.batches),
-      });
-    }
     for (const id of commit.deleteSegments ?? []) {
       ops.push({ type: 'del', key: this.#prefix + OUTBOX_INFIX + idKey(id) });
     }
+    for (const id of commit.deleteKeySegments ?? []) {
+      ops.push({ type: 'del', key: this.#prefix + KEY_SEGMENT_INFIX + idKey(id) });
+    }
+    ops.push({ type: 'put', key: this.#prefix + META_SUFFIX, value: encodeMeta(commit.meta) });
     if (commit.keys !== undefined && commit.keys.length > 0) {
       ops.push({
         type: 'put',
@@ -428,10 +430,13 @@ export class ProducerState {
         value: encodeKeySegment(commit.keys),
       });
     }
-    for (const id of commit.deleteKeySegments ?? []) {
-      ops.push({ type: 'del', key: this.#prefix + KEY_SEGMENT_INFIX + idKey(id) });
+    if (commit.segment !== undefined && commit.segment.length > 0) {
+      ops.push({
+        type: 'put',
+        key: this.#prefix + OUTBOX_INFIX + idKey(commit.segment[0]!.publishingId),
+        value: encodeSegment(commit.segment, commit.batches),
+      });
     }
-    ops.push({ type: 'put', key: this.#prefix + META_SUFFIX, value: encodeMeta(commit.meta) });
     return this.#use("cannot write the producer's state", () => this.#db.batch(ops, { sync: this.#sync }));
   }
 
