@@ -304,11 +304,18 @@ export function queryPublisherSequence(
 }
 
 /**
- * Keeps a failed heartbeat from killing the process (1.0: `connection.heartbeat`, whose
- * `heartbeat()` re-arms itself with a `setTimeout` and rejects, unhandled, when the heartbeat
- * cannot be written: measured on a process paused past its heartbeat and resumed, whose first timer
- * wrote to the socket the broker had closed). The loss itself is seen through the connection's
- * close. Covers the client's locator connection and every connection it opens later.
+ * Prepares every connection of a client the library connects — its locator connection and every
+ * connection it opens later:
+ *
+ * - Keeps a failed heartbeat from killing the process (1.0: `connection.heartbeat`, whose
+ *   `heartbeat()` re-arms itself with a `setTimeout` and rejects, unhandled, when the heartbeat
+ *   cannot be written: measured on a process paused past its heartbeat and resumed, whose first
+ *   timer wrote to the socket the broker had closed). The loss itself is seen through the
+ *   connection's close.
+ * - Turns Nagle's algorithm off (1.0 leaves it on; the broker's side has it off): with more than
+ *   one chunk of credit in flight, each small credit request waited for the broker's delayed ACK.
+ *   Measured reading 5 000 one-entry chunks: 73.7 s with 4 credits, 1.26 s with Nagle off (1.87 s
+ *   with 1 credit); this is what lets the changelog restore ask for many chunks at once.
  *
  * @throws DedupError `DEDUP_BROKER_REFUSED` when this client version has no such heartbeat.
  */
@@ -332,6 +339,8 @@ const guardedClients = new WeakSet<object>();
 const guardedHeartbeats = new WeakSet<object>();
 
 function guardHeartbeat(connection: unknown): void {
+  const socket = (connection as { socket?: unknown } | null | undefined)?.socket;
+  if (socket instanceof Socket) socket.setNoDelay(true);
   const heartbeat = (connection as { heartbeat?: { heartbeat?: unknown } } | null | undefined)?.heartbeat;
   if (typeof heartbeat?.heartbeat !== 'function') {
     throw unsupportedClient("the connection's heartbeat, which stream-dedup guards");
