@@ -18,7 +18,7 @@ import {
 } from '../store/consumer-keys.js';
 import type { KeyValueDb } from '../store/store.js';
 import type { Op } from '../consumer/commit-pipeline.js';
-import { creditPolicyOf, type StreamMessage } from '../transport/stream-delivery.js';
+import { creditPolicyOf } from '../transport/stream-delivery.js';
 import {
   consumerCloseEvents,
   decodeDeliveriesOurselves,
@@ -26,6 +26,7 @@ import {
 } from '../transport/stream-client-internals.js';
 import { errorText, withTimeout } from '../transport/util.js';
 import { decodeEntry, entryId } from './changelog-entry.js';
+import { ChunkOrder } from './chunk-order.js';
 
 /** @internal */
 export interface RestoreOptions {
@@ -81,6 +82,15 @@ const BYTES_PER_WRITE = 4 * 1024 * 1024;
 const QUEUE_HIGH = 4_096;
 const QUEUE_LOW = 1_024;
 
+/**
+ * Chunks in flight: each completed chunk asks for one more (unless the queue is full). A member
+ * writes one changelog entry per confirm, so a changelog holds about one entry per chunk, and one
+ * chunk in flight cost the restore a round trip per entry (measured, 100 000 entries: 37.9 s).
+ * Needs Nagle's algorithm off on the connection (`guardHeartbeats`), and `ChunkOrder`: chunks in
+ * flight together reach the handler interleaved.
+ */
+const INITIAL_CREDITS = 32;
+
 /** Stream protocol response code 2: the stream does not exist. */
 const DOES_NOT_EXIST = /code 2\b|does not exist/i;
 
@@ -123,9 +133,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   let entriesInWrite = 0;
   let nextPosition = position;
   let failure: Error | undefined;
-  // Entries read and not yet applied, from queueHead on; the credit is held while there are many.
-  let queue: StreamMessage[] = [];
-  let queueHead = 0;
+  // Entries read and not yet applied, in stream order; the credit is held while there are many.
+  const queue = new ChunkOrder();
   let heldCredit: (() => void) | undefined;
   const grantHeld = (): void => {
     const grant = heldCredit;
@@ -163,21 +172,23 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       {
         stream: o.changelog,
         offset: Offset.offset(position),
-        creditPolicy: creditPolicyOf((request) => {
-          const grant = (): void => void request(1).catch(() => undefined);
-          if (queue.length - queueHead < QUEUE_HIGH) grant();
-          else heldCredit = grant;
-          return Promise.resolve();
-        }),
+        creditPolicy: creditPolicyOf(
+          (request) => {
+            if (queue.chunkCompleted()) notify();
+            const grant = (): void => void request(1).catch(() => undefined);
+            if (queue.waiting < QUEUE_HIGH) grant();
+            else heldCredit = grant;
+            return Promise.resolve();
+          },
+          INITIAL_CREDITS,
+          () => queue.chunkStarted(),
+        ),
         connectionClosedListener: () => {
           failure ??= new Error(`the connection reading changelog "${o.changelog}" closed`);
           notify();
         },
       },
-      (message) => {
-        queue.push(message);
-        notify();
-      },
+      (message) => queue.push(message),
     ),
     o.stallMs,
     `subscribing to changelog "${o.changelog}"`,
@@ -189,12 +200,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
     while (lastSeenId < target) {
       if (failure !== undefined) throw failure;
       if (!o.isCurrent()) throw new RestoreAbandoned();
-      const message = queueHead < queue.length ? queue[queueHead++] : undefined;
-      if (queueHead >= 1_024 && queueHead * 2 >= queue.length) {
-        queue = queue.slice(queueHead);
-        queueHead = 0;
-      }
-      if (heldCredit !== undefined && queue.length - queueHead < QUEUE_LOW) grantHeld();
+      const message = queue.next();
+      if (heldCredit !== undefined && queue.waiting < QUEUE_LOW) grantHeld();
       if (message === undefined) {
         if (performance.now() >= deadline) {
           throw new DedupError(

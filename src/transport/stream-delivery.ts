@@ -59,16 +59,27 @@ export async function connectSubscriber(
 export type CreditRequest = (howMany: number) => Promise<void>;
 
 /**
- * A subscription's credit policy: one chunk at subscription, then whatever `onChunkCompleted` grants.
+ * A subscription's credit policy: `initialCredits` chunks at subscription (one by default, as the
+ * JS client's own policies), then whatever `onChunkCompleted` grants: that many chunks in flight.
+ * With more than one, messages of two chunks can reach the handler interleaved (`ChunkOrder`);
+ * `onChunkReceived` is told when the client begins a chunk.
  *
  * @internal
  */
 export function creditPolicyOf(
   onChunkCompleted: (request: CreditRequest) => Promise<void>,
+  initialCredits = 1,
+  onChunkReceived?: () => void,
 ): ConsumerCreditPolicy {
   return {
-    onSubscription: () => 1,
-    onChunkReceived: () => Promise.resolve(),
+    onSubscription: () => initialCredits,
+    onChunkReceived:
+      onChunkReceived === undefined
+        ? () => Promise.resolve()
+        : () => {
+            onChunkReceived();
+            return Promise.resolve();
+          },
     onChunkCompleted,
     requestCredits: (request: CreditRequest, howMany: number) => request(howMany),
   } as unknown as ConsumerCreditPolicy;

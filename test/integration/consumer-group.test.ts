@@ -1,4 +1,9 @@
+import { Offset } from 'rabbitmq-stream-js-client';
 import { afterAll, describe, expect, it } from 'vitest';
+import { encodeEntry } from '../../src/group/changelog-entry.js';
+import { changelogProducerName, changelogStreamName, partitionNamespace } from '../../src/group/consumer.js';
+import { effectKeyPrefix, encodeOffset, offsetKey } from '../../src/store/consumer-keys.js';
+import { creditPolicyOf } from '../../src/transport/stream-delivery.js';
 import { SuperStreamVerifyingConsumer, type AssignmentEvent } from '../../src/transport/stream.js';
 import { ledgerHandler, publishLedger as publish, type Sent } from '../support/group-ledger.js';
 import { STREAM_CONNECTION } from '../support/broker.js';
@@ -115,6 +120,90 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
     for (const [partition, s] of sent) await expectFold(again, partition, s);
     await again.close();
     console.log(`[consumer group reopen] restored ${restored} entries; ${events.join('; ')}`);
+  });
+
+  it('restores a changelog whose chunks hold many entries, several chunks in flight: in order, every entry', async () => {
+    // A changelog written by a pipelining publisher (members write one entry per confirm, so about
+    // one per chunk): entries share chunks, and the restore's chunks in flight reach its handler
+    // interleaved by the JS client (src/group/chunk-order.ts) — out of order they would stop it with
+    // DEDUP_CHANGELOG_INVALID. Each entry puts the offset and 'n' = its offset.
+    const { name, partitions } = await groupSuperStream('group-dense');
+    const partition = partitions[0]!;
+    const namespace = partitionNamespace('balance-projection', partition);
+    const changelog = changelogStreamName(partition, 'balance-projection');
+    await client().createStream({ stream: changelog, arguments: {} });
+    const writer = await client().declarePublisher({
+      stream: changelog,
+      publisherRef: changelogProducerName('balance-projection'),
+    });
+    const ENTRIES = 5_000;
+    let confirmed = 0;
+    const allConfirmed = new Promise<void>((resolve) =>
+      writer.on('publish_confirm', (_err, ids) => {
+        confirmed += ids.length;
+        if (confirmed >= ENTRIES) resolve();
+      }),
+    );
+    for (let offset = 0n; offset < BigInt(ENTRIES); offset++) {
+      const entry = encodeEntry({
+        lastOffset: offset,
+        baseOffset: offset === 0n ? undefined : offset - 1n,
+        ops: [
+          { type: 'put', key: offsetKey(namespace), value: encodeOffset(offset) },
+          { type: 'put', key: `${effectKeyPrefix(namespace)}n`, value: Buffer.from(String(offset)) },
+        ],
+      });
+      await writer.basicSend(offset + 1n, entry, {
+        applicationProperties: {
+          'x-dedup-producer': changelogProducerName('balance-projection'),
+          'x-dedup-id': String(offset + 1n),
+        },
+      });
+    }
+    await writer.flush();
+    await allConfirmed;
+    await writer.close();
+    // How many chunks hold them: far fewer than entries, or the test shows nothing.
+    let chunks = 0;
+    let read = 0;
+    let done = (): void => undefined;
+    const allRead = new Promise<void>((resolve) => (done = resolve));
+    const counter = await client().declareConsumer(
+      {
+        stream: changelog,
+        offset: Offset.first(),
+        creditPolicy: creditPolicyOf(
+          (request) => request(1),
+          1,
+          () => chunks++,
+        ),
+      },
+      () => {
+        if (++read === ENTRIES) done();
+      },
+    );
+    await allRead;
+    await client().closeConsumer(counter.extendedId);
+    expect(chunks).toBeLessThan(ENTRIES / 10);
+
+    const events: AssignmentEvent[] = [];
+    const m = await SuperStreamVerifyingConsumer.open({
+      superStream: name,
+      consumerName: 'balance-projection',
+      store: await tempDir(),
+      connection: STREAM_CONNECTION,
+      handler: ledgerHandler,
+      onAssignment: (e) => events.push(e),
+    });
+    await m.waitForOffset(partition, BigInt(ENTRIES - 1));
+    const assigned = events.find((e) => e.kind === 'assigned' && e.partition === partition);
+    expect(assigned).toMatchObject({ restored: ENTRIES, offset: BigInt(ENTRIES - 1) });
+    expect((await m.readEffect(partition, 'n'))?.toString()).toBe(String(ENTRIES - 1));
+    expect(m.failure).toBeUndefined();
+    await m.close();
+    console.log(
+      `[consumer group dense] ${ENTRIES} entries in ${chunks} chunks restored in ${(assigned as { ms: number }).ms} ms`,
+    );
   });
 
   it('refuses scopeTtlMs at open, before anything is opened', async () => {
