@@ -339,8 +339,11 @@ export class GroupPartition {
     if (epoch !== this.#epoch || !generation.isCurrent())
       throw new PartitionMoved(this.#s.partition, 'moved');
     // The changelog writer connects while the core opens and the first batch is processed: that
-    // batch need not wait for it. Not during the restore, which must see the changelog as it is.
-    this.#writer.warmUp();
+    // batch need not wait for it. Only to a changelog that exists: the writer creates a missing
+    // one, and a restore of another member asking for the last ID of a stream being created got no
+    // answer for 5 s (measured; it then retried the take-over). A new changelog is created by its
+    // first append, as before.
+    if (report.changelogLastId > 0n) this.#writer.warmUp();
     const partition = this.#s.partition;
     const handler = this.#s.handler;
     const core = await VerifyingConsumerCore.open(

@@ -6,6 +6,7 @@ import {
   describeReached,
   expectExactFolds,
   firstRound,
+  holders,
   startGroup,
   useMemberProcesses,
 } from '../support/group-members.js';
@@ -90,17 +91,12 @@ describe('consumer group under faults (two member processes, separate stores)', 
     await firstRound(g, sent);
     // The member holding the most partitions stops itself at a commit, its batch not yet in the
     // changelog, and stays stopped past its 2 s heartbeat.
-    const holders = new Map<string, string>();
-    for (const l of g.lines) {
-      if (l.kind === 'assigned') holders.set(String(l.partition), l.member);
-      if (l.kind === 'revoked' && holders.get(String(l.partition)) === l.member)
-        holders.delete(String(l.partition));
-    }
-    const count = (m: string): number => [...holders.values()].filter((h) => h === m).length;
+    const held = holders(g.lines);
+    const count = (m: string): number => [...held.values()].filter((h) => h === m).length;
     const paused = count('m0') >= count('m1') ? 0 : 1;
     const pausedName = `m${paused}`;
     const other = `m${1 - paused}`;
-    const lost = [...holders].filter(([, h]) => h === pausedName).map(([p]) => p);
+    const lost = [...held].filter(([, h]) => h === pausedName).map(([p]) => p);
     expect(lost.length).toBeGreaterThan(0);
     // It stops at its commit of the burst's last message in one of its partitions; the other
     // member then takes over and commits that same batch end (the same changelog ID): only the

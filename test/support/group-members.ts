@@ -120,12 +120,21 @@ export async function startGroup(options: GroupRigOptions) {
   const start = (i: number): MemberProcess => new MemberProcess(`m${i}`, name, stores[i]!, env(i), onLine);
   const members = [start(0), start(1)];
   await Promise.all(members.map((m) => m.ready));
-  await until(
-    (all) =>
-      new Set(all.filter((l) => l.kind === 'assigned').map((l) => l.partition)).size === partitions.length,
-    'every partition held',
-  );
+  // Every partition held at once: a partition given to one member and on its way to the other
+  // (revoked, not yet assigned) is not held, and a round published then would be skipped by its
+  // holder-to-be, which starts from `next` with an empty changelog.
+  await until((all) => holders(all).size === partitions.length, 'every partition held');
   return { name, partitions, stores, lines, until, start, members, client: options.client };
+}
+
+/** Who holds each partition now, by the members' assignment lines: partitions in hand-over are absent. */
+export function holders(lines: readonly Line[]): Map<string, string> {
+  const held = new Map<string, string>();
+  for (const l of lines) {
+    if (l.kind === 'assigned') held.set(String(l.partition), l.member);
+    if (l.kind === 'revoked' && held.get(String(l.partition)) === l.member) held.delete(String(l.partition));
+  }
+  return held;
 }
 
 /** Waits until each partition's holder has committed up to what `sent` says was sent to it. */
