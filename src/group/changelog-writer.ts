@@ -89,7 +89,15 @@ export class ChangelogWriter {
    */
   warmUp(): void {
     if (this.#connected || this.#connecting !== undefined || this.#closed) return;
-    this.#connecting = this.#transport.connect(this.#handlers).then(
+    // Bounded: the client never rejects a request whose connection went (a stream creation in
+    // flight when the node died), and an append or close() waiting on it would wait for good.
+    // After the timeout the next append connects as it always did (the transport replaces a
+    // connection that is still on its way).
+    this.#connecting = withTimeout(
+      this.#transport.connect(this.#handlers),
+      this.#options.connectTimeoutMs,
+      `warming up the writer of changelog "${this.#options.stream}"`,
+    ).then(
       () => {
         this.#connecting = undefined;
         if (this.#closed) return;
@@ -203,7 +211,7 @@ export class ChangelogWriter {
   async close(): Promise<void> {
     this.#closed = true;
     this.#handlers.disconnected(new Error('closed'));
-    // A warm-up under way ends first (bounded by connectTimeoutMs): its connection is closed too.
+    // A warm-up under way ends first (within connectTimeoutMs): its connection is closed too.
     await this.#connecting;
     await this.#transport.close();
   }

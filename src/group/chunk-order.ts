@@ -66,6 +66,11 @@ export class ChunkOrder {
     return message;
   }
 
+  /** Chunks begun and not finished: while any is, nothing more is released. */
+  get openChunks(): number {
+    return this.#open;
+  }
+
   /** Messages received and not yet taken (released or not). */
   get waiting(): number {
     return this.#queue.length - this.#head;

@@ -18,7 +18,7 @@ import {
 } from '../store/consumer-keys.js';
 import type { KeyValueDb } from '../store/store.js';
 import type { Op } from '../consumer/commit-pipeline.js';
-import { creditPolicyOf } from '../transport/stream-delivery.js';
+import { creditPolicyOf, type CreditRequest } from '../transport/stream-delivery.js';
 import {
   consumerCloseEvents,
   decodeDeliveriesOurselves,
@@ -135,11 +135,16 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   let failure: Error | undefined;
   // Entries read and not yet applied, in stream order; the credit is held while there are many.
   const queue = new ChunkOrder();
-  let heldCredit: (() => void) | undefined;
+  // Credits held back while the queue is full: every chunk completed then holds one, and all are
+  // given back at once (one held grant would have left a single chunk in flight from then on).
+  let heldCredits = 0;
+  let requestHeld: CreditRequest | undefined;
   const grantHeld = (): void => {
-    const grant = heldCredit;
-    heldCredit = undefined;
-    grant?.();
+    const request = requestHeld;
+    const credits = heldCredits;
+    requestHeld = undefined;
+    heldCredits = 0;
+    if (request !== undefined && credits > 0) void request(credits).catch(() => undefined);
   };
   let wake: (() => void) | undefined;
   const notify = (): void => {
@@ -175,9 +180,11 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
         creditPolicy: creditPolicyOf(
           (request) => {
             if (queue.chunkCompleted()) notify();
-            const grant = (): void => void request(1).catch(() => undefined);
-            if (queue.waiting < QUEUE_HIGH) grant();
-            else heldCredit = grant;
+            if (queue.waiting < QUEUE_HIGH) void request(1).catch(() => undefined);
+            else {
+              requestHeld = request;
+              heldCredits++;
+            }
             return Promise.resolve();
           },
           INITIAL_CREDITS,
@@ -201,7 +208,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       if (failure !== undefined) throw failure;
       if (!o.isCurrent()) throw new RestoreAbandoned();
       const message = queue.next();
-      if (heldCredit !== undefined && queue.waiting < QUEUE_LOW) grantHeld();
+      if (heldCredits > 0 && queue.waiting < QUEUE_LOW) grantHeld();
       if (message === undefined) {
         if (performance.now() >= deadline) {
           throw new DedupError(
@@ -216,6 +223,13 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
             resolve(true);
           };
         });
+        if (!arrived && queue.openChunks > 0) {
+          // A chunk begun and never finished holds everything back: the client failed mid-chunk.
+          // The take-over is tried again (a new subscription) rather than waiting out timeoutMs.
+          throw new Error(
+            `reading changelog "${o.changelog}": a chunk was begun and not finished within ${o.stallMs} ms`,
+          );
+        }
         // Quiet: the last ID may have belonged to an entry a leader lost before replicating it.
         if (!arrived) target = await changelogLastId(o, false);
         continue;

@@ -155,7 +155,13 @@ export class StreamTransport implements PublishTransport {
         // An existing stream declared with other arguments (replicas, retention) answers
         // PRECONDITION_FAILED: it exists, which is all we need; declaring the publisher below
         // reports a stream that really is missing.
-        await client.createStream({ stream: this.target, arguments: {} }).catch(() => undefined);
+        // Bounded: the client never rejects a request whose connection went, and a connect that
+        // hangs here held up whatever waited for it (found for the changelog writer's warm-up).
+        await withTimeout(
+          client.createStream({ stream: this.target, arguments: {} }),
+          this.#connectTimeoutMs,
+          `creating stream "${this.target}"`,
+        ).catch(() => undefined);
       }
       const publisher = await withTimeout(
         client.declarePublisher({

@@ -112,14 +112,14 @@ describe('consumer group on the cluster - a partition leader killed', () => {
     await publishLedger(admin, partitions, 101, 50, sent);
     const reached = await expectExactFolds(g, sent);
 
-    const assigned = g.lines.filter((l) => l.kind === 'assigned').length;
+    const assigned = g.lines.filter((l) => l.kind === 'assigned' && l.at > killedAt).length;
     console.log(
       `[group cluster] node ${VICTIM_NODE} killed: partition 0 led by node ${newLeader} after ${(electedAfterMs / 1000).toFixed(1)} s; ` +
         `round two committed everywhere ${(resumedAfterMs / 1000).toFixed(1)} s after the kill; changelog leaders ` +
-        `${changelogLeaders.map((l) => l.node).join('/')}; assignments=${assigned}; ${describeReached(g, reached)}`,
+        `${changelogLeaders.map((l) => l.node).join('/')}; assignments after the kill=${assigned}; ${describeReached(g, reached)}`,
     );
     expect(newLeader).not.toBe(VICTIM_NODE);
-    // The member killed during the outage handed its partitions over: more than the first three assignments.
-    expect(assigned).toBeGreaterThan(partitions.length);
+    // Partitions moved during the outage (the member killed then handed its partitions over).
+    expect(assigned).toBeGreaterThan(0);
   });
 });

@@ -49,6 +49,7 @@ describe('consumer group under faults (two member processes, separate stores)', 
     // The nemesis: SIGKILL a member at a random moment (its restore, a commit, idle), restart it on its store.
     let kills = 0;
     let lostStores = 0;
+    const killsFrom = performance.now();
     while (publishing || kills < 12) {
       await new Promise((resolve) => setTimeout(resolve, 300 + Math.random() * 900));
       const i = Math.floor(Math.random() * 2);
@@ -69,6 +70,7 @@ describe('consumer group under faults (two member processes, separate stores)', 
 
     const reached = await expectExactFolds(g, sent);
     const assigned = g.lines.filter((l) => l.kind === 'assigned').length;
+    const assignedSinceKills = g.lines.filter((l) => l.kind === 'assigned' && l.at > killsFrom).length;
     console.log(
       `[group crash] kills=${kills} (${lostStores} with the store lost) assignments=${assigned} messages=${[
         ...sent.values(),
@@ -77,10 +79,9 @@ describe('consumer group under faults (two member processes, separate stores)', 
         .join('/')} ` + describeReached(g, reached),
     );
     expect(kills).toBeGreaterThanOrEqual(10);
-    // Partitions moved: more assignments than the first one of each partition. (How many more
-    // depends on how many kills found a member that had finished starting: 12 to 30 in the runs
-    // seen, hence no higher bound.)
-    expect(assigned).toBeGreaterThan(g.partitions.length);
+    // Partitions moved under the kills (how often depends on how many kills found a member that
+    // had finished starting: 12 to 30 assignments in all in the runs seen, hence no higher bound).
+    expect(assignedSinceKills).toBeGreaterThan(0);
   });
 
   it('a member paused past its heartbeat (SIGSTOP, then SIGCONT) commits nothing of the partitions it lost', async () => {

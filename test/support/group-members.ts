@@ -85,7 +85,7 @@ export type GroupRig = Awaited<ReturnType<typeof startGroup>>;
 
 /**
  * Two members of group balance-projection, each with its own store, started and holding every
- * partition (they start from `next`, so before the first message).
+ * partition.
  */
 export async function startGroup(options: GroupRigOptions) {
   const { superStream: name, partitions, tempDir } = options;
@@ -117,12 +117,15 @@ export async function startGroup(options: GroupRigOptions) {
       waiters.add(check);
       check();
     });
-  const start = (i: number): MemberProcess => new MemberProcess(`m${i}`, name, stores[i]!, env(i), onLine);
-  const members = [start(0), start(1)];
+  const start = (i: number, extra: Record<string, string> = {}): MemberProcess =>
+    new MemberProcess(`m${i}`, name, stores[i]!, { ...env(i), ...extra }, onLine);
+  // The first two start from 'first': until every partition has committed a round, a partition's
+  // holder-to-be (a rebalance can still be on its way when both say they are ready) must not skip
+  // what was published before it took over. Members started later start from 'next': by then each
+  // partition's changelog has entries, and a member whose store is lost has only those to go by.
+  const members = [start(0, { START_FROM: 'first' }), start(1, { START_FROM: 'first' })];
   await Promise.all(members.map((m) => m.ready));
-  // Every partition held at once: a partition given to one member and on its way to the other
-  // (revoked, not yet assigned) is not held, and a round published then would be skipped by its
-  // holder-to-be, which starts from `next` with an empty changelog.
+  // Every partition held at once (one given to a member and on its way to the other is not).
   await until((all) => holders(all).size === partitions.length, 'every partition held');
   return { name, partitions, stores, lines, until, start, members, client: options.client };
 }
