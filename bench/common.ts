@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { connect, type Client, type Publisher } from 'rabbitmq-stream-js-client';
+import { StreamDedupPublisher, type StreamDedupPublisherOptions } from 'stream-dedup/stream';
 
 /** The broker the benchmarks use: loopback and the ports scripts/rabbitmq.sh starts. */
 export const CONNECTION = {
@@ -26,6 +27,20 @@ export function allConfirmed(publisher: Publisher, count: number): Promise<void>
       if (confirmed >= count) resolve();
     }),
   );
+}
+
+/**
+ * Publishes `count` stamped messages of 100 B to `stream` through a `reserve` StreamDedupPublisher
+ * (`options`: its producer name, store and anything else), all sends at once, and closes it.
+ */
+export async function publishStamped(
+  count: number,
+  options: Omit<StreamDedupPublisherOptions, 'connection' | 'durability'>,
+): Promise<void> {
+  const pub = await StreamDedupPublisher.open({ connection: CONNECTION, durability: 'reserve', ...options });
+  const body = Buffer.alloc(100, 0x61);
+  await Promise.all(Array.from({ length: count }, () => pub.send(body)));
+  await pub.close();
 }
 
 export function uniqueName(prefix: string): string {

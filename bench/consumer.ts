@@ -7,8 +7,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Offset } from 'rabbitmq-stream-js-client';
-import { StreamDedupPublisher, StreamVerifyingConsumer } from 'stream-dedup/stream';
-import { CONNECTION, connectClient, measureInChild, median, uniqueName } from './common.js';
+import { StreamVerifyingConsumer } from 'stream-dedup/stream';
+import { CONNECTION, connectClient, measureInChild, median, publishStamped, uniqueName } from './common.js';
 
 export interface ConsumerRates {
   readonly messages: number;
@@ -25,21 +25,14 @@ export interface ConsumerRates {
  */
 const BATCH = 100;
 
-async function fill(stream: string, dir: string, count: number, batched: boolean): Promise<void> {
-  const pub = await StreamDedupPublisher.open({
-    connection: CONNECTION,
+function fill(stream: string, dir: string, count: number, batched: boolean): Promise<void> {
+  return publishStamped(count, {
     stream,
     createStream: true,
     producerName: 'bench-consumer-source',
     store: join(dir, 'producer'),
-    durability: 'reserve',
     ...(batched ? { subEntry: { size: BATCH }, maxInFlight: BATCH, maxBatch: BATCH } : {}),
   });
-  const body = Buffer.alloc(100, 0x61);
-  const sends: Promise<unknown>[] = [];
-  for (let i = 0; i < count; i++) sends.push(pub.send(body));
-  await Promise.all(sends);
-  await pub.close();
 }
 
 /**

@@ -20,15 +20,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
-import {
-  StreamDedupPublisher,
-  SuperStreamVerifyingConsumer,
-  type AssignmentEvent,
-} from 'stream-dedup/stream';
+import { SuperStreamVerifyingConsumer, type AssignmentEvent } from 'stream-dedup/stream';
 import { decodeEntry, encodeEntry } from '../src/group/changelog-entry.js';
 import { changelogProducerName, changelogStreamName, partitionNamespace } from '../src/group/consumer.js';
+import { ID_HEADER, PRODUCER_HEADER } from '../src/identity/headers.js';
 import { encodeOffset, offsetKey } from '../src/store/consumer-keys.js';
-import { CONNECTION, connectClient, measureInChild, median, uniqueName } from './common.js';
+import { CONNECTION, connectClient, measureInChild, median, publishStamped, uniqueName } from './common.js';
 
 export interface GroupRates {
   readonly messages: number;
@@ -45,20 +42,15 @@ export interface TakeoverTimes {
 }
 
 const PARTITIONS = 3;
-const BODY = Buffer.alloc(100, 0x61);
 
 /** Publishes `count` stamped messages to each of `partitions` (producer names per partition). */
 async function fill(partitions: readonly string[], dir: string, count: number): Promise<void> {
   for (const [i, stream] of partitions.entries()) {
-    const pub = await StreamDedupPublisher.open({
-      connection: CONNECTION,
+    await publishStamped(count, {
       stream,
       producerName: `bench-group-source-${i}`,
       store: join(dir, `producer-${i}`),
-      durability: 'reserve',
     });
-    await Promise.all(Array.from({ length: count }, () => pub.send(BODY)));
-    await pub.close();
   }
 }
 
@@ -208,8 +200,8 @@ async function takeover(entries: number): Promise<TakeoverTimes> {
       const landed = new Promise<void>((resolve) => (onConfirm = () => confirmedUpTo >= id && resolve()));
       await publisher.basicSend(id, entry, {
         applicationProperties: {
-          'x-dedup-producer': changelogProducerName(consumerName),
-          'x-dedup-id': String(id),
+          [PRODUCER_HEADER]: changelogProducerName(consumerName),
+          [ID_HEADER]: String(id),
         },
       });
       await publisher.flush();

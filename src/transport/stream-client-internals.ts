@@ -325,12 +325,12 @@ export function guardHeartbeats(client: Client): void {
   if (typeof getConnection !== 'function') {
     throw unsupportedClient("the client's getConnection, through which stream-dedup guards heartbeats");
   }
-  if (target.locatorConnection !== undefined) guardHeartbeat(target.locatorConnection);
+  if (target.locatorConnection !== undefined) prepareConnection(target.locatorConnection);
   if (guardedClients.has(client)) return;
   guardedClients.add(client);
   target.getConnection = async function (this: unknown, ...args: unknown[]): Promise<unknown> {
     const connection: unknown = await getConnection.apply(this, args);
-    guardHeartbeat(connection);
+    prepareConnection(connection);
     return connection;
   };
 }
@@ -338,7 +338,8 @@ export function guardHeartbeats(client: Client): void {
 const guardedClients = new WeakSet<object>();
 const guardedHeartbeats = new WeakSet<object>();
 
-function guardHeartbeat(connection: unknown): void {
+/** Nagle off and the heartbeat guarded, on one connection (see {@link guardHeartbeats}). */
+function prepareConnection(connection: unknown): void {
   const socket = (connection as { socket?: unknown } | null | undefined)?.socket;
   if (socket instanceof Socket) socket.setNoDelay(true);
   const heartbeat = (connection as { heartbeat?: { heartbeat?: unknown } } | null | undefined)?.heartbeat;

@@ -2,6 +2,7 @@ import { Offset } from 'rabbitmq-stream-js-client';
 import { afterAll, describe, expect, it } from 'vitest';
 import { encodeEntry } from '../../src/group/changelog-entry.js';
 import { changelogProducerName, changelogStreamName, partitionNamespace } from '../../src/group/consumer.js';
+import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { effectKeyPrefix, encodeOffset, offsetKey } from '../../src/store/consumer-keys.js';
 import { creditPolicyOf } from '../../src/transport/stream-delivery.js';
 import { SuperStreamVerifyingConsumer, type AssignmentEvent } from '../../src/transport/stream.js';
@@ -155,8 +156,8 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
       });
       await writer.basicSend(offset + 1n, entry, {
         applicationProperties: {
-          'x-dedup-producer': changelogProducerName('balance-projection'),
-          'x-dedup-id': String(offset + 1n),
+          [PRODUCER_HEADER]: changelogProducerName('balance-projection'),
+          [ID_HEADER]: String(offset + 1n),
         },
       });
     }
