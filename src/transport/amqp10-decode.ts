@@ -18,8 +18,9 @@
  * double → `number`; null → `null`; timestamp → `Date` (as the client's properties section);
  * uuid → its 36-character lowercase string; char → a one-code-point string; binary → a `Buffer`
  * (a copy); decimal32/64/128 → the raw bytes as a `Buffer`; list, array → an array; map → a plain
- * object whose keys are strings (other key types through `String()`; `__proto__` stays a plain
- * key); a described value → its value (the descriptor is dropped).
+ * object whose keys are strings (other key types through `String()`, a map key as
+ * `[object Object]`; `__proto__` stays a plain key); a described value → its value (the
+ * descriptor is dropped).
  *
  * The body becomes `content`: the data sections, concatenated; for an amqp-value section the
  * bytes of a binary value, the UTF-8 bytes of a string or symbol value, otherwise the value's
@@ -326,9 +327,20 @@ function readList(c: Cursor, wide: boolean, depth: number): unknown[] {
   return out;
 }
 
-/** A map key as an object key: strings as they are, anything else through `String()`. */
+/**
+ * A map key as an object key: strings as they are, scalars, binaries and timestamps through
+ * `String()`, lists as their keys joined by commas (as `String()` would), and maps as
+ * `[object Object]`. A decoded map is a plain object whose own keys come from the wire: `String()`
+ * on it would call a `toString` or `valueOf` the message defined (a string there throws a
+ * TypeError), so maps never go through it.
+ */
 function keyString(key: unknown): string {
-  return typeof key === 'string' ? key : String(key);
+  if (typeof key === 'string') return key;
+  if (Array.isArray(key)) return key.map((k) => (k === null ? '' : keyString(k))).join(',');
+  if (typeof key === 'object' && key !== null && !(key instanceof Uint8Array) && !(key instanceof Date)) {
+    return Object.prototype.toString.call(key);
+  }
+  return String(key);
 }
 
 function readMap(c: Cursor, wide: boolean, depth: number): Record<string, unknown> {

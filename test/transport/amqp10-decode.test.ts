@@ -106,6 +106,18 @@ describe('amqp10 decode - primitive values', () => {
     expect(Object.getPrototypeOf(proto)).toBe(Object.prototype);
     expect(Object.keys(proto)).toEqual(['__proto__']);
     expect(proto['__proto__']).toBe('x');
+    // Keys that are maps or lists never call a toString or valueOf the message itself defined (a
+    // string there made String() throw a TypeError: found by the fuzz property, seed 39454632).
+    const hostile = amqpMap([amqpString('toString'), amqpString('x'), amqpString('valueOf'), amqpInt(1)]);
+    expect(value(amqpMap([hostile, amqpInt(7)]))).toEqual({ '[object Object]': 7 });
+    expect(value(amqpMap([amqpList([amqpInt(1), hostile, Buffer.from([0x40])]), amqpInt(8)]))).toEqual({
+      '1,[object Object],': 8,
+    });
+    expect(
+      value(amqpMap([amqpList([amqpInt(1), amqpList([amqpString('a'), amqpInt(2)])]), amqpInt(9)])),
+    ).toEqual({
+      [String([1, ['a', 2]])]: 9,
+    });
     // array8 of int, array32 of str8, an array of booleans, an array with a described constructor
     expect(value([0xe0, 10, 2, 0x71, 0, 0, 0, 1, 0, 0, 0, 2])).toEqual([1, 2]);
     expect(value([0xf0, ...u32(9), ...u32(2), 0xa1, 1, 0x61, 1, 0x62])).toEqual(['a', 'b']);
