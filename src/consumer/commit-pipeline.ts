@@ -328,7 +328,7 @@ export class CommitPipeline {
   /** Stops the pipeline for good and drops the uncommitted batch; returns the error it stopped with. */
   fail(err: unknown): Error {
     const first = this.#failed === undefined;
-    this.#failed ??= err instanceof Error ? err : new Error(`the handler threw ${String(err)}`);
+    this.#failed ??= err instanceof Error ? err : new Error(`the handler threw ${describeThrown(err)}`);
     this.#onStop(this.#failed, err, first);
     this.discard();
     return this.#failed;
@@ -421,8 +421,11 @@ export class CommitPipeline {
     this.#pendingSettles = [];
     const hooks = this.#options.hooks;
     const commit = (async () => {
-      hooks?.beforeCommit?.(info);
       try {
+        // A hook that throws stops the consumer with nothing of the batch written. Outside this
+        // try it skipped the write silently while the next batch, based on this one's end, still
+        // went: a batch of effects lost and the offset past it.
+        callHook('beforeCommit', hooks?.beforeCommit, info);
         if (this.#journal !== undefined) await this.#journal({ ops, lastOffset, baseOffset });
         await this.#db.batch(ops, { sync: this.#sync });
       } catch (err) {
@@ -433,9 +436,16 @@ export class CommitPipeline {
       staged();
       this.#committedOffset = lastOffset;
       this.#stats.commits++;
-      hooks?.afterCommit?.(info);
+      let hookError: { err: unknown } | undefined;
+      try {
+        callHook('afterCommit', hooks?.afterCommit, info);
+      } catch (err) {
+        hookError = { err };
+      }
+      // The batch is durable whatever the hook did: its offset is told and its messages settled.
       for (const listener of this.#commitListeners) listener(lastOffset);
       for (const settle of settles) settle();
+      if (hookError !== undefined) throw this.fail(hookError.err);
     })();
     this.#inFlight(commit);
   }
@@ -458,5 +468,23 @@ export class CommitPipeline {
       }
     };
     write.then(done, done);
+  }
+}
+
+/** Calls a commit hook; what it throws that is not an Error becomes one that names the hook. */
+function callHook<T>(name: string, hook: ((info: T) => void) | undefined, info: T): void {
+  try {
+    hook?.(info);
+  } catch (err) {
+    throw err instanceof Error ? err : new Error(`hooks.${name} threw ${describeThrown(err)}`);
+  }
+}
+
+/** A thrown non-Error as text: `String()` of an object may itself throw (a `toString` that is not a function). */
+function describeThrown(value: unknown): string {
+  try {
+    return String(value);
+  } catch {
+    return Object.prototype.toString.call(value);
   }
 }

@@ -186,7 +186,12 @@ export interface VerifyingConsumerOptions {
   readonly onEvent?: (event: VerifyEvent) => void;
   /** A pino-compatible logger (open, commit failures). Silent by default. */
   readonly logger?: Logger;
-  /** Observation hooks around each commit (for example fault injection in tests). */
+  /**
+   * Observation hooks around each commit (for example fault injection in tests). A hook that
+   * throws stops the consumer with what it threw: nothing of the batch is written when
+   * `beforeCommit` throws (its messages come again after a restart); the batch stays committed
+   * when `afterCommit` throws.
+   */
   readonly hooks?: {
     /** Called before a batch is written. */
     readonly beforeCommit?: (info: { readonly messages: number; readonly lastOffset: bigint }) => void;

@@ -79,7 +79,8 @@ export interface SuperStreamVerifyingConsumerOptions
   /**
    * Observation hooks around each commit of a partition this member holds (for example fault
    * injection in tests): `beforeCommit` before the batch goes to the changelog, `afterCommit` once
-   * it is in the changelog and in this member's store, before its messages are settled.
+   * it is in the changelog and in this member's store, before its messages are settled. A hook
+   * that throws stops the member, as in `VerifyingConsumerOptions.hooks`.
    */
   readonly hooks?: {
     readonly beforeCommit?: (info: CommitInfo) => void;

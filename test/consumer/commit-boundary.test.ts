@@ -234,3 +234,57 @@ describe('a commit never includes a handler that has not returned (issue 15, ite
     await first.core.close();
   });
 });
+
+describe('a commit hook that throws stops the consumer and loses nothing', () => {
+  it('beforeCommit: the batch is not written, the next one never goes, and a reopen applies each credit once', async () => {
+    const disk = memoryDisk();
+    let commits = 0;
+    const first = await life(disk, {
+      commitEvery: 1,
+      hooks: {
+        beforeCommit: () => {
+          if (++commits === 2) throw new Error('hook failed');
+        },
+      },
+    });
+    await first.core.process(CREDITS[0]!);
+    await first.core.flush();
+    await first.core.process(CREDITS[1]!); // its commit's hook throws
+    await turns();
+    expect(first.core.failure?.message).toBe('hook failed');
+    expect(() => first.core.process(CREDITS[2]!)).toThrow('hook failed');
+    await first.core.close().catch(() => undefined);
+    const check = await life(disk, {});
+    expect(check.core.committedOffset).toBe(0n);
+    expect(number(await check.core.readEffect('balance'))).toBe(10);
+    await check.core.close();
+    expect(await reopenAndFinish(disk)).toEqual({ balance: 35, count: 3 });
+  });
+
+  it('afterCommit: the batch stays committed and its offset is told, then the consumer stops', async () => {
+    const disk = memoryDisk();
+    const first = await life(disk, {
+      commitEvery: 2,
+      hooks: {
+        afterCommit: () => {
+          // A thrown non-Error whose toString is not a function: String() of it would throw.
+          // eslint-disable-next-line @typescript-eslint/only-throw-error
+          throw Object.assign(Object.create(null) as object, { toString: 'not a function' });
+        },
+      },
+    });
+    const told: bigint[] = [];
+    first.core.onCommitted((offset) => told.push(offset));
+    await first.core.process(CREDITS[0]!);
+    await first.core.process(CREDITS[1]!); // the batch of two commits; the hook throws after it
+    await turns();
+    expect(told).toEqual([1n]);
+    expect(first.core.failure?.message).toBe('hooks.afterCommit threw [object Object]');
+    await first.core.close().catch(() => undefined);
+    const check = await life(disk, {});
+    expect(check.core.committedOffset).toBe(1n);
+    expect(number(await check.core.readEffect('balance'))).toBe(30);
+    await check.core.close();
+    expect(await reopenAndFinish(disk)).toEqual({ balance: 35, count: 3 });
+  });
+});
