@@ -21,7 +21,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { SuperStreamVerifyingConsumer, type AssignmentEvent } from 'stream-dedup/stream';
-import { decodeEntry, encodeEntry } from '../src/group/changelog-entry.js';
+import { decodeEntry, encodeEntry, entryId } from '../src/group/changelog-entry.js';
 import { changelogProducerName, changelogStreamName, partitionNamespace } from '../src/group/consumer.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../src/identity/headers.js';
 import { encodeOffset, offsetKey } from '../src/store/consumer-keys.js';
@@ -158,7 +158,8 @@ async function takeover(entries: number): Promise<TakeoverTimes> {
       ...(onAssignment === undefined ? {} : { onAssignment }),
     });
   try {
-    // A real member writes the entry of offset 0: its ops are the template of every other entry.
+    // A real member writes the genesis and the entry of offset 0: its ops are the template of
+    // every other entry.
     await fill([partition], dir, 1);
     const first = await member('first');
     await first.waitForOffset(partition, 0n);
@@ -166,9 +167,10 @@ async function takeover(entries: number): Promise<TakeoverTimes> {
     const namespace = partitionNamespace(consumerName, partition);
     let templateRead = (_content: Buffer): void => undefined;
     const read = new Promise<Buffer>((resolve) => (templateRead = resolve));
-    const reader = await client.declareConsumer({ stream: changelog, offset: Offset.first() }, (m) =>
-      templateRead(m.content),
-    );
+    // The changelog's second message (the first is its genesis).
+    const reader = await client.declareConsumer({ stream: changelog, offset: Offset.first() }, (m) => {
+      if ((m.offset ?? 0n) >= 1n) templateRead(m.content);
+    });
     const template = await read;
     await client.closeConsumer(reader.extendedId);
     const { ops } = decodeEntry(template, () => true, 'template');
@@ -196,7 +198,7 @@ async function takeover(entries: number): Promise<TakeoverTimes> {
           op.key === offsetOp && op.type === 'put' ? { ...op, value: encodeOffset(offset) } : op,
         ),
       });
-      const id = offset + 1n;
+      const id = entryId(offset);
       const landed = new Promise<void>((resolve) => (onConfirm = () => confirmedUpTo >= id && resolve()));
       await publisher.basicSend(id, entry, {
         applicationProperties: {

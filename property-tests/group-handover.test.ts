@@ -9,6 +9,12 @@
  * changelog entry whose ID (last offset + 1) is not above the last one (and the writer, seeing a
  * higher last ID, drops the batch), and a restore skips entries at or below the store's offset.
  * With both, or either, the fold is exact; with neither, fast-check finds the double effect.
+ *
+ * With startFrom 'next', a member that restores nothing begins at the partition's end then. Two
+ * members can both begin the partition, at different offsets (the first one's batch lands after
+ * the second one's restore found nothing). The genesis, written with ID 1 before a
+ * partition's first batch, makes them agree: the broker keeps one, and the member whose genesis
+ * it is not is fenced. Without it fast-check finds a state that mixes the two beginnings.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -20,7 +26,7 @@ interface Input {
 }
 
 interface Entry {
-  /** Offset of the state the batch was computed on (-1: the first batch). */
+  /** Offset of the state the batch was computed on (-1: the first batch, computed on nothing). */
   readonly base: number;
   readonly last: number;
   readonly values: ReadonlyMap<string, number>;
@@ -31,6 +37,11 @@ interface Guards {
   readonly brokerFencing: boolean;
   /** A restore skips entries at or below the store's offset (and refuses a hole). */
   readonly restoreSkips: boolean;
+  /**
+   * A member that begins the partition writes the genesis (ID 1: the broker keeps the first) and
+   * goes on only if the genesis is its own; a restore with nothing stored begins where it says.
+   */
+  readonly genesis: boolean;
 }
 
 interface Member {
@@ -43,7 +54,15 @@ interface Member {
 
 interface World {
   readonly input: readonly Input[];
+  /**
+   * Where a member with nothing restored begins with startFrom 'next', one after another (the
+   * partition's end when it began).
+   */
+  readonly starts: number[];
+  readonly startFrom: StartFrom;
   readonly changelog: Entry[];
+  /** The genesis' start, once one landed. */
+  genesis: number | undefined;
   lastId: number;
   readonly members: [Member, Member];
   doubles: number;
@@ -72,22 +91,28 @@ async function restore(
   m: Member,
   epoch: number,
   guards: Guards,
-): Promise<boolean> {
+): Promise<{ start: number | undefined } | undefined> {
+  let start: number | undefined;
+  if (guards.genesis && m.offset === -1 && world.genesis !== undefined) {
+    await s.schedule(Promise.resolve(), 'read the genesis');
+    if (m.epoch !== epoch) return undefined;
+    start = world.genesis;
+  }
   for (let i = 0; i < world.changelog.length; i++) {
     await s.schedule(Promise.resolve(), `read entry ${i}`);
-    if (m.epoch !== epoch) return false;
+    if (m.epoch !== epoch) return undefined;
     const entry = world.changelog[i]!;
     if (guards.restoreSkips) {
       if (entry.last <= m.offset) continue;
       if (entry.base > m.offset) {
         world.holes++;
-        return false;
+        return undefined;
       }
     }
     for (const [k, v] of entry.values) m.kv.set(k, v);
     m.offset = entry.last;
   }
-  return true;
+  return { start };
 }
 
 /**
@@ -103,22 +128,47 @@ async function hold(
   name: string,
 ): Promise<void> {
   const epoch = m.epoch;
-  if (!(await restore(s, world, m, epoch, guards))) return;
-  while (m.offset < world.input.length - 1) {
+  const restored = await restore(s, world, m, epoch, guards);
+  if (restored === undefined) return;
+  // Nothing restored: the member begins where the genesis says, or where startFrom says (and
+  // writes the genesis first).
+  let needsGenesis = false;
+  let from: number;
+  if (m.offset !== -1) from = m.offset + 1;
+  else if (restored.start !== undefined) from = restored.start;
+  else {
+    from = nextStart(world);
+    needsGenesis = guards.genesis;
+  }
+  while (from <= world.input.length - 1) {
     // The batch is computed on the member's own state (what it committed or restored).
     const working = new Map(m.kv);
     const base = m.offset;
-    const last = Math.min(world.input.length - 1, base + batchSize);
+    const last = Math.min(world.input.length - 1, from + batchSize - 1);
     const written = new Map<string, number>();
-    for (let o = base + 1; o <= last; o++) {
+    if (base === -1) written.set('start', from);
+    for (let o = from; o <= last; o++) {
       const before = new Map(working);
       applyMessage(working, world, world.input[o]!);
       for (const [k, v] of working) if (before.get(k) !== v) written.set(k, v);
     }
     written.set('offset', last);
-    await s.schedule(Promise.resolve(), `${name} appends ${base + 1}..${last}`);
+    if (needsGenesis) {
+      await s.schedule(Promise.resolve(), `${name} appends the genesis at ${from}`);
+      if (m.epoch !== epoch) return;
+      if (world.lastId === 0) {
+        world.genesis = from;
+        world.lastId = 1;
+      }
+      await s.schedule(Promise.resolve(), `${name} confirm of the genesis`);
+      if (m.epoch !== epoch) return;
+      // Fenced: another member's genesis, or entries already past it.
+      if (world.genesis !== from || (guards.brokerFencing && world.lastId > 1)) return;
+      needsGenesis = false;
+    }
+    await s.schedule(Promise.resolve(), `${name} appends ${from}..${last}`);
     if (m.epoch !== epoch) return; // crashed before the append left
-    const id = last + 1;
+    const id = last + 2;
     if (!guards.brokerFencing || id > world.lastId) {
       world.changelog.push({ base, last, values: written });
       world.lastId = guards.brokerFencing ? id : Math.max(world.lastId, id);
@@ -126,11 +176,21 @@ async function hold(
     await s.schedule(Promise.resolve(), `${name} confirm of ${id}`);
     if (m.epoch !== epoch) return;
     if (guards.brokerFencing && world.lastId > id) return; // fenced: the batch is not committed
-    await s.schedule(Promise.resolve(), `${name} commits ${base + 1}..${last} locally`);
+    await s.schedule(Promise.resolve(), `${name} commits ${from}..${last} locally`);
     if (m.epoch !== epoch) return;
     for (const [k, v] of written) if (k !== 'offset') m.kv.set(k, v);
     m.offset = last;
+    from = last + 1;
   }
+}
+
+/**
+ * Where a member with nothing restored begins: 0 for 'first'; for 'next' the partition's end
+ * then, drawn (no order kept: the genesis must hold whatever the two beginnings are).
+ */
+function nextStart(world: World): number {
+  if (world.startFrom === 'first') return 0;
+  return world.starts.length > 1 ? world.starts.shift()! : world.starts[0]!;
 }
 
 /** Credit events with planted redeliveries: a repeat of an earlier message's ID and amount. */
@@ -167,10 +227,15 @@ async function runModel(
   events: readonly Event[],
   batchSizes: readonly [number, number],
   guards: Guards,
+  startFrom: StartFrom,
+  starts: readonly number[],
 ): Promise<{ world: World; holder: Member }> {
   const world: World = {
     input,
+    starts: [...starts],
+    startFrom,
     changelog: [],
+    genesis: undefined,
     lastId: 0,
     members: [newMember(), newMember()],
     doubles: 0,
@@ -224,43 +289,108 @@ function expectedFold(input: readonly Input[]): { balance: number; count: number
 /** Each member's batch size. */
 const batchArb = fc.tuple(fc.integer({ min: 1, max: 4 }), fc.integer({ min: 1, max: 4 }));
 
-/** The model over arbitrary inputs, events, batch sizes and interleavings, judged by `check`. */
+type StartFrom = 'first' | 'next';
+
+/** The first offsets of the lineages, in the order members begin them (see `World.starts`). */
+function startsArb(startFrom: StartFrom, length: number): fc.Arbitrary<number[]> {
+  if (startFrom === 'first') return fc.constant([0]);
+  return fc.array(fc.integer({ min: 0, max: length - 1 }), { minLength: 1, maxLength: 6 });
+}
+
+interface Run {
+  readonly world: World;
+  readonly holder: Member;
+  readonly input: readonly Input[];
+}
+
+/** The model over arbitrary inputs, events, batch sizes, starts and interleavings, judged by `check`. */
 function modelProperty(
   guards: Guards,
-  check: (run: { world: World; holder: Member }, input: readonly Input[]) => boolean | void,
-): fc.IAsyncPropertyWithHooks<[fc.Scheduler, Input[], Event[], [number, number]]> {
-  return fc.asyncProperty(fc.scheduler(), inputArb, eventsArb, batchArb, async (s, input, events, batch) =>
-    check(await runModel(s, input, events, batch, guards), input),
+  startFrom: StartFrom,
+  check: (run: Run) => boolean | void,
+): fc.IAsyncPropertyWithHooks<
+  [fc.Scheduler, { input: Input[]; starts: number[] }, Event[], [number, number]]
+> {
+  const inputs = inputArb.chain((input) =>
+    startsArb(startFrom, input.length).map((starts) => ({ input, starts })),
   );
+  return fc.asyncProperty(
+    fc.scheduler(),
+    inputs,
+    eventsArb,
+    batchArb,
+    async (s, { input, starts }, events, batch) => {
+      const run = await runModel(s, input, events, batch, guards, startFrom, starts);
+      return check({ ...run, input });
+    },
+  );
+}
+
+/**
+ * The holder's state is the exact fold of the input from where its lineage began (0 for 'first'):
+ * balance, count, a mark for every applied ID and no other, nothing applied twice, no hole.
+ */
+function exactFold({ world, holder, input }: Run): void {
+  const start = holder.kv.get('start') ?? 0;
+  const rest = input.slice(start);
+  const marks = [...holder.kv.keys()].filter((k) => k.startsWith('applied:')).sort();
+  expect({
+    doubles: world.doubles,
+    holes: world.holes,
+    offset: holder.offset,
+    balance: holder.kv.get('balance'),
+    count: holder.kv.get('count'),
+    marks,
+  }).toEqual({
+    doubles: 0,
+    holes: 0,
+    offset: input.length - 1,
+    ...expectedFold(rest),
+    marks: [...new Set(rest.map((m) => `applied:${m.id}`))].sort(),
+  });
 }
 
 describe('consumer group hand-over (fc.scheduler model of docs/design.md §12)', () => {
   const guarded: Array<[string, Guards]> = [
-    ['broker fencing and restore skips (the protocol)', { brokerFencing: true, restoreSkips: true }],
-    ['broker fencing alone', { brokerFencing: true, restoreSkips: false }],
-    ['restore skips alone', { brokerFencing: false, restoreSkips: true }],
+    [
+      'broker fencing and restore skips (the protocol)',
+      { brokerFencing: true, restoreSkips: true, genesis: true },
+    ],
+    ['broker fencing alone', { brokerFencing: true, restoreSkips: false, genesis: true }],
+    ['restore skips alone', { brokerFencing: false, restoreSkips: true, genesis: true }],
   ];
   for (const [label, guards] of guarded) {
-    it(`${label}: every interleaving of hand-overs, zombies and crashes gives the exact fold`, async () => {
-      await fc.assert(
-        modelProperty(guards, ({ world, holder }, input) => {
-          expect({
-            doubles: world.doubles,
-            holes: world.holes,
-            offset: holder.offset,
-            balance: holder.kv.get('balance'),
-            count: holder.kv.get('count'),
-          }).toEqual({ doubles: 0, holes: 0, offset: input.length - 1, ...expectedFold(input) });
-        }),
-        { numRuns: 1_000 },
-      );
-    });
+    for (const startFrom of ['first', 'next'] as const) {
+      it(`${label}, startFrom '${startFrom}': every interleaving of hand-overs, zombies and crashes gives the exact fold`, async () => {
+        await fc.assert(modelProperty(guards, startFrom, exactFold), { numRuns: 1_000 });
+      });
+    }
   }
 
   it('without either guard, a zombie’s stale batch lands after newer ones and fast-check finds the double effect', async () => {
     const result = await fc.check(
-      modelProperty({ brokerFencing: false, restoreSkips: false }, ({ world }) => world.doubles === 0),
+      modelProperty(
+        { brokerFencing: false, restoreSkips: false, genesis: true },
+        'first',
+        ({ world }) => world.doubles === 0,
+      ),
       { numRuns: 2_000 },
+    );
+    expect(result.failed).toBe(true);
+    expect(result.counterexample).not.toBeNull();
+  });
+
+  it("startFrom 'next' without the genesis: two members begin the partition at different offsets, and fast-check finds a state that mixes them", async () => {
+    const result = await fc.check(
+      modelProperty({ brokerFencing: true, restoreSkips: true, genesis: false }, 'next', (run) => {
+        try {
+          exactFold(run);
+          return true;
+        } catch {
+          return false;
+        }
+      }),
+      { numRuns: 5_000 },
     );
     expect(result.failed).toBe(true);
     expect(result.counterexample).not.toBeNull();

@@ -9,6 +9,10 @@
  *   u64 lastOffset, u64 baseOffset (0 without one), u32 op count,
  *   then per op: u8 kind (1 put, 2 delete), u32 key bytes, the key (UTF-8),
  *   and for a put u32 value bytes and the value.
+ *
+ * A changelog begins with its genesis (flags bit 1, the header alone, lastOffset holding the
+ * partition's first input offset): publishing ID 1, which only the first member to write it gets
+ * in (design §12). Batch entries have IDs from 2.
  */
 import { DedupError } from '../errors.js';
 import type { Op } from '../consumer/commit-pipeline.js';
@@ -16,6 +20,8 @@ import type { Op } from '../consumer/commit-pipeline.js';
 const MAGIC = 0x47;
 const VERSION = 1;
 const HEADER_BYTES = 3 + 8 + 8 + 4;
+const HAS_BASE = 1;
+const GENESIS = 2;
 const PUT = 1;
 const DEL = 2;
 
@@ -25,7 +31,7 @@ const DEL = 2;
  * @internal
  */
 export interface ChangelogEntry {
-  /** The last input offset of the batch: the entry's publishing ID is `lastOffset + 1`. */
+  /** The last input offset of the batch: the entry's publishing ID is `lastOffset + 2`. */
   readonly lastOffset: bigint;
   /** The input offset of the state the batch was computed on (`undefined`: the partition's first batch). */
   readonly baseOffset: bigint | undefined;
@@ -33,12 +39,64 @@ export interface ChangelogEntry {
 }
 
 /**
- * The entry's publishing ID in the changelog: one past its last input offset (IDs start at 1).
+ * The publishing ID of the genesis: the lowest, so that of two members beginning a partition at
+ * once the broker keeps the first one's and drops the other's.
+ *
+ * @internal
+ */
+export const GENESIS_ID = 1n;
+
+/**
+ * The entry's publishing ID in the changelog: its last input offset + 2 (above the genesis).
  *
  * @internal
  */
 export function entryId(lastOffset: bigint): bigint {
-  return lastOffset + 1n;
+  return lastOffset + 2n;
+}
+
+/**
+ * The genesis: the partition's state begins, empty, at input offset `start`.
+ *
+ * @internal
+ */
+export function encodeGenesis(start: bigint): Buffer {
+  const b = Buffer.alloc(HEADER_BYTES);
+  b[0] = MAGIC;
+  b[1] = VERSION;
+  b[2] = GENESIS;
+  b.writeBigUInt64BE(start, 3);
+  return b;
+}
+
+/**
+ * A changelog message: the genesis or a batch entry.
+ *
+ * @internal
+ */
+export type ChangelogRecord =
+  { readonly kind: 'genesis'; readonly start: bigint } | ({ readonly kind: 'entry' } & ChangelogEntry);
+
+/**
+ * Decodes a changelog message (see {@link decodeEntry} for entries).
+ *
+ * @throws DedupError `DEDUP_CHANGELOG_INVALID` for anything malformed.
+ *
+ * @internal
+ */
+export function decodeRecord(
+  raw: Uint8Array,
+  ownsKey: (key: string) => boolean,
+  where: string,
+): ChangelogRecord {
+  if (raw.length >= 3 && raw[0] === MAGIC && raw[1] === VERSION && raw[2] === GENESIS) {
+    const b = Buffer.isBuffer(raw) ? raw : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+    if (b.length !== HEADER_BYTES || b.readBigUInt64BE(11) !== 0n || b.readUInt32BE(19) !== 0) {
+      throw new DedupError('DEDUP_CHANGELOG_INVALID', `changelog genesis ${where} is malformed`);
+    }
+    return { kind: 'genesis', start: b.readBigUInt64BE(3) };
+  }
+  return { kind: 'entry', ...decodeEntry(raw, ownsKey, where) };
 }
 
 /**
@@ -57,7 +115,7 @@ export function encodeEntry(entry: ChangelogEntry): Buffer {
   const b = Buffer.allocUnsafe(size);
   b[0] = MAGIC;
   b[1] = VERSION;
-  b[2] = entry.baseOffset === undefined ? 0 : 1;
+  b[2] = entry.baseOffset === undefined ? 0 : HAS_BASE;
   b.writeBigUInt64BE(entry.lastOffset, 3);
   b.writeBigUInt64BE(entry.baseOffset ?? 0n, 11);
   b.writeUInt32BE(entry.ops.length, 19);
@@ -97,9 +155,9 @@ export function decodeEntry(
   if (b[0] !== MAGIC) throw bad('is not a stream-dedup changelog entry');
   if (b[1] !== VERSION) throw bad(`has version ${b[1]}, this version reads ${VERSION}`);
   const flags = b[2]!;
-  if ((flags & ~1) !== 0) throw bad(`has unknown flags ${flags}`);
+  if ((flags & ~HAS_BASE) !== 0) throw bad(`has unknown flags ${flags}`);
   const lastOffset = b.readBigUInt64BE(3);
-  const baseOffset = (flags & 1) === 1 ? b.readBigUInt64BE(11) : undefined;
+  const baseOffset = (flags & HAS_BASE) !== 0 ? b.readBigUInt64BE(11) : undefined;
   if (baseOffset !== undefined && baseOffset >= lastOffset)
     throw bad(`has base offset ${baseOffset}, not below its last offset ${lastOffset}`);
   const count = b.readUInt32BE(19);

@@ -48,8 +48,12 @@ export class ChangelogWriter {
   readonly #options: ChangelogWriterOptions;
   readonly #transport: StreamTransport;
   #connected = false;
-  /** A connection under way that {@link ChangelogWriter.warmUp} started. */
-  #connecting: Promise<void> | undefined;
+  /**
+   * The transport's connect under way: one at a time. A second connect tore the first one's client
+   * down mid-declare, and a connect that outlived its caller's timeout assigned a client nobody
+   * closed (the warm-up's, after close()).
+   */
+  #connecting: Promise<bigint> | undefined;
   #closed = false;
   /** The confirm or loss the append under way waits for. */
   #waiter: { id: bigint; resolve: (confirmed: boolean) => void } | undefined;
@@ -89,24 +93,30 @@ export class ChangelogWriter {
    */
   warmUp(): void {
     if (this.#connected || this.#connecting !== undefined || this.#closed) return;
-    // Bounded: the client never rejects a request whose connection went (a stream creation in
-    // flight when the node died), and an append or close() waiting on it would wait for good.
-    // After the timeout the next append connects as it always did (the transport replaces a
-    // connection that is still on its way).
-    this.#connecting = withTimeout(
-      this.#transport.connect(this.#handlers),
-      this.#options.connectTimeoutMs,
-      `warming up the writer of changelog "${this.#options.stream}"`,
-    ).then(
+    this.#connect().then(
       () => {
-        this.#connecting = undefined;
-        if (this.#closed) return;
-        this.#connected = true;
+        if (!this.#closed) this.#connected = true;
       },
-      () => {
-        this.#connecting = undefined;
-      },
+      () => undefined,
     );
+  }
+
+  /**
+   * Connects, or joins the connect under way. Every step of the transport's connect is bounded
+   * (connectTimeoutMs each, 30 s of waiting out an election), so it settles; a caller that cannot
+   * wait that long bounds its own wait and comes back to the same connect. One that settles after
+   * close() has its connection closed.
+   */
+  #connect(): Promise<bigint> {
+    if (this.#connecting !== undefined) return this.#connecting;
+    const run = this.#transport.connect(this.#handlers);
+    this.#connecting = run;
+    const settled = (): void => {
+      if (this.#connecting === run) this.#connecting = undefined;
+      if (this.#closed) void this.#transport.close().catch(() => undefined);
+    };
+    run.then(settled, settled);
+    return run;
   }
 
   /** The largest entry that fits one message. */
@@ -137,19 +147,13 @@ export class ChangelogWriter {
         if (this.#closed || !isCurrent()) break;
       }
       try {
-        if (this.#connecting !== undefined) {
-          await withTimeout(
-            this.#connecting,
-            left(),
-            `connecting the writer of changelog "${this.#options.stream}"`,
-          );
-        }
         if (!this.#connected) {
           const lastId = await withTimeout(
-            this.#transport.connect(this.#handlers),
+            this.#connect(),
             left(),
             `connecting the writer of changelog "${this.#options.stream}"`,
           );
+          if (this.#closed) continue; // the loop ends: closed
           this.#connected = true;
           // Above ours: another member wrote past this entry. Equal: it may be ours, not yet
           // replicated; it is sent again below and only a confirm decides.
@@ -211,8 +215,12 @@ export class ChangelogWriter {
   async close(): Promise<void> {
     this.#closed = true;
     this.#handlers.disconnected(new Error('closed'));
-    // A warm-up under way ends first (within connectTimeoutMs): its connection is closed too.
-    await this.#connecting;
+    // A connect under way is given connectTimeoutMs to end (its connection is closed once it does,
+    // however late: see #connect); the transport is closed now either way.
+    const connecting = this.#connecting;
+    if (connecting !== undefined) {
+      await withTimeout(connecting, this.#options.connectTimeoutMs, 'closing').catch(() => undefined);
+    }
     await this.#transport.close();
   }
 }

@@ -36,9 +36,9 @@ import {
   withTimeout,
   type StreamConnectionOptions,
 } from '../transport/util.js';
-import { encodeEntry, entryId } from './changelog-entry.js';
-import { ChangelogWriter } from './changelog-writer.js';
-import { restorePartition } from './restore.js';
+import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from './changelog-entry.js';
+import { ChangelogWriter, type AppendOutcome } from './changelog-writer.js';
+import { readGenesis, restorePartition, RestoreStoreError } from './restore.js';
 import type {
   AssignmentEvent,
   GroupMessageHandler,
@@ -98,6 +98,17 @@ interface Activation {
   readonly isCurrent: () => boolean;
   /** The subscription that was activated: deliveries of any other are dropped. */
   readonly generation: Generation<Client>;
+  readonly lineage: Lineage;
+}
+
+/** Where an activation's state begins when the store had nothing of the partition. */
+interface Lineage {
+  /** No genesis in the changelog yet: the first batch writes one first (§12). */
+  needsGenesis: boolean;
+  /** The genesis' start: messages before it are not the partition's input (dropped). */
+  readonly floor: bigint | undefined;
+  /** The first offset processed in this activation: the start a genesis of ours says. */
+  firstOffset: bigint | undefined;
 }
 
 /** @internal */
@@ -194,13 +205,18 @@ export class GroupPartition {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    // Nothing more is processed or committed. An append in flight gives up now instead of
+    // waiting for its confirm (up to appendTimeoutMs with the broker gone): its batch is not
+    // written here, and whoever holds the partition next restores it from the changelog if it
+    // landed (a handler waiting for that commit is released too).
+    this.#lose('closed');
+    const writerClosed = this.#writer.close();
     await this.#subscriptions.shutdown(async () => {
-      this.#lose('closed');
       // An activation under way sees the loss and closes the core it may have opened.
       await this.#activating;
       await this.#closingCore;
     }, false);
-    await this.#writer.close();
+    await writerClosed;
   }
 
   async #subscribe(generation: Generation<Client>): Promise<void> {
@@ -274,7 +290,9 @@ export class GroupPartition {
     }
     if (!active) {
       // Only the current subscription's deactivation ends the period (an old connection's is late).
-      if (this.#active?.generation === generation) this.#lose('was given to another member');
+      // Also while the period's activation is still restoring: without the epoch moving on, it
+      // went on to open the core and report the partition held by a member the broker had moved past.
+      if (generation.isCurrent()) this.#lose('was given to another member');
       // The broker activates the next member once we answer: let a commit under way end first, so
       // that its restore finds our last entry (ours is dropped locally either way).
       await withTimeout(this.#closingCore, 5_000, 'handing over').catch(() => undefined);
@@ -288,7 +306,14 @@ export class GroupPartition {
       return await this.#activate(epoch, generation);
     } catch (err) {
       if (epoch === this.#epoch && generation.isCurrent()) {
-        if (err instanceof DedupError && err.code === 'DEDUP_CHANGELOG_INVALID') {
+        if (err instanceof RestoreStoreError) {
+          // As a failed commit's write: the store is not usable, and a take-over tried again would
+          // meet the same failure, forever, in warnings.
+          this.#s.fail(err.cause instanceof Error ? err.cause : err);
+        } else if (
+          err instanceof DedupError &&
+          (err.code === 'DEDUP_CHANGELOG_INVALID' || err.code === 'DEDUP_STORE_CORRUPT')
+        ) {
           this.#s.fail(err);
         } else {
           this.#log.warn(
@@ -368,8 +393,19 @@ export class GroupPartition {
       throw new PartitionMoved(this.#s.partition, 'moved');
     }
     const isCurrent = current;
+    const lineage: Lineage = {
+      needsGenesis: report.offset === undefined && report.start === undefined,
+      floor: report.offset === undefined ? report.start : undefined,
+      firstOffset: undefined,
+    };
     const delivery = new OrderedDelivery({
-      process: (message) => (isCurrent() ? core.process(message) : undefined),
+      process: (message) => {
+        if (!isCurrent()) return undefined;
+        // A chunk begins before the offset asked for: what lies before the genesis' start is not input.
+        if (lineage.floor !== undefined && message.offset < lineage.floor) return undefined;
+        lineage.firstOffset ??= message.offset;
+        return core.process(message);
+      },
       get stopped() {
         return !isCurrent() || core.failure !== undefined;
       },
@@ -382,7 +418,7 @@ export class GroupPartition {
     core.onCommitted((offset) => {
       for (const listener of this.#commitListeners) listener(offset);
     });
-    this.#active = { epoch, core, delivery, isCurrent, generation };
+    this.#active = { epoch, core, delivery, isCurrent, generation, lineage };
     if (report.offset !== undefined) {
       for (const listener of this.#commitListeners) listener(report.offset);
     }
@@ -402,38 +438,92 @@ export class GroupPartition {
     );
     this.#emit({ kind: 'assigned', partition, offset: report.offset, restored: report.applied, ms });
     if (report.offset !== undefined) return Offset.offset(report.offset + 1n);
+    if (report.start !== undefined) return Offset.offset(report.start);
     return this.#s.subscription.startFrom === 'next' ? Offset.next() : Offset.first();
   }
 
-  /** Appends a batch to the changelog; the batch is written to the store only once this resolves. */
+  /**
+   * Appends a batch to the changelog; the batch is written to the store only once this resolves.
+   * The partition's first batch ever is preceded by the genesis (§12).
+   */
   async #journal(epoch: number, entry: JournalEntry): Promise<void> {
     const partition = this.#s.partition;
     if (epoch !== this.#epoch) throw new PartitionMoved(partition, 'moved before its batch was appended');
-    let outcome;
-    try {
-      outcome = await this.#writer.append(
+    const active = this.#active;
+    const lineage = active?.epoch === epoch ? active.lineage : undefined;
+    if (entry.baseOffset === undefined && lineage?.needsGenesis === true) {
+      const start = lineage.firstOffset;
+      if (start === undefined) throw new Error('a first batch without a first offset');
+      await this.#append(epoch, 'its genesis', () => this.#appendGenesis(epoch, start));
+      lineage.needsGenesis = false;
+    }
+    await this.#append(epoch, 'its batch', () =>
+      this.#writer.append(
         encodeEntry({ lastOffset: entry.lastOffset, baseOffset: entry.baseOffset, ops: entry.ops }),
         entryId(entry.lastOffset),
         () => epoch === this.#epoch,
-      );
+      ),
+    );
+  }
+
+  /** One changelog append of the activation `epoch`: resolves once it is the changelog's latest. */
+  async #append(epoch: number, what: string, write: () => Promise<AppendOutcome>): Promise<void> {
+    const partition = this.#s.partition;
+    let outcome;
+    try {
+      outcome = await write();
     } catch (err) {
       if (epoch === this.#epoch) {
-        if (err instanceof DedupError && err.code === 'DEDUP_BROKER_REFUSED') this.#s.fail(err);
-        else this.#restart(`could not append to its changelog: ${errorText(err)}`);
+        if (
+          err instanceof DedupError &&
+          (err.code === 'DEDUP_BROKER_REFUSED' || err.code === 'DEDUP_CHANGELOG_INVALID')
+        ) {
+          this.#s.fail(err);
+        } else {
+          this.#restart(`could not append to its changelog: ${errorText(err)}`);
+        }
       }
-      throw new PartitionMoved(partition, 'could not append its batch to the changelog', { cause: err });
+      throw new PartitionMoved(partition, `could not append ${what} to the changelog`, { cause: err });
     }
     // Moved while the entry was on its way: it may be in the changelog (where it is a consistent
     // state, §12), but nothing more of this partition is applied here.
-    if (epoch !== this.#epoch) throw new PartitionMoved(partition, 'moved while its batch was appended');
+    if (epoch !== this.#epoch) throw new PartitionMoved(partition, `moved while ${what} was appended`);
     if (outcome === 'fenced') {
       this.#s.stats.fenced++;
       this.#log.warn(
-        { consumer: this.#s.consumerName, partition, lastOffset: entry.lastOffset.toString() },
+        { consumer: this.#s.consumerName, partition, what },
         'stream-dedup: another member wrote past this one in the changelog; dropping the batch and taking the partition over again',
       );
       this.#restart('was fenced: another member wrote past this one in its changelog');
       throw new PartitionMoved(partition, 'was fenced');
+    }
+  }
+
+  /**
+   * Writes the genesis "the partition begins at `start`" with ID 1. Of two members beginning the
+   * partition at once the broker keeps the first genesis and drops the other (confirming both):
+   * with the last ID at 1, the genesis itself says whose it is. Another member's is a fence: this
+   * member takes the partition over again, and its restore starts where that genesis says.
+   */
+  async #appendGenesis(epoch: number, start: bigint): Promise<AppendOutcome> {
+    const outcome = await this.#writer.append(encodeGenesis(start), GENESIS_ID, () => epoch === this.#epoch);
+    if (outcome !== 'landed') return outcome;
+    const client = await connectStreamClient(this.#endpoints.next(), this.#s.subscription.connectTimeoutMs);
+    try {
+      const winner = await readGenesis(client, this.#s.changelog, RESTORE_STALL_MS);
+      if (winner === start) return 'landed';
+      this.#log.warn(
+        {
+          consumer: this.#s.consumerName,
+          partition: this.#s.partition,
+          start: start.toString(),
+          genesis: winner.toString(),
+        },
+        'stream-dedup: another member began the partition at another offset first; starting again from its',
+      );
+      return 'fenced';
+    } finally {
+      await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
     }
   }
 

@@ -25,7 +25,7 @@ import {
   queryPublisherSequence,
 } from '../transport/stream-client-internals.js';
 import { errorText, withTimeout } from '../transport/util.js';
-import { decodeEntry, entryId } from './changelog-entry.js';
+import { decodeRecord, entryId, GENESIS_ID } from './changelog-entry.js';
 import { ChunkOrder } from './chunk-order.js';
 
 /** @internal */
@@ -55,6 +55,11 @@ export interface RestoreOptions {
 export interface RestoreReport {
   /** The partition's offset in the store afterwards (`undefined`: nothing committed yet). */
   readonly offset: bigint | undefined;
+  /**
+   * Where the partition's input begins, from the genesis, when the restore read it (it does when
+   * the store has nothing of the partition); `undefined` for a changelog without one yet.
+   */
+  readonly start: bigint | undefined;
   /** Changelog entries read, and of them applied (the others the store had). */
   readonly read: number;
   readonly applied: number;
@@ -71,6 +76,27 @@ export class RestoreAbandoned extends Error {
   constructor() {
     super('the partition moved on during its restore');
     this.name = 'RestoreAbandoned';
+  }
+}
+
+/**
+ * A read or write of the member's store failed during a restore: the member stops with `cause`,
+ * as it does when a commit's write fails (a take-over tried again would fail the same way).
+ *
+ * @internal
+ */
+export class RestoreStoreError extends Error {
+  constructor(cause: unknown) {
+    super(`restoring a partition: the store failed: ${errorText(cause)}`, { cause });
+    this.name = 'RestoreStoreError';
+  }
+}
+
+async function stored<T>(op: () => Promise<T>): Promise<T> {
+  try {
+    return await op();
+  } catch (err) {
+    throw new RestoreStoreError(err);
   }
 }
 
@@ -104,15 +130,17 @@ const DOES_NOT_EXIST = /code 2\b|does not exist/i;
  */
 export async function restorePartition(o: RestoreOptions): Promise<RestoreReport> {
   const { db, namespace } = o;
-  const raw = await db.get(offsetKey(namespace));
+  const raw = await stored(() => db.get(offsetKey(namespace)));
   let local = raw === undefined ? undefined : decodeOffset(raw);
-  const rawPosition = await db.get(changelogPositionKey(namespace));
-  const position = rawPosition === undefined ? 0n : decodeOffset(rawPosition);
+  const rawPosition = await stored(() => db.get(changelogPositionKey(namespace)));
+  // With nothing of the partition in the store, from the genesis on: it says where input begins.
+  const position = rawPosition === undefined || local === undefined ? 0n : decodeOffset(rawPosition);
   // A changelog that does not exist is believed only by a member that has nothing of the partition:
   // a node back from a network partition can say it of a stream that exists.
   const lastId = await changelogLastId(o, local === undefined && position === 0n);
   const have = local === undefined ? 0n : entryId(local);
-  if (lastId <= have) return { offset: local, read: 0, applied: 0, changelogLastId: lastId };
+  if (lastId <= have)
+    return { offset: local, start: undefined, read: 0, applied: 0, changelogLastId: lastId };
 
   const stats = await withTimeout(o.client.streamStatsRequest(o.changelog), o.stallMs, 'changelog stats');
   if (stats.firstChunkId > position) {
@@ -126,6 +154,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   const owns = (key: string): boolean => isConsumerKey(namespace, key);
   let read = 0;
   let applied = 0;
+  let start: bigint | undefined;
   let lastSeenId = 0n;
   let target = lastId;
   let ops: Op[] = [];
@@ -158,7 +187,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
     // A restore of an activation that is over writes nothing more (a newer one may be running).
     if (!o.isCurrent()) throw new RestoreAbandoned();
     ops.push({ type: 'put', key: changelogPositionKey(namespace), value: encodeOffset(nextPosition) });
-    await db.batch(ops, { sync: o.sync });
+    await stored(() => db.batch(ops, { sync: o.sync }));
     ops = [];
     bytes = 0;
     entriesInWrite = 0;
@@ -249,7 +278,27 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
           `changelog entry ${where} has ID ${identity.publishingId}, not above the entry before it (${lastSeenId})`,
         );
       }
-      const entry = decodeEntry(message.content, owns, where);
+      const record = decodeRecord(message.content, owns, where);
+      if ((record.kind === 'genesis') !== (identity.publishingId === GENESIS_ID)) {
+        throw new DedupError(
+          'DEDUP_CHANGELOG_INVALID',
+          `changelog ${record.kind} ${where} has ID ${identity.publishingId}: only the genesis has ID ${GENESIS_ID}`,
+        );
+      }
+      if (record.kind === 'genesis') {
+        lastSeenId = GENESIS_ID;
+        start = record.start;
+        read++;
+        nextPosition = offset + 1n;
+        continue;
+      }
+      if (position === 0n && lastSeenId === 0n) {
+        throw new DedupError(
+          'DEDUP_CHANGELOG_INVALID',
+          `changelog "${o.changelog}" begins with an entry, not its genesis (${where})`,
+        );
+      }
+      const entry = record;
       if (entryId(entry.lastOffset) !== identity.publishingId) {
         throw new DedupError(
           'DEDUP_CHANGELOG_INVALID',
@@ -281,7 +330,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   } finally {
     await withTimeout(o.client.closeConsumer(consumer.extendedId), 5_000, 'closing').catch(() => undefined);
   }
-  return { offset: local, read, applied, changelogLastId: lastId };
+  return { offset: local, start, read, applied, changelogLastId: lastId };
 }
 
 /**
@@ -303,5 +352,60 @@ async function changelogLastId(o: RestoreOptions, missingMeansEmpty: boolean): P
       `the broker says changelog "${o.changelog}" does not exist, but this member holds state from it: not believed`,
       { cause: err },
     );
+  }
+}
+
+/**
+ * The start offset in the changelog's genesis (its first message), read after a member's own
+ * genesis was confirmed with the broker's last ID 1: the broker kept one of the genesis writes,
+ * and only its content says whose.
+ *
+ * @throws DedupError `DEDUP_CHANGELOG_INVALID` when the first message is not a genesis;
+ *   `DEDUP_BROKER_UNREACHABLE` when it does not arrive within `timeoutMs`.
+ *
+ * @internal
+ */
+export async function readGenesis(client: Client, changelog: string, timeoutMs: number): Promise<bigint> {
+  let first:
+    ((message: { content: Buffer; applicationProperties: Record<string, unknown> }) => void) | undefined;
+  const arrived = new Promise<{ content: Buffer; applicationProperties: Record<string, unknown> }>(
+    (resolve) => (first = resolve),
+  );
+  let failure: Error | undefined;
+  decodeDeliveriesOurselves(client, (error) => (failure ??= error));
+  const consumer = await withTimeout(
+    client.declareConsumer({ stream: changelog, offset: Offset.first() }, (message) => {
+      const take = first;
+      first = undefined;
+      take?.(message as { content: Buffer; applicationProperties: Record<string, unknown> });
+    }),
+    timeoutMs,
+    `subscribing to changelog "${changelog}"`,
+  );
+  consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
+  try {
+    const message = await withTimeout(
+      arrived,
+      timeoutMs,
+      `reading the genesis of changelog "${changelog}"`,
+    ).catch((err: unknown) => {
+      throw new DedupError(
+        'DEDUP_BROKER_UNREACHABLE',
+        `reading the genesis of changelog "${changelog}": ${errorText(failure ?? err)}`,
+        { cause: failure ?? err },
+      );
+    });
+    const where = `at the head of "${changelog}"`;
+    const identity = parseIdentity(message.applicationProperties);
+    const record = decodeRecord(message.content, () => false, where);
+    if (record.kind !== 'genesis' || typeof identity === 'string' || identity.publishingId !== GENESIS_ID) {
+      throw new DedupError(
+        'DEDUP_CHANGELOG_INVALID',
+        `changelog "${changelog}" does not begin with its genesis`,
+      );
+    }
+    return record.start;
+  } finally {
+    await withTimeout(client.closeConsumer(consumer.extendedId), 5_000, 'closing').catch(() => undefined);
   }
 }

@@ -2,7 +2,15 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Op } from '../../src/consumer/commit-pipeline.js';
 import { DedupError } from '../../src/errors.js';
-import { decodeEntry, encodeEntry, type ChangelogEntry } from '../../src/group/changelog-entry.js';
+import {
+  decodeEntry,
+  decodeRecord,
+  encodeEntry,
+  encodeGenesis,
+  entryId,
+  GENESIS_ID,
+  type ChangelogEntry,
+} from '../../src/group/changelog-entry.js';
 import { encodeScopeKey } from '../../src/identity/scope-key.js';
 import {
   changelogPositionKey,
@@ -354,5 +362,37 @@ describe('store - isConsumerKey', () => {
       ),
       { numRuns: 2_000 },
     );
+  });
+});
+
+describe('changelog genesis', () => {
+  it('decodes to its start, and entries decode as entries; IDs: the genesis 1, an entry its last offset + 2', () => {
+    fc.assert(
+      fc.property(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), (start) => {
+        expect(decodeRecord(encodeGenesis(start), ownsAll, WHERE)).toEqual({ kind: 'genesis', start });
+      }),
+      { numRuns: 500 },
+    );
+    const entry: ChangelogEntry = { lastOffset: 9n, baseOffset: 4n, ops: [{ type: 'del', key: 'k' }] };
+    expect(decodeRecord(encodeEntry(entry), ownsAll, WHERE)).toEqual({ kind: 'entry', ...entry });
+    expect({ genesis: GENESIS_ID, first: entryId(0n), tenth: entryId(9n) }).toEqual({
+      genesis: 1n,
+      first: 2n,
+      tenth: 11n,
+    });
+  });
+
+  it('refuses a genesis with anything after its header, a base or operations; decodeEntry refuses a genesis', () => {
+    const genesis = encodeGenesis(7n);
+    const withBase = Buffer.from(genesis);
+    withBase.writeBigUInt64BE(3n, 11);
+    const withOps = Buffer.from(genesis);
+    withOps.writeUInt32BE(1, 19);
+    for (const bad of [Buffer.concat([genesis, Buffer.from([0])]), withBase, withOps]) {
+      expect(() => decodeRecord(bad, ownsAll, WHERE)).toThrow(
+        expect.objectContaining({ code: 'DEDUP_CHANGELOG_INVALID' }) as Error,
+      );
+    }
+    expect(() => decodeEntry(genesis, ownsAll, WHERE)).toThrow(/unknown flags 2/);
   });
 });

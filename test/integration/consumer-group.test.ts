@@ -1,6 +1,6 @@
 import { Offset } from 'rabbitmq-stream-js-client';
 import { afterAll, describe, expect, it } from 'vitest';
-import { encodeEntry } from '../../src/group/changelog-entry.js';
+import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from '../../src/group/changelog-entry.js';
 import { changelogProducerName, changelogStreamName, partitionNamespace } from '../../src/group/consumer.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { effectKeyPrefix, encodeOffset, offsetKey } from '../../src/store/consumer-keys.js';
@@ -142,9 +142,15 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
     const allConfirmed = new Promise<void>((resolve) =>
       writer.on('publish_confirm', (_err, ids) => {
         confirmed += ids.length;
-        if (confirmed >= ENTRIES) resolve();
+        if (confirmed >= ENTRIES + 1) resolve();
       }),
     );
+    await writer.basicSend(GENESIS_ID, encodeGenesis(0n), {
+      applicationProperties: {
+        [PRODUCER_HEADER]: changelogProducerName('balance-projection'),
+        [ID_HEADER]: String(GENESIS_ID),
+      },
+    });
     for (let offset = 0n; offset < BigInt(ENTRIES); offset++) {
       const entry = encodeEntry({
         lastOffset: offset,
@@ -154,10 +160,10 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
           { type: 'put', key: `${effectKeyPrefix(namespace)}n`, value: Buffer.from(String(offset)) },
         ],
       });
-      await writer.basicSend(offset + 1n, entry, {
+      await writer.basicSend(entryId(offset), entry, {
         applicationProperties: {
           [PRODUCER_HEADER]: changelogProducerName('balance-projection'),
-          [ID_HEADER]: String(offset + 1n),
+          [ID_HEADER]: String(entryId(offset)),
         },
       });
     }
@@ -180,7 +186,7 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
         ),
       },
       () => {
-        if (++read === ENTRIES) done();
+        if (++read === ENTRIES + 1) done();
       },
     );
     await allRead;
@@ -205,6 +211,75 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
     console.log(
       `[consumer group dense] ${ENTRIES} entries in ${chunks} chunks restored in ${(assigned as { ms: number }).ms} ms`,
     );
+  });
+
+  it("the changelog's genesis says where a partition's input begins: a member that began elsewhere is fenced and starts again from there", async () => {
+    const { name, partitions } = await groupSuperStream('group-genesis');
+    const partition = partitions[0]!;
+    const changelog = changelogStreamName(partition, 'balance-projection');
+    const events: AssignmentEvent[] = [];
+    let holds = (): void => undefined;
+    const held = new Promise<void>((resolve) => (holds = resolve));
+    // startFrom 'first' on an empty partition with no changelog: the member will begin at offset 0.
+    const m = await SuperStreamVerifyingConsumer.open({
+      superStream: name,
+      consumerName: 'balance-projection',
+      store: await tempDir(),
+      connection: STREAM_CONNECTION,
+      startFrom: 'first',
+      commitEvery: 20,
+      handler: ledgerHandler,
+      onAssignment: (e) => {
+        events.push(e);
+        if (e.kind === 'assigned' && e.partition === partition) holds();
+      },
+    });
+    await held;
+    // Meanwhile "another member" began the partition at the offset where the second round lands.
+    const sent = new Map<string, Sent>();
+    await publish(client(), [partition], 1, 10, sent);
+    const firstRound = { ...sent.get(partition)! };
+    await client().createStream({ stream: changelog, arguments: {} });
+    const writer = await client().declarePublisher({
+      stream: changelog,
+      publisherRef: changelogProducerName('balance-projection'),
+    });
+    const confirmed = new Promise<void>((resolve) => writer.on('publish_confirm', () => resolve()));
+    await writer.basicSend(GENESIS_ID, encodeGenesis(firstRound.lastOffset + 1n), {
+      applicationProperties: {
+        [PRODUCER_HEADER]: changelogProducerName('balance-projection'),
+        [ID_HEADER]: String(GENESIS_ID),
+      },
+    });
+    await confirmed;
+    await writer.close();
+    await publish(client(), [partition], 11, 20, sent);
+    const all = sent.get(partition)!;
+
+    await m.waitForOffset(partition, all.lastOffset);
+    // The exact fold of the second round alone: nothing of the messages before the genesis' start.
+    await expectFold(m, partition, {
+      lastOffset: all.lastOffset,
+      balance: all.balance - firstRound.balance,
+      distinct: all.distinct - firstRound.distinct,
+    });
+    expect((await m.readEffect(partition, 'applied:1'))?.toString()).toBeUndefined();
+    const revoked = events.filter((e) => e.kind === 'revoked' && e.partition === partition);
+    expect(revoked.map((e) => (e.kind === 'revoked' ? e.reason : ''))).toEqual([
+      'was fenced: another member wrote past this one in its changelog',
+    ]);
+    expect(m.failure).toBeUndefined();
+    await m.close();
+
+    // A member with an empty store restores the genesis and the entries: the same state.
+    const fresh = await member('fresh', name, []);
+    await fresh.waitForOffset(partition, all.lastOffset);
+    await expectFold(fresh, partition, {
+      lastOffset: all.lastOffset,
+      balance: all.balance - firstRound.balance,
+      distinct: all.distinct - firstRound.distinct,
+    });
+    await fresh.close();
   });
 
   it('refuses scopeTtlMs at open, before anything is opened', async () => {
