@@ -1,6 +1,6 @@
 /**
  * Appends a partition's changelog entries (docs/design.md §12) under one producer name shared by
- * every member of the group, with the publishing ID `lastOffset + 1`. The broker keeps one entry
+ * every member of the group, with the publishing ID `lastOffset + 2` (1 is the genesis). The broker keeps one entry
  * per ID and drops an entry at or below the highest one it holds (and still confirms it): two
  * members that both think they own the partition write the same IDs for the same input, and the
  * broker keeps one copy. After each confirm the writer asks the broker for the name's last ID:
