@@ -101,7 +101,11 @@ async function groupRead(
         tx.put('last', 'x');
       },
     });
-  const members = await Promise.all([open('a'), open('b')]);
+  // One after the other: a member joined once the first one subscribed to every partition is the
+  // second consumer of each, and the broker gives it partition 1. Started together, their
+  // subscriptions can reach some partitions in the other order, and the broker may then give all
+  // three to one member (seen in 1 of 5 runs), which is not the two-member group measured here.
+  const members = [await open('a'), await open('b')];
   try {
     const partitions = members[0].partitions;
     await Promise.all(
