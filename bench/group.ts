@@ -105,7 +105,7 @@ async function groupRead(
   // second consumer of each, and the broker gives it partition 1. Started together, their
   // subscriptions can reach some partitions in the other order, and the broker may then give all
   // three to one member (seen in 1 of 5 runs), which is not the two-member group measured here.
-  const members = [await open('a'), await open('b')];
+  const members = [await open('a'), await open('b')] as const;
   try {
     const partitions = members[0].partitions;
     await Promise.all(

@@ -332,6 +332,8 @@ function modelProperty(
  */
 function exactFold({ world, holder, input }: Run): void {
   const start = holder.kv.get('start') ?? 0;
+  // With the genesis, the history the holder has is the one the genesis begins.
+  if (world.genesis !== undefined) expect(start).toBe(world.genesis);
   const rest = input.slice(start);
   const marks = [...holder.kv.keys()].filter((k) => k.startsWith('applied:')).sort();
   expect({

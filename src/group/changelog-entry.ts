@@ -4,8 +4,8 @@
  * entry of another member that covers an overlapping range, gives the same state: entries are
  * puts and deletes of values, never increments.
  *
- * Layout (version 1), big-endian:
- *   u8 'G' (0x47), u8 version (1), u8 flags (bit 0: a base offset follows),
+ * Layout (version 2), big-endian:
+ *   u8 'G' (0x47), u8 version (2), u8 flags (bit 0: a base offset follows),
  *   u64 lastOffset, u64 baseOffset (0 without one), u32 op count,
  *   then per op: u8 kind (1 put, 2 delete), u32 key bytes, the key (UTF-8),
  *   and for a put u32 value bytes and the value.
@@ -18,7 +18,11 @@ import { DedupError } from '../errors.js';
 import type { Op } from '../consumer/commit-pipeline.js';
 
 const MAGIC = 0x47;
-const VERSION = 1;
+/**
+ * 2 since the genesis (entry IDs L + 2). Version 1 (IDs L + 1, no genesis) was written only by
+ * development builds of 0.5.0, never released: such a changelog is refused, never misread.
+ */
+const VERSION = 2;
 const HEADER_BYTES = 3 + 8 + 8 + 4;
 const HAS_BASE = 1;
 const GENESIS = 2;

@@ -210,7 +210,7 @@ export class GroupPartition {
     // written here, and whoever holds the partition next restores it from the changelog if it
     // landed (a handler waiting for that commit is released too).
     this.#lose('closed');
-    const writerClosed = this.#writer.close();
+    const writerClosed = this.#writer.close().catch(() => undefined);
     await this.#subscriptions.shutdown(async () => {
       // An activation under way sees the loss and closes the core it may have opened.
       await this.#activating;
@@ -508,6 +508,8 @@ export class GroupPartition {
   async #appendGenesis(epoch: number, start: bigint): Promise<AppendOutcome> {
     const outcome = await this.#writer.append(encodeGenesis(start), GENESIS_ID, () => epoch === this.#epoch);
     if (outcome !== 'landed') return outcome;
+    // Moved meanwhile: #append drops the batch anyway; no reading back (close() would wait for it).
+    if (epoch !== this.#epoch) return outcome;
     const client = await connectStreamClient(this.#endpoints.next(), this.#s.subscription.connectTimeoutMs);
     try {
       const winner = await readGenesis(client, this.#s.changelog, RESTORE_STALL_MS);

@@ -92,9 +92,9 @@ const sample: ChangelogEntry = {
 };
 
 describe('group - changelog entry', () => {
-  it('pins the layout of version 1', () => {
+  it('pins the layout of version 2 (an entry, and the genesis)', () => {
     expect(encodeEntry(sample).toString('hex')).toBe(
-      '470101' +
+      '470201' +
         '0000000000000009' +
         '0000000000000004' +
         '00000002' +
@@ -102,8 +102,9 @@ describe('group - changelog entry', () => {
         ('02' + '00000002' + 'c3a9'),
     );
     expect(encodeEntry({ lastOffset: 0n, baseOffset: undefined, ops: [] }).toString('hex')).toBe(
-      '470100' + '00'.repeat(20),
+      '470200' + '00'.repeat(20),
     );
+    expect(encodeGenesis(7n).toString('hex')).toBe('470202' + '0000000000000007' + '00'.repeat(12));
   });
 
   it('decodes what it encodes', () => {
@@ -156,11 +157,11 @@ describe('group - changelog entry', () => {
   it('refuses another version', () => {
     fc.assert(
       fc.property(
-        fc.integer({ min: 0, max: 255 }).filter((v) => v !== 1),
+        fc.integer({ min: 0, max: 255 }).filter((v) => v !== 2),
         (version) => {
           const raw = encodeEntry(sample);
           raw[1] = version;
-          expectInvalid(raw, `has version ${version}, this version reads 1`);
+          expectInvalid(raw, `has version ${version}, this version reads 2`);
         },
       ),
     );

@@ -6,7 +6,7 @@ import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { effectKeyPrefix, encodeOffset, offsetKey } from '../../src/store/consumer-keys.js';
 import { creditPolicyOf } from '../../src/transport/stream-delivery.js';
 import { SuperStreamVerifyingConsumer, type AssignmentEvent } from '../../src/transport/stream.js';
-import { ledgerHandler, publishLedger as publish, type Sent } from '../support/group-ledger.js';
+import { ledgerHandler, ledgerIds, publishLedger as publish, type Sent } from '../support/group-ledger.js';
 import { STREAM_CONNECTION } from '../support/broker.js';
 import { useClient } from '../support/stream.js';
 import { useSuperStreams } from '../support/superstream.js';
@@ -235,17 +235,16 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
       },
     });
     await held;
-    // Meanwhile "another member" began the partition at the offset where the second round lands.
-    const sent = new Map<string, Sent>();
-    await publish(client(), [partition], 1, 10, sent);
-    const firstRound = { ...sent.get(partition)! };
+    // Meanwhile "another member" began the partition at the offset where the second round will
+    // land (planted before the member has anything to commit, so that its genesis comes second).
+    const firstRoundLength = BigInt(ledgerIds(1, 10).length);
     await client().createStream({ stream: changelog, arguments: {} });
     const writer = await client().declarePublisher({
       stream: changelog,
       publisherRef: changelogProducerName('balance-projection'),
     });
     const confirmed = new Promise<void>((resolve) => writer.on('publish_confirm', () => resolve()));
-    await writer.basicSend(GENESIS_ID, encodeGenesis(firstRound.lastOffset + 1n), {
+    await writer.basicSend(GENESIS_ID, encodeGenesis(firstRoundLength), {
       applicationProperties: {
         [PRODUCER_HEADER]: changelogProducerName('balance-projection'),
         [ID_HEADER]: String(GENESIS_ID),
@@ -253,6 +252,10 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
     });
     await confirmed;
     await writer.close();
+    const sent = new Map<string, Sent>();
+    await publish(client(), [partition], 1, 10, sent);
+    const firstRound = { ...sent.get(partition)! };
+    expect(firstRound.lastOffset + 1n).toBe(firstRoundLength);
     await publish(client(), [partition], 11, 20, sent);
     const all = sent.get(partition)!;
 
@@ -280,6 +283,48 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
       distinct: all.distinct - firstRound.distinct,
     });
     await fresh.close();
+  });
+
+  it('two members started together: every partition is held by one of them, none by both', async () => {
+    const { name, partitions } = await groupSuperStream('group-view');
+    const sent = new Map<string, Sent>();
+    await publish(client(), partitions, 1, 30, sent);
+    const events: string[] = [];
+    let check = (): void => undefined;
+    const eachHeld = new Promise<void>((resolve) => {
+      check = () => {
+        const held = new Set(members.flatMap((m) => m.activePartitions()));
+        if (partitions.every((p) => held.has(p))) resolve();
+      };
+    });
+    const open = async (who: string) =>
+      SuperStreamVerifyingConsumer.open({
+        superStream: name,
+        consumerName: 'balance-projection',
+        store: await tempDir(),
+        connection: STREAM_CONNECTION,
+        handler: ledgerHandler,
+        onAssignment: (e) => {
+          events.push(`${who} ${e.kind} ${e.partition.slice(name.length)}`);
+          queueMicrotask(check);
+        },
+      });
+    const members: SuperStreamVerifyingConsumer[] = [];
+    members.push(...(await Promise.all([open('a'), open('b')])));
+    check();
+    await eachHeld;
+    await caughtUp(members, sent);
+    // A deactivation that came while the partition's restore ran was ignored: both members then
+    // reported partition 1 (6 runs of 6 before the fix).
+    const [a, b] = members.map((m) => m.activePartitions());
+    expect(
+      { overlap: a!.filter((p) => b!.includes(p)), held: a!.length + b!.length },
+      events.join('; '),
+    ).toEqual({
+      overlap: [],
+      held: 3,
+    });
+    for (const m of members) await m.close();
   });
 
   it('refuses scopeTtlMs at open, before anything is opened', async () => {
