@@ -105,7 +105,7 @@ export async function startGroup(options: GroupRigOptions) {
     new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         waiters.delete(check);
-        const tail = lines.slice(-15).map((l) => JSON.stringify(l));
+        const tail = lines.slice(-40).map((l) => JSON.stringify(l));
         reject(new Error(`still waiting for ${what} after ${ms} ms; last lines:\n${tail.join('\n')}`));
       }, ms);
       const check = (): void => {
