@@ -18,7 +18,7 @@ import {
 } from '../store/consumer-keys.js';
 import type { KeyValueDb } from '../store/store.js';
 import type { Op } from '../consumer/commit-pipeline.js';
-import { creditPolicyOf, type CreditRequest } from '../transport/stream-delivery.js';
+import { creditPolicyOf, type CreditRequest, type StreamMessage } from '../transport/stream-delivery.js';
 import {
   consumerCloseEvents,
   decodeDeliveriesOurselves,
@@ -366,18 +366,15 @@ async function changelogLastId(o: RestoreOptions, missingMeansEmpty: boolean): P
  * @internal
  */
 export async function readGenesis(client: Client, changelog: string, timeoutMs: number): Promise<bigint> {
-  let first:
-    ((message: { content: Buffer; applicationProperties: Record<string, unknown> }) => void) | undefined;
-  const arrived = new Promise<{ content: Buffer; applicationProperties: Record<string, unknown> }>(
-    (resolve) => (first = resolve),
-  );
+  let first: ((message: StreamMessage) => void) | undefined;
+  const arrived = new Promise<StreamMessage>((resolve) => (first = resolve));
   let failure: Error | undefined;
   decodeDeliveriesOurselves(client, (error) => (failure ??= error));
   const consumer = await withTimeout(
     client.declareConsumer({ stream: changelog, offset: Offset.first() }, (message) => {
       const take = first;
       first = undefined;
-      take?.(message as { content: Buffer; applicationProperties: Record<string, unknown> });
+      take?.(message);
     }),
     timeoutMs,
     `subscribing to changelog "${changelog}"`,
@@ -396,7 +393,7 @@ export async function readGenesis(client: Client, changelog: string, timeoutMs: 
       );
     });
     const where = `at the head of "${changelog}"`;
-    const identity = parseIdentity(message.applicationProperties);
+    const identity = parseIdentity(message.applicationProperties ?? {});
     const record = decodeRecord(message.content, () => false, where);
     if (record.kind !== 'genesis' || typeof identity === 'string' || identity.publishingId !== GENESIS_ID) {
       throw new DedupError(
