@@ -513,7 +513,11 @@ export class GroupPartition {
     if (outcome !== 'landed') return outcome;
     // Moved meanwhile: #append drops the batch anyway; no reading back (close() would wait for it).
     if (epoch !== this.#epoch) return outcome;
-    const client = await connectStreamClient(this.#endpoints.next(), this.#s.subscription.connectTimeoutMs);
+    // Its own rotation: a step of the partition's would move its next subscription to another node.
+    const client = await connectStreamClient(
+      new EndpointRotation(this.#s.connection).next(),
+      this.#s.subscription.connectTimeoutMs,
+    );
     try {
       const winner = await readGenesis(client, this.#s.changelog, RESTORE_STALL_MS);
       if (winner === start) return 'landed';
