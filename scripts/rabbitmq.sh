@@ -8,6 +8,10 @@
 #   scripts/rabbitmq.sh cluster   three joined nodes on their own ports (see CLUSTER_* below)
 #   scripts/rabbitmq.sh node-kill N | node-start N | node-stop N    one cluster node (1..3)
 #   scripts/rabbitmq.sh reset     `down`, then delete the brokers' data (keeps the chroot)
+#   scripts/rabbitmq.sh streams NODE ARGS…   rabbitmq-streams ARGS on node NODE (rabbit, node1..3),
+#                                 e.g. `streams node2 list_stream_group_consumers --stream s --reference r`
+#   scripts/rabbitmq.sh coordinator-to N   move the cluster's stream coordinator (its Raft leader)
+#                                 to node N (1..3), wait until it is there, print the leader
 #   scripts/rabbitmq.sh tls-dir   print the folder of the test CA and certificates (ca.pem,
 #                                 server.pem, client.pem, client-key.pem: its passphrase is in
 #                                 client-key.passphrase), made with openssl in the chroot
@@ -387,8 +391,33 @@ main() {
       rm -rf "$ROOT/var/lib/stream-dedup" "$ROOT$TLS_IN_ROOT"
       ;;
     tls-dir) echo "$ROOT$TLS_IN_ROOT" ;;
+    streams)
+      [ -n "${2:-}" ] || die "streams: which node (rabbit, node1, node2, node3)?"
+      # The CLI finds the stream plugin's commands through the node's enabled-plugins file and
+      # the plugins folder, which it does not find by itself.
+      as_rabbit RABBITMQ_ENABLED_PLUGINS_FILE="/var/lib/stream-dedup/$2/enabled_plugins" \
+        RABBITMQ_PLUGINS_DIR="$(cd "$ROOT" && echo usr/lib/rabbitmq/lib/rabbitmq_server-*/plugins | sed 's|^|/|')" \
+        rabbitmq-streams -q -n "$2@localhost" "${@:3}"
+      ;;
+    coordinator-to)
+      [[ "${2:-}" =~ ^[123]$ ]] || die "coordinator-to: which node (1, 2, 3)?"
+      local target="node$2@localhost" leader tries=0
+      local ask='{ok, _, {_, L}} = ra:members({rabbit_stream_coordinator, node()}), L.'
+      for ((;;)); do
+        # Asked of a node other than the target, in case the target is the one that lags.
+        leader=$(as_rabbit rabbitmqctl -q -n "node$(( $2 % 3 + 1 ))@localhost" eval "$ask" 2>/dev/null) ||
+          die "coordinator-to: node$(( $2 % 3 + 1 )) does not answer (is the cluster up? scripts/rabbitmq.sh cluster)"
+        [ "$leader" = "$target" ] && break
+        (( ++tries <= 50 )) || die "coordinator-to: the stream coordinator stays on $leader"
+        # Once per second (the transfer is asynchronous; there is no event to wait on).
+        (( tries % 5 == 1 )) && as_rabbit rabbitmqctl -q -n "$leader" eval \
+          "ra:transfer_leadership({rabbit_stream_coordinator, '$leader'}, {rabbit_stream_coordinator, '$target'})." >/dev/null
+        sleep 0.2
+      done
+      echo "$leader"
+      ;;
     *)
-      sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+      sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
       exit 2
       ;;
   esac

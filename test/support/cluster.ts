@@ -27,7 +27,7 @@ export const CLUSTER_CONNECTION = {
 };
 
 /** Runs scripts/rabbitmq.sh with these arguments (`cluster`, `node-kill N`, `node-start N`, …). */
-export const clusterScript = (...args: string[]): Promise<unknown> =>
+export const clusterScript = (...args: string[]): Promise<{ stdout: string; stderr: string }> =>
   run('bash', ['scripts/rabbitmq.sh', ...args], { cwd: root });
 
 /**

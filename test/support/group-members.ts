@@ -79,6 +79,8 @@ export interface GroupRigOptions {
   tempDir: () => Promise<string>;
   /** Extra environment of member i's process (HEARTBEAT, PAUSE_FILE, CLUSTER_PORTS). */
   env?: (member: number) => Record<string, string>;
+  /** What the broker says of the group, added to the error of a wait that timed out. */
+  diagnose?: () => Promise<string>;
 }
 
 export type GroupRig = Awaited<ReturnType<typeof startGroup>>;
@@ -106,7 +108,10 @@ export async function startGroup(options: GroupRigOptions) {
       const timer = setTimeout(() => {
         waiters.delete(check);
         const tail = lines.slice(-40).map((l) => JSON.stringify(l));
-        reject(new Error(`still waiting for ${what} after ${ms} ms; last lines:\n${tail.join('\n')}`));
+        const message = `still waiting for ${what} after ${ms} ms; last lines:\n${tail.join('\n')}`;
+        void (options.diagnose?.() ?? Promise.resolve(''))
+          .catch((err: unknown) => `(the broker's view could not be read: ${String(err)})`)
+          .then((view) => reject(new Error(view ? `${message}\nthe broker's view:\n${view}` : message)));
       }, ms);
       const check = (): void => {
         if (!done(lines)) return;
