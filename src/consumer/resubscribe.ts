@@ -105,6 +105,17 @@ export class Resubscriber<C extends Connection> {
     if (attempt.lostWhileSubscribing && !this.#stopping) this.#resubscribeLater();
   }
 
+  /**
+   * Drops subscription `generation` at once (its connection is closed, as after a loss) and
+   * subscribes again after `delayMs`, then with the usual backoff. Ignored while stopping or when
+   * `generation` is no longer the current subscription (lost already, or moved on).
+   */
+  leave(generation: Generation<C>, delayMs: number): void {
+    if (this.#stopping || !generation.isCurrent()) return;
+    this.#retire();
+    this.enqueue(() => this.#resubscribe(delayMs));
+  }
+
   /** Runs `task` after everything queued before it: deliveries in order, resubscriptions between them. */
   enqueue(task: () => Promise<void>): void {
     this.#queue = this.#queue.then(task);
@@ -171,7 +182,7 @@ export class Resubscriber<C extends Connection> {
     this.enqueue(() => this.#resubscribe());
   }
 
-  async #resubscribe(): Promise<void> {
+  async #resubscribe(firstDelayMs?: number): Promise<void> {
     // Taken here, not when the loss was seen: a subscription in progress then has finished
     // (taken earlier, that new connection would be left open).
     const old = this.#current;
@@ -179,8 +190,10 @@ export class Resubscriber<C extends Connection> {
     this.#options.core.discardPending();
     if (old !== undefined) await closeWithin(old, CLOSE_LOST_MS);
     const backoff = new Backoff(this.#options.reconnect);
+    let delay = firstDelayMs;
     while (!this.#stopping) {
-      await sleep(backoff.next(), (wake) => (this.#wake = wake));
+      await sleep(delay ?? backoff.next(), (wake) => (this.#wake = wake));
+      delay = undefined;
       this.#wake = undefined;
       if (this.#stopping) return;
       try {

@@ -167,4 +167,53 @@ describe('resubscribe - one path for every transport', () => {
     expect(seen).toEqual(['delivery 1, current: false', 'delivery 2, discarded: 1']);
     await subscriptions.shutdown(() => Promise.resolve(), true);
   });
+
+  describe('leave: out of the subscription for a while (a stalled consumer group partition)', () => {
+    it('drops the subscription and closes its connection now, subscribes again only after the delay, without a loss warning', async () => {
+      const { subscriptions, connections, generations, warn } = harness([succeed]);
+      await subscriptions.subscribe();
+      const left = performance.now();
+      subscriptions.leave(generations[0]!, 300);
+      expect(generations[0]!.isCurrent()).toBe(false);
+      await vi.waitFor(() => expect(connections[0]!.closed).toBe(true));
+      expect(connections).toHaveLength(1);
+      await vi.waitFor(() => expect(connections).toHaveLength(2), { timeout: 3_000 });
+      expect(performance.now() - left).toBeGreaterThanOrEqual(290);
+      expect(generations[1]!.isCurrent()).toBe(true);
+      expect(warn).not.toHaveBeenCalled();
+      // The left generation's late loss report changes nothing.
+      generations[0]!.lost();
+      await settle(50);
+      expect(connections).toHaveLength(2);
+      await subscriptions.shutdown(() => Promise.resolve(), false);
+    });
+
+    it('is ignored for a generation that is no longer current, and while stopping', async () => {
+      const { subscriptions, connections, generations } = harness([succeed]);
+      await subscriptions.subscribe();
+      generations[0]!.lost();
+      await vi.waitFor(() => expect(connections).toHaveLength(2));
+      subscriptions.leave(generations[0]!, 0);
+      await settle(50);
+      expect(connections).toHaveLength(2);
+      expect(generations[1]!.isCurrent()).toBe(true);
+      const stopping = subscriptions.shutdown(() => Promise.resolve(), false);
+      subscriptions.leave(generations[1]!, 0);
+      await stopping;
+      await settle(50);
+      expect(connections).toHaveLength(2);
+    });
+
+    it('a shutdown during the wait ends it at once and subscribes no more', async () => {
+      const { subscriptions, connections, generations } = harness([succeed]);
+      await subscriptions.subscribe();
+      subscriptions.leave(generations[0]!, 60_000);
+      await vi.waitFor(() => expect(connections[0]!.closed).toBe(true));
+      const started = performance.now();
+      await subscriptions.shutdown(() => Promise.resolve(), false);
+      expect(performance.now() - started).toBeLessThan(5_000);
+      await settle(50);
+      expect(connections).toHaveLength(1);
+    });
+  });
 });
