@@ -402,7 +402,8 @@ main() {
     coordinator-to)
       [[ "${2:-}" =~ ^[123]$ ]] || die "coordinator-to: which node (1, 2, 3)?"
       local target="node$2@localhost" leader tries=0
-      local ask='{ok, _, {_, L}} = ra:members({rabbit_stream_coordinator, node()}), L.'
+      # During an election ra:members has no leader to name: `none`, asked again.
+      local ask='case ra:members({rabbit_stream_coordinator, node()}) of {ok, _, {_, L}} -> L; _ -> none end.'
       for ((;;)); do
         # Asked of a node other than the target, in case the target is the one that lags.
         leader=$(as_rabbit rabbitmqctl -q -n "node$(( $2 % 3 + 1 ))@localhost" eval "$ask" 2>/dev/null) ||
@@ -410,8 +411,11 @@ main() {
         [ "$leader" = "$target" ] && break
         (( ++tries <= 50 )) || die "coordinator-to: the stream coordinator stays on $leader"
         # Once per second (the transfer is asynchronous; there is no event to wait on).
-        (( tries % 5 == 1 )) && as_rabbit rabbitmqctl -q -n "$leader" eval \
-          "ra:transfer_leadership({rabbit_stream_coordinator, '$leader'}, {rabbit_stream_coordinator, '$target'})." >/dev/null
+        if [ "$leader" != none ] && (( tries % 5 == 1 )); then
+          as_rabbit rabbitmqctl -q -n "$leader" eval \
+            "ra:transfer_leadership({rabbit_stream_coordinator, '$leader'}, {rabbit_stream_coordinator, '$target'})." \
+            >/dev/null 2>&1 || echo "rabbitmq.sh: coordinator-to: $leader refused the transfer; asking again" >&2
+        fi
         sleep 0.2
       done
       echo "$leader"

@@ -106,8 +106,9 @@ export class Resubscriber<C extends Connection> {
   }
 
   /**
-   * Drops subscription `generation` at once (its connection is closed, as after a loss) and
-   * subscribes again after `delayMs`, then with the usual backoff. Ignored while stopping or when
+   * Drops subscription `generation` at once (nothing of it counts from now on), closes its
+   * connection once the work queued before has run (at most 2 s, as after a loss), and subscribes
+   * again `delayMs` after that, then with the usual backoff. Ignored while stopping or when
    * `generation` is no longer the current subscription (lost already, or moved on).
    */
   leave(generation: Generation<C>, delayMs: number): void {

@@ -157,6 +157,7 @@ export class SuperStreamVerifyingConsumer {
     new EndpointRotation(connection);
     const appendTimeoutMs = integerOption(options.appendTimeoutMs, 'appendTimeoutMs', 30_000, 1);
     const restoreTimeoutMs = integerOption(options.restoreTimeoutMs, 'restoreTimeoutMs', 300_000, 1);
+    const stalledMs = integerOption(options.stalledPartitionMs, 'stalledPartitionMs', 60_000, 0);
     expectOptionalFunction(options.onAssignment, 'onAssignment');
     const consumerName = consumer.consumerName;
     const producer = changelogProducerName(consumerName);
@@ -186,7 +187,7 @@ export class SuperStreamVerifyingConsumer {
       } finally {
         await locator.close();
       }
-      const stats: GroupStats = { restores: 0, entriesRestored: 0, fenced: 0 };
+      const stats: GroupStats = { restores: 0, entriesRestored: 0, fenced: 0, rejoins: 0 };
       const fail = (error: Error): void => {
         if (opened.member !== undefined) void opened.member.#stop(error);
       };
@@ -214,6 +215,7 @@ export class SuperStreamVerifyingConsumer {
             connection,
             appendTimeoutMs,
             restoreTimeoutMs,
+            stalledMs,
             onAssignment: options.onAssignment,
             stats,
             fail,

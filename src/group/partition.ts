@@ -31,6 +31,7 @@ import { connectStreamClient } from '../transport/stream-probe.js';
 import {
   EndpointRotation,
   errorText,
+  openThroughEndpoints,
   explainDeclareFailure,
   StreamNotAvailableError,
   withTimeout,
@@ -38,7 +39,14 @@ import {
 } from '../transport/util.js';
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from './changelog-entry.js';
 import { ChangelogWriter, type AppendOutcome } from './changelog-writer.js';
-import { readGenesis, restorePartition, RestoreStoreError } from './restore.js';
+import {
+  changelogLastId,
+  firstMessage,
+  readGenesis,
+  restorePartition,
+  RestoreStoreError,
+} from './restore.js';
+import { StallWatch } from './stall-watch.js';
 import type {
   AssignmentEvent,
   GroupMessageHandler,
@@ -81,6 +89,8 @@ export interface PartitionSettings {
   readonly connection: StreamConnectionOptions;
   readonly appendTimeoutMs: number;
   readonly restoreTimeoutMs: number;
+  /** `stalledPartitionMs`: 0 turns the stalled-partition watch off. */
+  readonly stalledMs: number;
   readonly onAssignment: ((event: AssignmentEvent) => void) | undefined;
   readonly stats: GroupStats;
   /** Stops the whole member with `error` (a handler threw, a changelog is invalid). */
@@ -89,6 +99,24 @@ export interface PartitionSettings {
 
 /** How long the restore may wait for the next changelog entry before asking for the end again. */
 const RESTORE_STALL_MS = 5_000;
+/** How long the stalled-partition watch waits for one query's answer, or for a message it looks for. */
+const WATCH_QUERY_MS = 5_000;
+const WATCH_PROBE_MS = 2_000;
+
+/**
+ * How often the stalled-partition watch reads the broker (a sixth of `stalledMs`, 1 to 10 s), and
+ * how long a member stays out of a stalled group the first time. A member in a stuck group leaves
+ * it at most `checkMs + stalledMs + checkMs` (its first reading, the wait, the reading that sees
+ * the wait over) plus the probe (well under 5 s) after it joined: staying out longer than that,
+ * a member is out when the other member of a pair leaves, whatever their phases, and the group is
+ * empty then. More members, or slower probes, are met by doubling (StallWatch.leaving).
+ *
+ * @internal
+ */
+export function watchTimings(stalledMs: number): { checkMs: number; leaveMs: number } {
+  const checkMs = Math.min(10_000, Math.max(1_000, Math.round(stalledMs / 6)));
+  return { checkMs, leaveMs: stalledMs + 3 * checkMs + 5_000 };
+}
 
 /** One activation: the core and the deliveries of one period as the partition's active consumer. */
 interface Activation {
@@ -133,6 +161,18 @@ export class GroupPartition {
   readonly #commitListeners = new Set<(offset: bigint) => void>();
   /** The current subscription attempt. */
   #generation: Generation<Client> | undefined;
+  /** The subscription in place (its consumer declared), for the stalled-partition watch. */
+  #subscribed: { readonly generation: Generation<Client>; readonly client: Client } | undefined;
+  /** Activations (restore and core opening) under way: the watch waits while there are any. */
+  #activations = 0;
+  readonly #watch: StallWatch;
+  #watchTimer: NodeJS.Timeout | undefined;
+  /** The watch's reading under way, which close() waits for. */
+  #watching: Promise<void> | undefined;
+  /** The watch's probe connection while open, which close() closes at once. */
+  #watchReader: Client | undefined;
+  /** The reads that are not the subscription's (restore, genesis, watch): their own node rotation. */
+  readonly #readers: EndpointRotation;
 
   constructor(settings: PartitionSettings) {
     this.#s = settings;
@@ -143,6 +183,8 @@ export class GroupPartition {
     };
     this.#log = settings.consumer.logger;
     this.#endpoints = new EndpointRotation(settings.connection);
+    this.#readers = new EndpointRotation(settings.connection);
+    this.#watch = new StallWatch(settings.stalledMs);
     this.#writer = new ChangelogWriter({
       stream: settings.changelog,
       producerName: settings.changelogProducer,
@@ -198,6 +240,7 @@ export class GroupPartition {
     if (this.#closed) {
       return Promise.reject(new DedupError('DEDUP_CONSUMER_CLOSED', 'the consumer group member closed'));
     }
+    this.#startWatch();
     return this.#subscriptions.subscribe();
   }
 
@@ -205,6 +248,10 @@ export class GroupPartition {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    clearInterval(this.#watchTimer);
+    const watchReader = this.#watchReader;
+    if (watchReader !== undefined)
+      void withTimeout(watchReader.close(), 5_000, 'closing').catch(() => undefined);
     // Nothing more is processed or committed. An append in flight gives up now instead of
     // waiting for its confirm (up to appendTimeoutMs with the broker gone): its batch is not
     // written here, and whoever holds the partition next restores it from the changelog if it
@@ -217,6 +264,7 @@ export class GroupPartition {
       await this.#closingCore;
     }, false);
     await writerClosed;
+    await this.#watching;
   }
 
   async #subscribe(generation: Generation<Client>): Promise<void> {
@@ -263,6 +311,7 @@ export class GroupPartition {
         (message) => new StreamNotAvailableError(message),
       );
       consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
+      this.#subscribed = { generation, client };
     } catch (caught) {
       const err = await explainDeclareFailure(client, this.#s.partition, caught);
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
@@ -334,7 +383,10 @@ export class GroupPartition {
   #activate(epoch: number, generation: Generation<Client>): Promise<Offset> {
     // One activation at a time per partition: an older one (still restoring) ends before this one
     // starts, and close() waits for the last.
-    const run = this.#activating.then(() => this.#activateNow(epoch, generation));
+    this.#activations++;
+    const run = this.#activating
+      .then(() => this.#activateNow(epoch, generation))
+      .finally(() => this.#activations--);
     this.#activating = run.then(
       () => undefined,
       () => undefined,
@@ -347,7 +399,7 @@ export class GroupPartition {
     await this.#closingCore;
     const current = (): boolean => epoch === this.#epoch && generation.isCurrent() && !this.#closed;
     if (!current()) throw new PartitionMoved(this.#s.partition, 'moved');
-    const client = await connectStreamClient(this.#endpoints.next(), this.#s.subscription.connectTimeoutMs);
+    const client = await this.#connectReader();
     let report;
     try {
       report = await restorePartition({
@@ -513,11 +565,7 @@ export class GroupPartition {
     if (outcome !== 'landed') return outcome;
     // Moved meanwhile: #append drops the batch anyway; no reading back (close() would wait for it).
     if (epoch !== this.#epoch) return outcome;
-    // Its own rotation: a step of the partition's would move its next subscription to another node.
-    const client = await connectStreamClient(
-      new EndpointRotation(this.#s.connection).next(),
-      this.#s.subscription.connectTimeoutMs,
-    );
+    const client = await this.#connectReader();
     try {
       const winner = await readGenesis(client, this.#s.changelog, RESTORE_STALL_MS);
       if (winner === start) return 'landed';
@@ -534,6 +582,117 @@ export class GroupPartition {
     } finally {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
     }
+  }
+
+  /**
+   * A connection for a read that is not the subscription (restore, genesis, stalled-partition
+   * watch): through the next node that answers, so that a dead node does not fail the read.
+   */
+  #connectReader(): Promise<Client> {
+    return openThroughEndpoints(this.#readers.size, () =>
+      connectStreamClient(this.#readers.next(), this.#s.subscription.connectTimeoutMs),
+    );
+  }
+
+  /** Starts the stalled-partition watch (design §12), unless it is off or running. */
+  #startWatch(): void {
+    if (this.#s.stalledMs === 0 || this.#watchTimer !== undefined) return;
+    this.#watchTimer = setInterval(() => void this.#checkStall(), watchTimings(this.#s.stalledMs).checkMs);
+    this.#watchTimer.unref();
+  }
+
+  /**
+   * One reading of the watch. RabbitMQ can leave a partition's single-active-consumer group with
+   * members and none of them active, for good (design §12: seen with 4.0 when a node dies); only
+   * an emptied group starts again. While this member is subscribed but not active, it compares
+   * the partition's last chunk with the changelog's last entry; input that waits `stalledMs` with
+   * the changelog unchanged, and a message there to prove it, makes it leave the group for a
+   * while and join again. Every member of a stuck group does the same, so the group empties.
+   * Never throws: a reading that fails is skipped.
+   */
+  async #checkStall(): Promise<void> {
+    if (this.#watching !== undefined || this.#closed) return;
+    const subscribed = this.#subscribed;
+    if (!this.#mayWatch(subscribed?.generation)) {
+      this.#watch.reset();
+      return;
+    }
+    const run = this.#readStall(subscribed!).catch((err: unknown) => {
+      try {
+        this.#log.debug(
+          { consumer: this.#s.consumerName, partition: this.#s.partition, err: errorText(err) },
+          'stream-dedup: stalled-partition watch could not read the broker',
+        );
+      } catch {
+        // A logger that throws changes nothing.
+      }
+    });
+    this.#watching = run;
+    await run;
+    this.#watching = undefined;
+  }
+
+  /** Subscribed through `generation` (still current), not active, no activation under way, open. */
+  #mayWatch(generation: Generation<Client> | undefined): boolean {
+    return (
+      generation !== undefined &&
+      generation.isCurrent() &&
+      this.#active === undefined &&
+      this.#activations === 0 &&
+      !this.#closed
+    );
+  }
+
+  async #readStall({
+    client,
+    generation,
+  }: {
+    client: Client;
+    generation: Generation<Client>;
+  }): Promise<void> {
+    const { changelog, changelogProducer, partition } = this.#s;
+    const lastId = await changelogLastId(client, changelog, changelogProducer, WATCH_QUERY_MS, true);
+    const stats = await withTimeout(client.streamStatsRequest(partition), WATCH_QUERY_MS, 'reading stats');
+    if (!this.#mayWatch(generation)) return;
+    const from = this.#watch.observe({
+      lastId,
+      committedChunkId: stats.committedChunkId,
+      at: performance.now(),
+    });
+    if (from === undefined) return;
+    // The proof, on a connection of its own (close() closes it at once).
+    const reader = await this.#connectReader();
+    this.#watchReader = reader;
+    let found;
+    try {
+      if (this.#closed) return;
+      ({ message: found } = await firstMessage(reader, partition, from, WATCH_PROBE_MS));
+    } finally {
+      this.#watchReader = undefined;
+      await withTimeout(reader.close(), 5_000, 'closing').catch(() => undefined);
+    }
+    if (found === undefined) {
+      this.#watch.foundNothing(performance.now());
+      return;
+    }
+    // Checked again after the last await, and nothing awaited from here to the leave: an
+    // activation cannot begin in between.
+    if (!this.#mayWatch(generation)) return;
+    const leaveMs = watchTimings(this.#s.stalledMs).leaveMs * this.#watch.leaving();
+    this.#s.stats.rejoins++;
+    this.#log.warn(
+      {
+        consumer: this.#s.consumerName,
+        partition,
+        waitingFrom: from.toString(),
+        stalledMs: this.#s.stalledMs,
+        leaveMs,
+      },
+      'stream-dedup: partition has input no member applies (a RabbitMQ single-active-consumer group ' +
+        'left without an active consumer); leaving the group for a while and joining again',
+    );
+    this.#subscribed = undefined;
+    this.#subscriptions.leave(generation, leaveMs);
   }
 
   /** Drops the partition and subscribes again (the activation then restores from the changelog). */

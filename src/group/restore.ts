@@ -137,7 +137,13 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   const position = rawPosition === undefined || local === undefined ? 0n : decodeOffset(rawPosition);
   // A changelog that does not exist is believed only by a member that has nothing of the partition:
   // a node back from a network partition can say it of a stream that exists.
-  const lastId = await changelogLastId(o, local === undefined && position === 0n);
+  const lastId = await changelogLastId(
+    o.client,
+    o.changelog,
+    o.producerName,
+    o.stallMs,
+    local === undefined && position === 0n,
+  );
   const have = local === undefined ? 0n : entryId(local);
   if (lastId <= have)
     return { offset: local, start: undefined, read: 0, applied: 0, changelogLastId: lastId };
@@ -260,7 +266,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
           );
         }
         // Quiet: the last ID may have belonged to an entry a leader lost before replicating it.
-        if (!arrived) target = await changelogLastId(o, false);
+        if (!arrived) target = await changelogLastId(o.client, o.changelog, o.producerName, o.stallMs, false);
         continue;
       }
       const offset = message.offset;
@@ -336,20 +342,28 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
 /**
  * The changelog's last ID (0n for a changelog not yet written, or, when `missingMeansEmpty`, not
  * yet created; otherwise "does not exist" is an error the activation is retried after).
+ *
+ * @internal
  */
-async function changelogLastId(o: RestoreOptions, missingMeansEmpty: boolean): Promise<bigint> {
+export async function changelogLastId(
+  client: Client,
+  changelog: string,
+  producerName: string,
+  timeoutMs: number,
+  missingMeansEmpty: boolean,
+): Promise<bigint> {
   try {
     return await withTimeout(
-      queryPublisherSequence(o.client, o.changelog, o.producerName),
-      o.stallMs,
-      `querying the last ID of changelog "${o.changelog}"`,
+      queryPublisherSequence(client, changelog, producerName),
+      timeoutMs,
+      `querying the last ID of changelog "${changelog}"`,
     );
   } catch (err) {
     if (!DOES_NOT_EXIST.test(errorText(err))) throw err;
     if (missingMeansEmpty) return 0n;
     throw new DedupError(
       'DEDUP_BROKER_UNREACHABLE',
-      `the broker says changelog "${o.changelog}" does not exist, but this member holds state from it: not believed`,
+      `the broker says changelog "${changelog}" does not exist, but this member holds state from it: not believed`,
       { cause: err },
     );
   }
@@ -366,42 +380,60 @@ async function changelogLastId(o: RestoreOptions, missingMeansEmpty: boolean): P
  * @internal
  */
 export async function readGenesis(client: Client, changelog: string, timeoutMs: number): Promise<bigint> {
+  const { message, failure } = await firstMessage(client, changelog, undefined, timeoutMs);
+  if (message === undefined) {
+    const cause = failure ?? new Error(`nothing arrived within ${timeoutMs} ms`);
+    throw new DedupError(
+      'DEDUP_BROKER_UNREACHABLE',
+      `reading the genesis of changelog "${changelog}": ${errorText(cause)}`,
+      { cause },
+    );
+  }
+  const where = `at the head of "${changelog}"`;
+  const identity = parseIdentity(message.applicationProperties ?? {});
+  const record = decodeRecord(message.content, () => false, where);
+  if (record.kind !== 'genesis' || typeof identity === 'string' || identity.publishingId !== GENESIS_ID) {
+    throw new DedupError(
+      'DEDUP_CHANGELOG_INVALID',
+      `changelog "${changelog}" does not begin with its genesis`,
+    );
+  }
+  return record.start;
+}
+
+/**
+ * The first message of `stream` at offset `from` or after it (its first message when `from` is
+ * `undefined`; a chunk that begins before `from` is skipped up to it), or `undefined` when none
+ * arrives within `timeoutMs`; `failure` is a decoding failure seen meanwhile. Reads on `client`
+ * with a plain consumer, closed before it resolves.
+ *
+ * @internal
+ */
+export async function firstMessage(
+  client: Client,
+  stream: string,
+  from: bigint | undefined,
+  timeoutMs: number,
+): Promise<{ message: StreamMessage | undefined; failure: Error | undefined }> {
+  const offset = from === undefined ? Offset.first() : Offset.offset(from);
   let first: ((message: StreamMessage) => void) | undefined;
   const arrived = new Promise<StreamMessage>((resolve) => (first = resolve));
   let failure: Error | undefined;
   decodeDeliveriesOurselves(client, (error) => (failure ??= error));
   const consumer = await withTimeout(
-    client.declareConsumer({ stream: changelog, offset: Offset.first() }, (message) => {
+    client.declareConsumer({ stream, offset }, (message) => {
+      if (from !== undefined && (message.offset === undefined || message.offset < from)) return;
       const take = first;
       first = undefined;
       take?.(message);
     }),
     timeoutMs,
-    `subscribing to changelog "${changelog}"`,
+    `subscribing to "${stream}"`,
   );
   consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
   try {
-    const message = await withTimeout(
-      arrived,
-      timeoutMs,
-      `reading the genesis of changelog "${changelog}"`,
-    ).catch((err: unknown) => {
-      throw new DedupError(
-        'DEDUP_BROKER_UNREACHABLE',
-        `reading the genesis of changelog "${changelog}": ${errorText(failure ?? err)}`,
-        { cause: failure ?? err },
-      );
-    });
-    const where = `at the head of "${changelog}"`;
-    const identity = parseIdentity(message.applicationProperties ?? {});
-    const record = decodeRecord(message.content, () => false, where);
-    if (record.kind !== 'genesis' || typeof identity === 'string' || identity.publishingId !== GENESIS_ID) {
-      throw new DedupError(
-        'DEDUP_CHANGELOG_INVALID',
-        `changelog "${changelog}" does not begin with its genesis`,
-      );
-    }
-    return record.start;
+    const message = await withTimeout(arrived, timeoutMs, `reading "${stream}"`).catch(() => undefined);
+    return { message, failure };
   } finally {
     await withTimeout(client.closeConsumer(consumer.extendedId), 5_000, 'closing').catch(() => undefined);
   }

@@ -77,6 +77,18 @@ export interface SuperStreamVerifyingConsumerOptions
   /** How long restoring a partition from its changelog may take (an integer ≥ 1). @defaultValue 300000 */
   readonly restoreTimeoutMs?: number;
   /**
+   * The stalled-partition watch (an integer ≥ 0; 0 turns it off). RabbitMQ can leave a
+   * partition's single-active-consumer group with members but no active one, for good (seen with
+   * RabbitMQ 4.0 when a node dies; docs/design.md §12). A member subscribed to a partition it is
+   * not active on checks, every `stalledPartitionMs / 6` (1 to 10 s), whether the partition has
+   * input that no member has appended to the changelog; once such input has waited this long, it
+   * leaves the partition's group for a while and joins again (`stats.rejoins`), as every member of
+   * a stuck group does, which starts the group again. A healthy group whose active member takes
+   * longer than this over one chunk (a slow restore or handler) is rebalanced: exact, but slower.
+   * @defaultValue 60000
+   */
+  readonly stalledPartitionMs?: number;
+  /**
    * Observation hooks around each commit of a partition this member holds (for example fault
    * injection in tests): `beforeCommit` before the batch goes to the changelog, `afterCommit` once
    * it is in the changelog and in this member's store, before its messages are settled. A hook
@@ -118,4 +130,9 @@ export interface GroupStats {
   entriesRestored: number;
   /** Batches dropped because another member had written past them in the changelog. */
   fenced: number;
+  /**
+   * Times this member left a partition's group and joined again because the partition had input
+   * no member applied (`stalledPartitionMs`).
+   */
+  rejoins: number;
 }

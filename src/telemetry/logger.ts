@@ -3,7 +3,7 @@
  * own). Silent by default: the library never writes to the console.
  */
 export interface Logger {
-  /** Detail for debugging (not used by the library today). */
+  /** Detail for debugging (a consumer group's watch that could not read the broker). */
   debug(obj: object, msg?: string): void;
   /** Opens, reconnects, closes. */
   info(obj: object, msg?: string): void;

@@ -197,9 +197,16 @@ describe('resubscribe - one path for every transport', () => {
       await settle(50);
       expect(connections).toHaveLength(2);
       expect(generations[1]!.isCurrent()).toBe(true);
-      const stopping = subscriptions.shutdown(() => Promise.resolve(), false);
+      // Committing first (AMQP 0-9-1), the subscription stays current until the core has closed:
+      // a leave meanwhile must not retire it.
+      let currentAtCloseCore: boolean | undefined;
+      const stopping = subscriptions.shutdown(() => {
+        currentAtCloseCore = generations[1]!.isCurrent();
+        return Promise.resolve();
+      }, true);
       subscriptions.leave(generations[1]!, 0);
       await stopping;
+      expect(currentAtCloseCore).toBe(true);
       await settle(50);
       expect(connections).toHaveLength(2);
     });

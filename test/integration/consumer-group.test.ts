@@ -1,11 +1,15 @@
 import { Offset } from 'rabbitmq-stream-js-client';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from '../../src/group/changelog-entry.js';
 import { changelogProducerName, changelogStreamName, partitionNamespace } from '../../src/group/consumer.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { effectKeyPrefix, encodeOffset, offsetKey } from '../../src/store/consumer-keys.js';
 import { creditPolicyOf } from '../../src/transport/stream-delivery.js';
-import { SuperStreamVerifyingConsumer, type AssignmentEvent } from '../../src/transport/stream.js';
+import {
+  SuperStreamVerifyingConsumer,
+  type AssignmentEvent,
+  type SuperStreamVerifyingConsumerOptions,
+} from '../../src/transport/stream.js';
 import { ledgerHandler, ledgerIds, publishLedger as publish, type Sent } from '../support/group-ledger.js';
 import { STREAM_CONNECTION } from '../support/broker.js';
 import { useClient } from '../support/stream.js';
@@ -37,6 +41,7 @@ async function member(
   superStreamName: string,
   events: string[],
   store?: string,
+  more: Partial<SuperStreamVerifyingConsumerOptions> = {},
 ): Promise<SuperStreamVerifyingConsumer> {
   return SuperStreamVerifyingConsumer.open({
     superStream: superStreamName,
@@ -47,6 +52,7 @@ async function member(
     handler: ledgerHandler,
     onAssignment: (e: AssignmentEvent) =>
       events.push(`${name} ${e.kind} ${e.partition.slice(superStreamName.length)}`),
+    ...more,
   });
 }
 
@@ -95,6 +101,70 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
     for (const [partition, s] of sent) await expectFold(b, partition, s);
     await b.close();
     console.log(`[consumer group] ${events.join('; ')}`);
+  });
+
+  it('the stalled-partition watch: a member not active on a partition whose input waits past stalledPartitionMs leaves its group and joins again; effects stay exact', async () => {
+    const { name, partitions } = await groupSuperStream('group-stalled');
+    const sent = new Map<string, Sent>();
+    const events: string[] = [];
+    await publish(client(), partitions, 1, 30, sent);
+    /** Round two's first offset per partition, and what A's handler waits for from there. */
+    let round1End: Record<string, bigint> = {};
+    let holdA: Promise<void> | undefined;
+    const a = await member('A', name, events, undefined, {
+      // A's handler stops at round two until the watch has acted: as a group the broker left
+      // without an active consumer looks to its other members, input waits and the changelog stays.
+      handler: async (message, tx, partition) => {
+        if (holdA !== undefined && message.offset !== undefined && message.offset >= round1End[partition]!)
+          await holdA;
+        return ledgerHandler(message, tx, partition);
+      },
+    });
+    await caughtUp([a], sent);
+    round1End = Object.fromEntries([...sent].map(([partition, s]) => [partition, s.lastOffset + 1n]));
+    let release!: () => void;
+    holdA = new Promise<void>((resolve) => (release = resolve));
+    let left!: (line: object) => void;
+    const leaving = new Promise<object>((resolve) => (left = resolve));
+    const b = await member('B', name, events, undefined, {
+      stalledPartitionMs: 3_000,
+      logger: {
+        debug: () => undefined,
+        info: () => undefined,
+        error: () => undefined,
+        warn: (obj, msg) => {
+          if (msg?.includes('joining again') === true) left(obj);
+        },
+      },
+    });
+    await vi.waitFor(() => expect(b.activePartitions().length).toBeGreaterThan(0), { timeout: 30_000 });
+    const heldByA = a.activePartitions();
+    expect(heldByA.length).toBeGreaterThan(0);
+    const stalledAt = performance.now();
+    await publish(client(), partitions, 31, 60, sent);
+    const warning = await leaving;
+    const detectedMs = performance.now() - stalledAt;
+    expect(b.stats.rejoins).toBeGreaterThan(0);
+    expect(heldByA).toContain((warning as { partition: string }).partition);
+    holdA = undefined;
+    release();
+    await caughtUp([a, b], sent);
+    for (const [partition, s] of sent) {
+      const holder = a.activePartitions().includes(partition) ? a : b;
+      await expectFold(holder, partition, s);
+    }
+    // B joined that partition's group again (after 3000 + 3 × 1000 + 5000 ms): with A gone, B
+    // takes every partition over, the one it left included, from the changelogs.
+    await a.close();
+    await publish(client(), partitions, 91, 20, sent);
+    await caughtUp([b], sent);
+    expect(b.activePartitions()).toEqual(partitions);
+    for (const [partition, s] of sent) await expectFold(b, partition, s);
+    console.log(
+      `[consumer group stalled] A held ${heldByA.length} partition(s); B's watch left a group ${(detectedMs / 1000).toFixed(1)} s ` +
+        `after round two (stalledPartitionMs 3000), rejoins=${b.stats.rejoins}; ${events.join('; ')}`,
+    );
+    await b.close();
   });
 
   it('a member reopened on its old store restores only what the changelog has beyond it', async () => {
