@@ -158,6 +158,13 @@ export class SuperStreamVerifyingConsumer {
     const appendTimeoutMs = integerOption(options.appendTimeoutMs, 'appendTimeoutMs', 30_000, 1);
     const restoreTimeoutMs = integerOption(options.restoreTimeoutMs, 'restoreTimeoutMs', 300_000, 1);
     const stalledMs = integerOption(options.stalledPartitionMs, 'stalledPartitionMs', 60_000, 0);
+    if (stalledMs !== 0 && stalledMs <= consumer.commitLingerMs) {
+      // A quiet partition's batch waits commitLingerMs for its commit: the watch would take every
+      // trickle of input for a stuck group.
+      throw new RangeError(
+        `Expected stalledPartitionMs to be 0 or more than commitLingerMs (${consumer.commitLingerMs}), got ${stalledMs}`,
+      );
+    }
     expectOptionalFunction(options.onAssignment, 'onAssignment');
     const consumerName = consumer.consumerName;
     const producer = changelogProducerName(consumerName);

@@ -264,7 +264,9 @@ export class GroupPartition {
       await this.#closingCore;
     }, false);
     await writerClosed;
-    await this.#watching;
+    // A reading under way ends soon (its probe connection was closed above, or is closed once
+    // its connect returns): not waited for longer than a query, even through a dead node.
+    await withTimeout(this.#watching ?? Promise.resolve(), WATCH_QUERY_MS, 'closing').catch(() => undefined);
   }
 
   async #subscribe(generation: Generation<Client>): Promise<void> {

@@ -9,7 +9,7 @@
  * `lastId - 2` has been applied by some member. The stream's committed chunk ID is the offset of
  * the first message of its last committed chunk: a chunk beginning after the last applied offset
  * holds input not yet applied — unless it holds no message a consumer is delivered (a tracking
- * chunk), which only reading can tell; such a chunk is dismissed by {@link StallWatch.dismiss}.
+ * chunk), which only reading can tell: {@link StallWatch.foundNothing}.
  * Before any batch is in the changelog, only a chunk that arrived since the watch's first reading
  * counts (with `startFrom: 'next'`, the input already there is not the group's).
  *

@@ -85,6 +85,7 @@ export interface SuperStreamVerifyingConsumerOptions
    * leaves the partition's group for a while and joins again (`stats.rejoins`), as every member of
    * a stuck group does, which starts the group again. A healthy group whose active member takes
    * longer than this over one chunk (a slow restore or handler) is rebalanced: exact, but slower.
+   * Must be more than `commitLingerMs`.
    * @defaultValue 60000
    */
   readonly stalledPartitionMs?: number;

@@ -366,4 +366,27 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
       }),
     ).rejects.toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
   });
+
+  it('refuses a stalledPartitionMs that is not an integer ≥ 0, or not above commitLingerMs, at open', async () => {
+    const open = async (more: Partial<SuperStreamVerifyingConsumerOptions>) =>
+      SuperStreamVerifyingConsumer.open({
+        superStream: 'never-opened',
+        consumerName: 'g',
+        store: await tempDir(),
+        handler: () => undefined,
+        ...more,
+      });
+    await expect(open({ stalledPartitionMs: -1 })).rejects.toThrow(
+      'Expected stalledPartitionMs to be an integer ≥ 0, got -1',
+    );
+    await expect(open({ stalledPartitionMs: 1.5 })).rejects.toThrow(RangeError);
+    await expect(open({ stalledPartitionMs: '60000' as unknown as number })).rejects.toThrow(TypeError);
+    await expect(open({ stalledPartitionMs: 500, commitLingerMs: 500 })).rejects.toThrow(
+      'Expected stalledPartitionMs to be 0 or more than commitLingerMs (500), got 500',
+    );
+    // 0 turns the watch off, whatever the linger: past the options, the missing super stream.
+    await expect(open({ stalledPartitionMs: 0, commitLingerMs: 500 })).rejects.toMatchObject({
+      code: 'DEDUP_BROKER_REFUSED',
+    });
+  });
 });
