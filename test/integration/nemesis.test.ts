@@ -108,7 +108,11 @@ const FAULTS: readonly Fault[] = [
     name: 'partition: clients cut from the leader (the cluster whole)',
     start: (l) => nemesis('cut', 'client', String(l)),
     holdMs: TICK_MS,
-    shows: { drops: true, stall: true },
+    // Not `stall`: the probe stalls only if its publisher's connection is on the leader. After the
+    // leader moved in an earlier fault it can be on another node, which forwards its messages to
+    // the leader over the cluster's own links, left whole here: seen once in CI (leader node 3, the
+    // probe 278 of 278 confirmed through the fault, 18 packets of other clients dropped).
+    shows: { drops: true },
   },
   {
     // Each node sees a majority (itself and the bridge): nobody pauses; the leader replicates
