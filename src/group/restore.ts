@@ -137,13 +137,9 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   const position = rawPosition === undefined || local === undefined ? 0n : decodeOffset(rawPosition);
   // A changelog that does not exist is believed only by a member that has nothing of the partition:
   // a node back from a network partition can say it of a stream that exists.
-  const lastId = await changelogLastId(
-    o.client,
-    o.changelog,
-    o.producerName,
-    o.stallMs,
-    local === undefined && position === 0n,
-  );
+  const askLastId = (missingMeansEmpty: boolean): Promise<bigint> =>
+    changelogLastId(o.client, o.changelog, o.producerName, o.stallMs, missingMeansEmpty);
+  const lastId = await askLastId(local === undefined && position === 0n);
   const have = local === undefined ? 0n : entryId(local);
   if (lastId <= have)
     return { offset: local, start: undefined, read: 0, applied: 0, changelogLastId: lastId };
@@ -266,7 +262,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
           );
         }
         // Quiet: the last ID may have belonged to an entry a leader lost before replicating it.
-        if (!arrived) target = await changelogLastId(o.client, o.changelog, o.producerName, o.stallMs, false);
+        if (!arrived) target = await askLastId(false);
         continue;
       }
       const offset = message.offset;
