@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Starts a real RabbitMQ 4.0 with the stream plugin for the tests, benchmarks and demo.
+# Starts a real RabbitMQ with the stream plugin for the tests, benchmarks and demo: the 4.3 line
+# (Debian forky's rabbitmq-server) unless RABBITMQ_LINE=4.0 (Debian trixie's) asks for the older.
 #
 #   scripts/rabbitmq.sh up        one node: AMQP 127.0.0.1:5672, stream 127.0.0.1:5552, and over TLS
 #                                 AMQP 5671, stream 5551 (certificates: `tls-dir` below)
@@ -16,10 +17,13 @@
 #                                 server.pem, client.pem, client-key.pem: its passphrase is in
 #                                 client-key.passphrase), made with openssl in the chroot
 #
-# If a broker already answers on the configured ports it is used as it is. Otherwise, as root on
-# Debian, a Debian trixie root is made once with debootstrap in $STREAM_DEDUP_CACHE (outside the
-# repository), Debian's rabbitmq-server (4.0.x) is installed in it, and the nodes run in that
-# chroot. Why not Debian 12's own package: it is 3.10.8, and rabbitmq-stream-js-client 1.0 sends
+# If a broker already answers on the configured ports it is used as it is (unless it is this
+# script's own node of the other line: that one is stopped first, so that a test run asks for a
+# line and gets it). Otherwise, as root on Debian, a Debian root is made once per line with
+# debootstrap in $STREAM_DEDUP_CACHE (outside the repository): forky for RABBITMQ_LINE=4.3 (the
+# default; rabbitmq-server 4.3.x, Erlang 29), trixie for RABBITMQ_LINE=4.0 (4.0.x, Erlang 27);
+# Debian's rabbitmq-server is installed in it, and the nodes run in that chroot. Each line keeps its
+# own chroot, data and test certificates; one line runs at a time (they share the ports). Why not Debian 12's own package: it is 3.10.8, and rabbitmq-stream-js-client 1.0 sends
 # ExchangeCommandVersions, which 3.10 does not know (the broker closes the connection and the
 # client throws from its socket handler).
 #
@@ -27,7 +31,21 @@
 set -euo pipefail
 
 CACHE=${STREAM_DEDUP_CACHE:-/var/cache/stream-dedup}
-ROOT="$CACHE/trixie"
+LINE=${RABBITMQ_LINE:-4.3}
+# line_suite LINE: the Debian suite whose rabbitmq-server is of that line.
+line_suite() {
+  case "$1" in
+    4.3) echo forky ;;
+    4.0) echo trixie ;;
+    *) return 1 ;;
+  esac
+}
+LINES="4.3 4.0"
+SUITE=$(line_suite "$LINE") || {
+  printf 'rabbitmq.sh: error: RABBITMQ_LINE=%s: known lines are %s\n' "$LINE" "$LINES" >&2
+  exit 2
+}
+ROOT="$CACHE/$SUITE"
 MIRROR=${STREAM_DEDUP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 HOST=127.0.0.1
 AMQP_PORT=${RABBITMQ_AMQP_PORT:-5672}
@@ -43,6 +61,9 @@ CLUSTER_AMQP_BASE=${CLUSTER_AMQP_BASE:-5680}
 CLUSTER_STREAM_BASE=${CLUSTER_STREAM_BASE:-5560}
 CLUSTER_DIST_BASE=${CLUSTER_DIST_BASE:-25680}
 READY_TIMEOUT=${STREAM_DEDUP_BROKER_TIMEOUT:-120}
+# The single node's Erlang name: another name lets a second line run beside the first on other
+# ports (the chroots share epmd, which refuses a second `rabbit@localhost`).
+NODE=${STREAM_DEDUP_NODE:-rabbit}
 
 log() { printf 'rabbitmq.sh: %s\n' "$*" >&2; }
 die() {
@@ -90,8 +111,11 @@ ensure_root() {
   local tmp="$ROOT.tmp"
   umount_root "$tmp"
   rm -rf "$tmp"
-  log "creating a Debian trixie root in $ROOT (debootstrap, about 30 s)"
-  debootstrap --variant=minbase trixie "$tmp" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 ||
+  log "creating a Debian $SUITE root in $ROOT for RabbitMQ $LINE (debootstrap, about 30 s)"
+  # An older debootstrap has no script named after a newer suite; sid's builds every current one.
+  local script=/usr/share/debootstrap/scripts/$SUITE
+  [ -e "$script" ] || script=/usr/share/debootstrap/scripts/sid
+  debootstrap --variant=minbase "$SUITE" "$tmp" "$MIRROR" "$script" >"$CACHE/debootstrap.log" 2>&1 ||
     die "debootstrap failed (no network to $MIRROR?); see $CACHE/debootstrap.log"
   # No service may start during package installation; we start the nodes ourselves.
   printf '#!/bin/sh\nexit 101\n' >"$tmp/usr/sbin/policy-rc.d"
@@ -100,8 +124,10 @@ ensure_root() {
   printf '127.0.0.1 localhost\n::1 localhost\n' >"$tmp/etc/hosts"
   log "installing Debian's rabbitmq-server in the chroot (about 10 s)"
   mount_root "$tmp"
+  # Check-Valid-Until off: a testing suite's Release is valid for a week only, and a mirror that
+  # lags behind it (one here served forky's 27 days past) would otherwise refuse every package.
   if ! chroot "$tmp" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-    sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends rabbitmq-server openssl' \
+    sh -c 'apt-get -o Acquire::Check-Valid-Until=false update -qq && apt-get install -y -qq --no-install-recommends rabbitmq-server openssl' \
     >"$CACHE/apt.log" 2>&1; then
     umount_root "$tmp"
     die "installing rabbitmq-server failed (no network to the package mirror?); see $CACHE/apt.log"
@@ -110,8 +136,8 @@ ensure_root() {
   local version
   version=$(chroot "$tmp" dpkg-query -W -f '${Version}' rabbitmq-server)
   case "$version" in
-    4.*) ;;
-    *) die "the chroot has rabbitmq-server $version; the stream client needs 4.x" ;;
+    "$LINE".*) ;;
+    *) die "Debian $SUITE has rabbitmq-server $version, not of the $LINE line (RABBITMQ_LINE)" ;;
   esac
   touch "$tmp/.stream-dedup-ready"
   mv "$tmp" "$ROOT"
@@ -258,6 +284,32 @@ kill_node() {
 }
 
 # --- commands --------------------------------------------------------------------------------
+# stop_other_lines PORT…: when one of PORT… is taken by this script's own nodes of another line,
+# stop that line (the lines share ports; a run that asks for a line must get that line, not
+# silently the other one). A foreign broker on the ports is left alone.
+stop_other_lines() {
+  [ "$(id -u)" = 0 ] || return 0
+  local p taken=0 l
+  for p in "$@"; do port_open "$p" && taken=1; done
+  [ $taken = 1 ] || return 0
+  for l in $LINES; do
+    [ "$l" = "$LINE" ] && continue
+    local other
+    other="$CACHE/$(line_suite "$l")"
+    [ -d "$other/var/lib/stream-dedup" ] || continue
+    (
+      ROOT=$other
+      for n in $(known_nodes); do
+        if node_running "$n"; then
+          log "stopping RabbitMQ $l (its nodes hold the ports RabbitMQ $LINE needs)"
+          cmd_down
+          break
+        fi
+      done
+    )
+  done
+}
+
 with_lock() {
   mkdir -p "$CACHE" 2>/dev/null || true
   { exec 9>"$CACHE/.lock"; } 2>/dev/null || return 0
@@ -265,12 +317,13 @@ with_lock() {
 }
 
 cmd_up() {
+  stop_other_lines "$AMQP_PORT" "$STREAM_PORT"
   if port_open "$AMQP_PORT" && port_open "$STREAM_PORT"; then
     speaks_amqp "$AMQP_PORT" || die "127.0.0.1:$AMQP_PORT is taken by something that does not speak AMQP 0-9-1"
-    if [ "$(id -u)" = 0 ] && [ -d "$ROOT" ] && node_running rabbit && ! port_open "$STREAM_TLS_PORT"; then
+    if [ "$(id -u)" = 0 ] && [ -d "$ROOT" ] && node_running "$NODE" && ! port_open "$STREAM_TLS_PORT"; then
       # Our own node, started by an older version of this script: restart it with TLS listeners.
-      log "restarting node rabbit@localhost to add its TLS listeners"
-      stop_node rabbit
+      log "restarting node $NODE@localhost to add its TLS listeners"
+      stop_node "$NODE"
     else
       log "using the broker already listening on 127.0.0.1 (AMQP $AMQP_PORT, stream $STREAM_PORT)"
       return
@@ -281,10 +334,10 @@ cmd_up() {
   ensure_root
   mount_root "$ROOT"
   make_tls
-  start_node rabbit "$AMQP_PORT" "$STREAM_PORT" "$DIST_PORT" "$AMQP_TLS_PORT" "$STREAM_TLS_PORT"
-  wait_node rabbit "$STREAM_PORT"
+  start_node "$NODE" "$AMQP_PORT" "$STREAM_PORT" "$DIST_PORT" "$AMQP_TLS_PORT" "$STREAM_TLS_PORT"
+  wait_node "$NODE" "$STREAM_PORT"
   port_open "$STREAM_TLS_PORT" && port_open "$AMQP_TLS_PORT" ||
-    die "node rabbit@localhost runs but its TLS listeners ($AMQP_TLS_PORT, $STREAM_TLS_PORT) do not answer; see $ROOT/var/lib/stream-dedup/rabbit/log"
+    die "node $NODE@localhost runs but its TLS listeners ($AMQP_TLS_PORT, $STREAM_TLS_PORT) do not answer; see $ROOT/var/lib/stream-dedup/$NODE/log"
   log "TLS: AMQP 127.0.0.1:$AMQP_TLS_PORT, stream 127.0.0.1:$STREAM_TLS_PORT; CA and client certificate in $ROOT$TLS_IN_ROOT"
 }
 
@@ -294,6 +347,8 @@ cluster_ports() { # cluster_ports I -> "AMQP STREAM DIST"
 
 cmd_cluster() {
   need_root
+  # shellcheck disable=SC2046
+  stop_other_lines $(cluster_ports 1) $(cluster_ports 2) $(cluster_ports 3)
   with_lock
   ensure_root
   mount_root "$ROOT"

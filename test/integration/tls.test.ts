@@ -1,5 +1,7 @@
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { isDedupError } from '../../src/errors.js';
 import { AmqpDedupPublisher, AmqpVerifyingConsumer } from '../../src/transport/amqp.js';
@@ -15,10 +17,13 @@ import { useTempDir } from '../support/tmp.js';
 
 // TLS on both protocols, as production brokers run it: a custom CA, a client certificate whose
 // key has a passphrase. scripts/rabbitmq.sh makes the CA and certificates with openssl and starts
-// the broker with TLS listeners (stream 5551, AMQP 5671); RABBITMQ_TLS_DIR points elsewhere.
+// the broker with TLS listeners (stream 5551, AMQP 5671), in the chroot of the broker line
+// (RABBITMQ_LINE) that the script prints with `tls-dir`; RABBITMQ_TLS_DIR points elsewhere.
 const TLS_DIR =
   process.env.RABBITMQ_TLS_DIR ??
-  join(process.env.STREAM_DEDUP_CACHE ?? '/var/cache/stream-dedup', 'trixie/var/lib/stream-dedup-tls');
+  execFileSync('bash', [fileURLToPath(new URL('../../scripts/rabbitmq.sh', import.meta.url)), 'tls-dir'], {
+    encoding: 'utf8',
+  }).trim();
 const STREAM_TLS_PORT = Number(process.env.RABBITMQ_STREAM_TLS_PORT ?? 5551);
 const AMQP_TLS_PORT = Number(process.env.RABBITMQ_AMQP_TLS_PORT ?? 5671);
 
