@@ -351,7 +351,8 @@ nemesis_status() {
 }
 
 # One line per node: `sdnN running=[…] partitions=[…]`, as node N's Erlang VM tells it (asked in
-# parallel; a paused or unreachable node says so).
+# parallel; a paused or unreachable node says so). RabbitMQ 4.3 has no
+# rabbit_node_monitor:partitions/0 any more: `partitions=not_reported` there.
 partitions() {
   local n
   for n in "${NODES[@]}"; do
@@ -360,7 +361,7 @@ partitions() {
       view=$(timeout 20 ip netns exec "sdn-$n" chroot --userspec=rabbitmq:rabbitmq "$ROOT" /usr/bin/env -i \
         PATH=/usr/lib/rabbitmq/bin:/usr/sbin:/usr/bin:/bin HOME=/var/lib/rabbitmq LANG=C.UTF-8 \
         rabbitmqctl -q -n "rabbit@sdn$n" eval \
-        'io:format("running=~w partitions=~w~n", [lists:sort(rabbit_nodes:list_running()), lists:sort(rabbit_node_monitor:partitions())]).' \
+        'P = case code:ensure_loaded(rabbit_node_monitor) =:= {module, rabbit_node_monitor} andalso erlang:function_exported(rabbit_node_monitor, partitions, 0) of true -> lists:sort(rabbit_node_monitor:partitions()); false -> not_reported end, io:format("running=~w partitions=~w~n", [lists:sort(rabbit_nodes:list_running()), P]).' \
         2>/dev/null | grep -v '^ok$' | head -n 1) || view=""
       echo "sdn$n ${view:-did-not-answer}"
     ) &

@@ -83,9 +83,9 @@ speaks_amqp() {
 
 need_root() {
   [ "$(id -u)" = 0 ] || die "no broker answers on 127.0.0.1:$AMQP_PORT/$STREAM_PORT and starting one needs root (it builds a Debian chroot).
-  Run as root, or point the tests at any RabbitMQ >= 3.13 with the stream plugin:
+  Run as root, or point the tests at any RabbitMQ >= 4.0 with the stream plugin:
   RABBITMQ_AMQP_PORT=... RABBITMQ_STREAM_PORT=... (see README, Operations)."
-  command -v apt-get >/dev/null || die "this script installs RabbitMQ with Debian's apt; on another system start RabbitMQ >= 3.13 yourself (README, Operations)"
+  command -v apt-get >/dev/null || die "this script installs RabbitMQ with Debian's apt; on another system start RabbitMQ >= 4.0 yourself (README, Operations)"
 }
 
 # --- the chroot ------------------------------------------------------------------------------
@@ -284,29 +284,26 @@ kill_node() {
 }
 
 # --- commands --------------------------------------------------------------------------------
-# stop_other_lines PORT…: when one of PORT… is taken by this script's own nodes of another line,
-# stop that line (the lines share ports; a run that asks for a line must get that line, not
-# silently the other one). A foreign broker on the ports is left alone.
+# stop_other_lines PORT…: stop this script's nodes of another line that listen on one of PORT…
+# (the lines share ports; a run that asks for a line must get that line, not silently the other
+# one). Nodes of the other line on other ports, and a foreign broker, are left alone.
 stop_other_lines() {
   [ "$(id -u)" = 0 ] || return 0
-  local p taken=0 l
-  for p in "$@"; do port_open "$p" && taken=1; done
-  [ $taken = 1 ] || return 0
+  local l other n p
   for l in $LINES; do
     [ "$l" = "$LINE" ] && continue
-    local other
     other="$CACHE/$(line_suite "$l")"
     [ -d "$other/var/lib/stream-dedup" ] || continue
-    (
-      ROOT=$other
-      for n in $(known_nodes); do
-        if node_running "$n"; then
-          log "stopping RabbitMQ $l (its nodes hold the ports RabbitMQ $LINE needs)"
-          cmd_down
+    for n in $(ROOT=$other known_nodes); do
+      for p in "$@"; do
+        if grep -qE "[:=] *127\.0\.0\.1:$p\$|_port = $p\$" "$other/var/lib/stream-dedup/$n/rabbitmq.conf" 2>/dev/null &&
+          (ROOT=$other node_running "$n"); then
+          log "stopping node $n@localhost of RabbitMQ $l: it holds port $p, which RabbitMQ $LINE needs"
+          (ROOT=$other stop_node "$n")
           break
         fi
       done
-    )
+    done
   done
 }
 

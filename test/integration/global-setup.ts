@@ -12,7 +12,7 @@ export default async function setup(): Promise<void> {
   }
   if (missing.length > 0) {
     throw new Error(
-      `The integration tests need RabbitMQ (>= 3.13, stream plugin) but nothing answers: ${missing.join(', ')}.\n` +
+      `The integration tests need RabbitMQ (>= 4.0, stream plugin) but nothing answers: ${missing.join(', ')}.\n` +
         `Start one with \`sudo bash scripts/rabbitmq.sh up\`, or point RABBITMQ_HOST / RABBITMQ_STREAM_PORT / ` +
         `RABBITMQ_AMQP_PORT at yours.${process.env.CI === 'true' ? ' (CI=true: this is a failure, not a skip.)' : ''}`,
     );

@@ -178,6 +178,8 @@ function clusterView(out: string): string {
           .filter(Boolean)
           .map((n) => n.replace('rabbit@', ''));
       if (!view.includes('running=')) return `${node} did not answer`;
+      // RabbitMQ 4.3 no longer keeps a list of partitions a node saw (rabbit_node_monitor:partitions/0).
+      if (view.includes('partitions=not_reported')) return `${node} runs with ${names('running').length}`;
       const partitions = names('partitions');
       return `${node} runs with ${names('running').length}, partitioned from ${partitions.length > 0 ? partitions.join('+') : 'none'}`;
     })
