@@ -106,18 +106,22 @@ const MAX_DEPTH = 32;
 const MAX_EMPTY_ELEMENTS = 65_536;
 const EMPTY = Buffer.alloc(0);
 
-/** Section codes (descriptors) of AMQP 1.0 part 3 §3.2, by their symbolic names. */
-const SECTION_NAMES: Readonly<Record<string, number>> = {
-  'amqp:header:list': 0x70,
-  'amqp:delivery-annotations:map': 0x71,
-  'amqp:message-annotations:map': 0x72,
-  'amqp:properties:list': 0x73,
-  'amqp:application-properties:map': 0x74,
-  'amqp:data:binary': 0x75,
-  'amqp:amqp-sequence:list': 0x76,
-  'amqp:value:*': 0x77,
-  'amqp:footer:map': 0x78,
-};
+/**
+ * Section codes (descriptors) of AMQP 1.0 part 3 §3.2, by their symbolic names. A `Map`, not an
+ * object literal: a name from the wire must not find `constructor`, `toString` or `__proto__` on
+ * `Object.prototype` (issue 32: they were accepted as sections).
+ */
+const SECTION_NAMES: ReadonlyMap<string, number> = new Map([
+  ['amqp:header:list', 0x70],
+  ['amqp:delivery-annotations:map', 0x71],
+  ['amqp:message-annotations:map', 0x72],
+  ['amqp:properties:list', 0x73],
+  ['amqp:application-properties:map', 0x74],
+  ['amqp:data:binary', 0x75],
+  ['amqp:amqp-sequence:list', 0x76],
+  ['amqp:value:*', 0x77],
+  ['amqp:footer:map', 0x78],
+]);
 
 function hex(byte: number): string {
   return `0x${byte.toString(16).padStart(2, '0')}`;
@@ -405,7 +409,7 @@ function readSectionCode(c: Cursor): number {
     if (c.buf.readUInt32BE(p) === 0) section = c.buf.readUInt32BE(p + 4);
   } else if (code === 0xa3 || code === 0xb3) {
     const name = readBody(c, code, 0) as string;
-    section = SECTION_NAMES[name] ?? -1;
+    section = SECTION_NAMES.get(name) ?? -1;
     if (section < 0)
       throw new ChunkDecodeError(`unknown message section ${JSON.stringify(name)} at byte ${at}`);
   } else {

@@ -272,6 +272,26 @@ describe('amqp10 decode - message sections', () => {
     refused(section(0x75, amqpString('a')), /does not hold a binary/);
     refused(Buffer.from([0x00, 0x53]), /truncated section descriptor/);
   });
+
+  it('recognises only the nine AMQP 1.0 section names: Object.prototype members are unknown sections (issue 32 item 5)', () => {
+    const named = (name: string, value: Buffer): Buffer => {
+      const bytes = Buffer.from(name, 'utf8');
+      return Buffer.concat([Buffer.from([0x00, 0xa3, bytes.length]), bytes, value]);
+    };
+    const members = ['constructor', 'toString', '__proto__', 'valueOf', 'hasOwnProperty', 'isPrototypeOf'];
+    for (const name of members) {
+      // Alone, followed by a value, or in front of a valid section: refused by name every time.
+      for (const rest of [Buffer.alloc(0), amqpMap([]), section(0x75, amqpBinary(Buffer.from('x')))]) {
+        const err = thrown(() => decodeAmqp10Message(named(name, rest)));
+        expect(err, name).toBeInstanceOf(ChunkDecodeError);
+        expect((err as Error).message).toContain(`unknown message section ${JSON.stringify(name)}`);
+      }
+    }
+    // The nine names still read, the symbol32 form included.
+    const value = Buffer.from('amqp:value:*');
+    const sym32 = Buffer.concat([Buffer.from([0x00, 0xb3, ...u32(value.length)]), value, amqpInt(7)]);
+    expect(decodeAmqp10Message(sym32).content).toEqual(amqpInt(7));
+  });
 });
 
 describe('amqp10 decode - what the client decoded, it decodes the same', () => {
