@@ -83,7 +83,7 @@ export function decodeDeliverFrame(
   end: number = frame.length,
 ): DeliverFrame {
   checkRange(frame, start, end);
-  const c: Cursor = { buf: frame, pos: start, end };
+  const c: Cursor = { buf: frame, pos: start, end, allowance: 0 };
   const at = take(c, 5, 'Deliver frame header');
   const key = frame.readUInt16BE(at);
   const version = frame.readUInt16BE(at + 2);
@@ -107,7 +107,7 @@ export function decodeDeliverFrame(
  */
 export function decodeChunk(bytes: Buffer, start: number = 0, end: number = bytes.length): StreamChunk {
   checkRange(bytes, start, end);
-  const c: Cursor = { buf: bytes, pos: start, end };
+  const c: Cursor = { buf: bytes, pos: start, end, allowance: 0 };
   const h = take(c, CHUNK_HEADER, 'chunk header');
   if (bytes[h]! >> 4 !== CHUNK_MAGIC) {
     throw new ChunkDecodeError(`not an OSIRIS chunk: magic byte 0x${bytes[h]!.toString(16)}`);
@@ -184,10 +184,10 @@ function readSubEntries(
   // Uncompressed, the records are read where they lie; a codec gives a buffer of their own.
   let inner: Cursor;
   if (codec === 0) {
-    inner = { buf: bytes, pos: start, end: start + length };
+    inner = { buf: bytes, pos: start, end: start + length, allowance: 0 };
   } else {
     const data = decompress(codec, bytes.subarray(start, start + length), uncompressed, next);
-    inner = { buf: data, pos: 0, end: data.length };
+    inner = { buf: data, pos: 0, end: data.length, allowance: 0 };
   }
   if (inner.end - inner.pos !== uncompressed) {
     throw new ChunkDecodeError(
