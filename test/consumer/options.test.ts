@@ -1,3 +1,4 @@
+import { constants } from 'node:buffer';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -228,6 +229,18 @@ const STREAM_CASES: readonly Case[] = [
     { connection: { ssl: { key: 'not a PEM key' } } },
     TypeError,
     'connection.ssl: the TLS options cannot be used',
+  ],
+  [
+    'maxInflatedBytes',
+    { maxInflatedBytes: -1 },
+    RangeError,
+    `Expected maxInflatedBytes to be an integer from 0 to ${constants.MAX_LENGTH}, got -1`,
+  ],
+  [
+    'maxInflatedBytes',
+    { maxInflatedBytes: '16MiB' },
+    TypeError,
+    `Expected maxInflatedBytes to be an integer from 0 to ${constants.MAX_LENGTH}, got "16MiB"`,
   ],
 ];
 
