@@ -394,7 +394,8 @@ export interface SectionNode {
   readonly descriptor:
     | { readonly form: 'smallulong' | 'ulong'; readonly code: number }
     | { readonly form: 'sym8' | 'sym32'; readonly name: string };
-  readonly value: AmqpNode;
+  /** Absent only after a descriptor that is no section: a bare descriptor is how one hides. */
+  readonly value: AmqpNode | undefined;
 }
 
 /** Whether the model recognises a section descriptor, and its code. */
@@ -414,12 +415,13 @@ export const messageNode: fc.Arbitrary<readonly SectionNode[]> = fc.array(
       fc.constantFrom(...SECTIONS),
       fc.oneof(
         { weight: 8, arbitrary: fc.constantFrom('smallulong', 'ulong', 'sym8', 'sym32') },
-        { weight: 1, arbitrary: fc.constantFrom('invalid-name', 'invalid-code') },
+        { weight: 2, arbitrary: fc.constantFrom('invalid-name', 'invalid-code') },
       ),
       fc.constantFrom(...NOT_SECTION_NAMES),
       fc.integer({ min: 0, max: 255 }).filter((n) => n < 0x70 || n > 0x78),
+      fc.boolean(),
     )
-    .chain(([[code, name, kind], form, badName, badCode]) => {
+    .chain(([[code, name, kind], form, badName, badCode, bare]) => {
       const value =
         kind === 'list'
           ? fc.boolean().chain((wide) => valueOf({ t: 'list', wide }, 2))
@@ -436,7 +438,8 @@ export const messageNode: fc.Arbitrary<readonly SectionNode[]> = fc.array(
             : form === 'sym8' || form === 'sym32'
               ? { form, name }
               : { form, code };
-      return value.map((v): SectionNode => ({ descriptor: d, value: v }));
+      const invalid = form === 'invalid-name' || form === 'invalid-code';
+      return value.map((v): SectionNode => ({ descriptor: d, value: invalid && bare ? undefined : v }));
     }),
   { maxLength: 4 },
 );
@@ -467,7 +470,7 @@ export function encodeMessage(sections: readonly SectionNode[]): EncodedMessage 
       w.field(name.length, d.form === 'sym32');
       w.push(name);
     }
-    w.append(encodeWriter(s.value));
+    if (s.value !== undefined) w.append(encodeWriter(s.value));
     const code = sectionCode(s);
     if (code === undefined) known = false;
     const kind = code === undefined ? undefined : BODY_KIND[code];
