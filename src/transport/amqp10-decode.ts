@@ -34,13 +34,16 @@
  * message, all its arrays together however nested (issue 32: a per-array allowance of 65 536 let
  * 466 bytes of nested arrays decode into 3.1 M values). So a message of N bytes decodes into at
  * most 2N values, and the property tests check c = 32: at most 32·N values and 32·N bytes of
- * strings, buffers and value slots (8 bytes each) for any input (property-tests/amqp10-memory.test.ts).
+ * strings, buffers and value slots (8 bytes each) for any input, N counting the record's 4-byte
+ * size (property-tests/chunk-decoder.test.ts; docs/design.md §10).
  */
 
 /**
  * Malformed bytes in a delivered chunk or one of its messages: truncated, a length beyond the
  * bytes there are, an unknown type code or section, nesting deeper than 32, a record count that
- * does not match, or a compression this process cannot read. Not part of the public API: the
+ * does not match, arrays announcing more zero-width elements than the message's allowance, a
+ * section descriptor that is none of the nine, compressed batches announcing more than the chunk's
+ * ceiling, or a compression this process cannot read. Not part of the public API: the
  * stream consumer and `readStreamToEnd` wrap it in a `DedupError` (`DEDUP_STREAM_UNREADABLE`).
  */
 export class ChunkDecodeError extends Error {
