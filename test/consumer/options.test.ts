@@ -1,4 +1,3 @@
-import { constants } from 'node:buffer';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -234,13 +233,13 @@ const STREAM_CASES: readonly Case[] = [
     'maxInflatedBytes',
     { maxInflatedBytes: -1 },
     RangeError,
-    `Expected maxInflatedBytes to be an integer from 0 to ${constants.MAX_LENGTH}, got -1`,
+    'Expected maxInflatedBytes to be an integer from 0 to 4294967295, got -1',
   ],
   [
     'maxInflatedBytes',
     { maxInflatedBytes: '16MiB' },
     TypeError,
-    `Expected maxInflatedBytes to be an integer from 0 to ${constants.MAX_LENGTH}, got "16MiB"`,
+    'Expected maxInflatedBytes to be an integer from 0 to 4294967295, got "16MiB"',
   ],
 ];
 
