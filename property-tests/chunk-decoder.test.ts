@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import fc from 'fast-check';
 import { mutated } from './support/mutations.js';
 import type { Client } from 'rabbitmq-stream-js-client';
@@ -10,10 +12,17 @@ import {
   clientResponseDecoder,
   deliverFrame,
   encodeChunk,
+  encodeEntry,
   encodeMessage,
   type TestEntry,
   type TestMessage,
 } from '../test/support/chunks.js';
+import {
+  bombEntry,
+  encodeMessage as encodeModelMessage,
+  messageNode,
+  mutatedFields,
+} from './support/amqp10-arbitrary.js';
 import { assertProperty } from './support/runs.js';
 
 // The Deliver chunk decoder (src/transport/stream-chunks.ts) against an encoder written from the
@@ -267,4 +276,211 @@ describe('chunk decoder - properties', () => {
       { numRuns: FUZZ_RUNS },
     );
   });
+});
+
+// The structure-aware model (property-tests/support/amqp10-arbitrary.ts, issue 32): values of
+// every type and width, nested arrays (of arrays, maps, described and zero-width elements), messages
+// whose section descriptors may be Object.prototype names, chunks with gzip bombs. The memory bound
+// c is the one amqp10-decode.ts and docs/design.md §10 state.
+
+/** Structured inputs reach the deep paths in fewer runs than random bytes: 1 ms each. */
+const MODEL_FUZZ_RUNS = 20_000;
+/** c: decoding N bytes retains at most c·N values and c·N bytes (see {@link retained}). */
+const C = 32;
+/** The ceiling the chunk properties decode with (small, so that gzip bombs reach it). */
+const LIMITS = { maxInflatedBytes: 4_096 };
+
+/**
+ * What a decoded result retains, counted by walking it (not by measuring the heap): every value
+ * reached (objects, arrays, Buffers, strings, scalars) and their bytes — 8 per value (its slot),
+ * a Buffer's length, 2 per UTF-16 code unit of strings and of the keys of maps from the wire. The
+ * fixed field names of a message, its header and properties are not counted (they are shared).
+ */
+function retained(root: unknown): { values: number; bytes: number } {
+  let values = 0;
+  let bytes = 0;
+  const stack: Array<[unknown, boolean]> = [[root, false]];
+  while (stack.length > 0) {
+    const [v, wireKeys] = stack.pop()!;
+    values++;
+    bytes += 8;
+    if (typeof v === 'string') bytes += 2 * v.length;
+    else if (Buffer.isBuffer(v)) bytes += v.length;
+    else if (Array.isArray(v)) for (const x of v as unknown[]) stack.push([x, wireKeys]);
+    else if (typeof v === 'object' && v !== null && !(v instanceof Date)) {
+      // A decoded message, a chunk or a frame: fixed names; its maps and values carry wire keys.
+      const envelope = !wireKeys;
+      for (const key of Object.keys(v)) {
+        if (!envelope) bytes += 2 * key.length;
+        const fixedNames =
+          envelope &&
+          (key === 'messageProperties' || key === 'messageHeader' || key === 'chunk' || key === 'messages');
+        stack.push([(v as Record<string, unknown>)[key], !envelope || !fixedNames]);
+      }
+    }
+  }
+  return { values, bytes };
+}
+
+/** Decodes; a ChunkDecodeError gives undefined, anything else thrown fails. */
+function decodedOrRefused<T>(decode: () => T): T | undefined {
+  try {
+    return decode();
+  } catch (err) {
+    if (err instanceof ChunkDecodeError) return undefined;
+    throw err;
+  }
+}
+
+/** The largest ratios a property met, printed after it (the figures behind c). */
+const worst = { values: 0, bytes: 0 };
+
+function printWorst(what: string): void {
+  console.log(
+    `[${what}] largest ratios met: ${worst.values.toFixed(2)} values, ${worst.bytes.toFixed(2)} bytes per byte`,
+  );
+  worst.values = 0;
+  worst.bytes = 0;
+}
+
+/** N counts the record's 4-byte size field: a message always comes with one in a chunk. */
+function withinC(result: unknown, n: number, what: string): void {
+  const { values, bytes } = retained(result);
+  worst.values = Math.max(worst.values, values / n);
+  worst.bytes = Math.max(worst.bytes, bytes / n);
+  const budget = C * n;
+  if (values > budget || bytes > budget) {
+    throw new Error(`${what}: ${n} bytes decoded into ${values} values and ${bytes} bytes (c = ${C})`);
+  }
+}
+
+const modelMessage = messageNode.map(encodeModelMessage);
+
+/** Structured chunks: model messages the decoder reads, cut into plain entries and batches, and gzip bombs. */
+const modelChunk = fc
+  .tuple(
+    fc.array(
+      fc.oneof(
+        {
+          weight: 4,
+          arbitrary: fc.array(
+            modelMessage.filter((m) => m.valid),
+            { minLength: 1, maxLength: 3 },
+          ),
+        },
+        { weight: 1, arbitrary: fc.integer({ min: 1, max: 262_144 }) },
+      ),
+      { maxLength: 5 },
+    ),
+    fc.array(fc.constantFrom<0 | 1 | undefined>(undefined, 0, 1), { minLength: 1, maxLength: 5 }),
+    fc.bigInt(0n, 2n ** 63n),
+  )
+  .map(([groups, codecs, first]) => {
+    let records = 0;
+    const entries = groups.map((g, i) => {
+      if (typeof g === 'number') {
+        records += 1;
+        return bombEntry(g);
+      }
+      const codec = codecs[i % codecs.length];
+      const cut: TestEntry = {
+        records: (codec === undefined ? g.slice(0, 1) : g).map((m) => m.bytes),
+        codec,
+      };
+      records += cut.records.length;
+      return encodeEntry(cut);
+    });
+    const data = Buffer.concat(entries);
+    const chunk = Buffer.concat([
+      encodeChunk([], {
+        numEntries: entries.length,
+        numRecords: records,
+        dataLength: data.length,
+        firstOffset: first,
+      }),
+      data,
+    ]);
+    return deliverFrame(chunk, { version: 2, committedChunkId: first });
+  });
+
+describe('decoders - structure-aware model (issue 32)', () => {
+  it('a well-formed model message decodes exactly when the model says so: nine section names, bodies that do not mix, zero-width elements within the allowance', () => {
+    fc.assert(
+      fc.property(modelMessage, (m) => {
+        const decoded = decodedOrRefused(() => decodeAmqp10Message(m.bytes));
+        if ((decoded !== undefined) !== m.valid) {
+          throw new Error(
+            `model says ${m.valid ? 'valid' : 'refused'}, the decoder ${decoded === undefined ? 'refused' : 'read'} it`,
+          );
+        }
+      }),
+      { numRuns: 10_000 },
+    );
+  });
+
+  it(`model messages with lying lengths and counts, and flipped bytes, decode or throw ChunkDecodeError (${MODEL_FUZZ_RUNS} inputs)`, () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(mutatedFields(modelMessage), mutated(modelMessage.map((m) => Uint8Array.from(m.bytes)))),
+        (bytes) => typedOnly(() => decodeAmqp10Message(bytes)),
+      ),
+      { numRuns: MODEL_FUZZ_RUNS },
+    );
+  });
+
+  it(`decoding N bytes of a message retains at most ${C}·N values and ${C}·N bytes, whatever the bytes`, () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          modelMessage.map((m) => m.bytes),
+          mutatedFields(modelMessage),
+        ),
+        (bytes) => {
+          const decoded = decodedOrRefused(() => decodeAmqp10Message(bytes));
+          if (decoded !== undefined) withinC(decoded, 4 + bytes.length, 'message');
+        },
+      ),
+      { numRuns: 10_000 },
+    );
+    printWorst('message memory');
+  });
+
+  it(`decoding a Deliver frame of N bytes retains at most ${C}·(N + maxInflatedBytes), gzip bombs and mutations included`, () => {
+    fc.assert(
+      fc.property(fc.oneof(modelChunk, mutated(modelChunk)), (frame) => {
+        const decoded = decodedOrRefused(() =>
+          decodeDeliverFrame(frame, Math.min(4, frame.length), frame.length, LIMITS),
+        );
+        if (decoded !== undefined) withinC(decoded, frame.length + LIMITS.maxInflatedBytes, 'frame');
+      }),
+      { numRuns: 2_000 },
+    );
+    printWorst('frame memory');
+  });
+});
+
+describe('decoders - memory, in a child process with a 64 MB heap (issue 32)', () => {
+  it("the issue's amplification inputs, gzip bombs and hostile structured inputs retain at most 24 MiB each; a regression fails here instead of killing the runner", async () => {
+    const child = spawn(
+      process.execPath,
+      [
+        '--max-old-space-size=64',
+        '--expose-gc',
+        '--import',
+        'tsx',
+        'property-tests/support/decoder-memory-child.ts',
+      ],
+      {
+        env: { ...process.env, FC_SEED: String(fc.readConfigureGlobal().seed ?? Date.now()) },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    child.stderr.on('data', (b: Buffer) => (err += b.toString()));
+    const [code, signal] = (await once(child, 'exit')) as [number | null, NodeJS.Signals | null];
+    console.log(`[decoder memory child] exit ${code ?? signal}\n${out}`);
+    expect({ code, signal, stderr: err.slice(-2_000) }).toEqual({ code: 0, signal: null, stderr: '' });
+  }, 300_000);
 });

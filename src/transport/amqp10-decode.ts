@@ -27,12 +27,23 @@
  * encoded bytes (its constructor included); for amqp-sequence sections their encoded lists,
  * concatenated. Every `content` is a copy: a message the application keeps must not pin the
  * whole frame it came in.
+ *
+ * Memory: decoding N bytes allocates O(N). Every value takes at least its type code's byte except
+ * an array's elements of a zero-width type (null, true, false, uint0, ulong0, list0), which share
+ * the array's one constructor; those draw from an allowance per message of one per byte of the
+ * message, all its arrays together however nested (issue 32: a per-array allowance of 65 536 let
+ * 466 bytes of nested arrays decode into 3.1 M values). So a message of N bytes decodes into at
+ * most 2N values, and the property tests check c = 32: at most 32·N values and 32·N bytes of
+ * strings, buffers and value slots (8 bytes each) for any input, N counting the record's 4-byte
+ * size (property-tests/chunk-decoder.test.ts; docs/design.md §10).
  */
 
 /**
  * Malformed bytes in a delivered chunk or one of its messages: truncated, a length beyond the
  * bytes there are, an unknown type code or section, nesting deeper than 32, a record count that
- * does not match, or a compression this process cannot read. Not part of the public API: the
+ * does not match, arrays announcing more zero-width elements than the message's allowance, a
+ * section descriptor that is none of the nine, compressed batches announcing more than the chunk's
+ * ceiling, or a compression this process cannot read. Not part of the public API: the
  * stream consumer and `readStreamToEnd` wrap it in a `DedupError` (`DEDUP_STREAM_UNREADABLE`).
  */
 export class ChunkDecodeError extends Error {
@@ -95,29 +106,34 @@ export interface Cursor {
   buf: Buffer;
   pos: number;
   end: number;
+  /**
+   * Array elements of zero width (null, true, false, uint0, ulong0, list0: no bytes after the
+   * array's one constructor) the message may still decode, all its arrays together, however
+   * nested: {@link readMessage} sets it to the message's length in bytes.
+   */
+  allowance: number;
 }
 
 /** Compound values (list, map, array, described) nested deeper than this are refused: a stack bomb. */
 const MAX_DEPTH = 32;
-/**
- * Elements of zero width (null, true, false, uint0, ulong0, list0) an array may announce: they
- * take no bytes, so the array's size does not bound their count.
- */
-const MAX_EMPTY_ELEMENTS = 65_536;
 const EMPTY = Buffer.alloc(0);
 
-/** Section codes (descriptors) of AMQP 1.0 part 3 §3.2, by their symbolic names. */
-const SECTION_NAMES: Readonly<Record<string, number>> = {
-  'amqp:header:list': 0x70,
-  'amqp:delivery-annotations:map': 0x71,
-  'amqp:message-annotations:map': 0x72,
-  'amqp:properties:list': 0x73,
-  'amqp:application-properties:map': 0x74,
-  'amqp:data:binary': 0x75,
-  'amqp:amqp-sequence:list': 0x76,
-  'amqp:value:*': 0x77,
-  'amqp:footer:map': 0x78,
-};
+/**
+ * Section codes (descriptors) of AMQP 1.0 part 3 §3.2, by their symbolic names. A `Map`, not an
+ * object literal: a name from the wire must not find `constructor`, `toString` or `__proto__` on
+ * `Object.prototype` (issue 32: they were accepted as sections).
+ */
+const SECTION_NAMES: ReadonlyMap<string, number> = new Map([
+  ['amqp:header:list', 0x70],
+  ['amqp:delivery-annotations:map', 0x71],
+  ['amqp:message-annotations:map', 0x72],
+  ['amqp:properties:list', 0x73],
+  ['amqp:application-properties:map', 0x74],
+  ['amqp:data:binary', 0x75],
+  ['amqp:amqp-sequence:list', 0x76],
+  ['amqp:value:*', 0x77],
+  ['amqp:footer:map', 0x78],
+]);
 
 function hex(byte: number): string {
   return `0x${byte.toString(16).padStart(2, '0')}`;
@@ -139,9 +155,12 @@ export function take(c: Cursor, n: number, what: string): number {
   return at;
 }
 
-/** A copy of `buf[start, end)`: a kept value must not pin the frame. */
+/**
+ * A copy of `buf[start, end)`: a kept value must not pin the frame. Empty ones share one buffer:
+ * an array of empty binaries costs a byte per element, not a Buffer object per byte.
+ */
 function copyOut(buf: Buffer, start: number, end: number): Buffer {
-  if (end === start) return Buffer.alloc(0);
+  if (end === start) return EMPTY;
   const out = Buffer.allocUnsafe(end - start);
   buf.copy(out, 0, start, end);
   return out;
@@ -381,7 +400,17 @@ function readArray(c: Cursor, wide: boolean, depth: number): unknown[] {
     readValue(c, ++nesting);
     code = c.buf[take(c, 1, 'array constructor')]!;
   }
-  if (isEmptyWidth(code) ? count > MAX_EMPTY_ELEMENTS : count > c.end - c.pos) {
+  if (isEmptyWidth(code)) {
+    // They take no bytes: the array's size does not bound their count, the message's allowance
+    // does (a per-array allowance let nested arrays multiply: 466 bytes made 3.1 M values).
+    if (count > c.allowance) {
+      throw new ChunkDecodeError(
+        `array at byte ${c.pos} announces ${count} elements of zero width; the message's allowance ` +
+          `(one per byte of the message) has ${c.allowance} left`,
+      );
+    }
+    c.allowance -= count;
+  } else if (count > c.end - c.pos) {
     throw new ChunkDecodeError(
       `array at byte ${c.pos} announces ${count} elements in ${c.end - c.pos} bytes`,
     );
@@ -405,7 +434,7 @@ function readSectionCode(c: Cursor): number {
     if (c.buf.readUInt32BE(p) === 0) section = c.buf.readUInt32BE(p + 4);
   } else if (code === 0xa3 || code === 0xb3) {
     const name = readBody(c, code, 0) as string;
-    section = SECTION_NAMES[name] ?? -1;
+    section = SECTION_NAMES.get(name) ?? -1;
     if (section < 0)
       throw new ChunkDecodeError(`unknown message section ${JSON.stringify(name)} at byte ${at}`);
   } else {
@@ -495,6 +524,7 @@ export function readMessage(c: Cursor, end: number, offset: bigint | undefined):
   if (end > outer)
     throw new ChunkDecodeError(`message ending at byte ${end} is beyond its record (${outer})`);
   c.end = end;
+  c.allowance = end - c.pos;
   let content: Buffer = EMPTY;
   let parts: Buffer[] | undefined;
   let body = 0;
@@ -611,5 +641,5 @@ export function decodeAmqp10Message(
   if (start < 0 || end > bytes.length || start > end) {
     throw new RangeError(`Expected 0 <= start <= end <= ${bytes.length}, got ${start} and ${end}`);
   }
-  return readMessage({ buf: bytes, pos: start, end }, end, undefined);
+  return readMessage({ buf: bytes, pos: start, end, allowance: 0 }, end, undefined);
 }

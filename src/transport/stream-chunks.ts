@@ -20,13 +20,19 @@
  * of u32 size + message). A record's offset is the chunk's first offset plus its index among all
  * records of the chunk, batch members included.
  *
+ * Memory: a compressed batch announces its uncompressed length (a u32), and gzip inflates up to
+ * 1 032 times: a 261 KB Deliver frame once inflated into 256 MiB (issue 32). The batches of one
+ * chunk may inflate to {@link ChunkLimits.maxInflatedBytes} together (16 MiB by default): each
+ * batch's announced length is checked against what the chunk has left BEFORE it is inflated, and
+ * the inflate itself stops at the announced length (zlib's `maxOutputLength`). Everything else a
+ * chunk holds arrived on the wire; its messages decode into O(N) values (`amqp10-decode.ts`).
+ *
  * Codecs: 0 none, 1 gzip (Node's zlib), 4 zstd where this Node's zlib has it (22.15 on). Snappy
  * (2) and lz4 (3) would need a native or hand-written codec: a chunk holding them is refused by
  * name rather than misread. The chunk's CRC is not checked, as the client does not: Node 20's
  * zlib has no CRC32 (22.2 on), and TCP checks the bytes in transit.
  */
 import { CODEC_CODES, CODEC_NAMES, inflateOf } from './compression.js';
-import { constants } from 'node:buffer';
 import { ChunkDecodeError, readMessage, take, type Amqp10Message, type Cursor } from './amqp10-decode.js';
 
 /** The stream protocol's Deliver key. */
@@ -39,6 +45,25 @@ const CHUNK_MAGIC = 0x5;
 const CHUNK_USER = 0;
 /** u8 type, u16 records, u32 uncompressed length, u32 data length. */
 const SUB_ENTRY_HEADER = 11;
+
+/**
+ * The default of {@link ChunkLimits.maxInflatedBytes}: 16 MiB, 16 times the largest Publish frame a
+ * writer may send under RabbitMQ's default `stream.frame_max` (1 MiB). stream-dedup's own
+ * publisher cuts batches whose records fit one frame uncompressed.
+ */
+export const DEFAULT_MAX_INFLATED_BYTES: number = 16 * 1_048_576;
+
+/** Ceilings of the chunk decoder. */
+export interface ChunkLimits {
+  /**
+   * The most bytes the compressed sub-entry batches of one chunk may inflate to, together (so
+   * also each batch): a batch announcing more than the chunk has left is refused before it is
+   * inflated. @defaultValue {@link DEFAULT_MAX_INFLATED_BYTES}
+   */
+  readonly maxInflatedBytes: number;
+}
+
+const DEFAULT_LIMITS: ChunkLimits = Object.freeze({ maxInflatedBytes: DEFAULT_MAX_INFLATED_BYTES });
 
 /** A record of a chunk: an AMQP 1.0 message with its offset. */
 export interface ChunkRecord extends Amqp10Message {
@@ -81,9 +106,10 @@ export function decodeDeliverFrame(
   frame: Buffer,
   start: number = 0,
   end: number = frame.length,
+  limits: ChunkLimits = DEFAULT_LIMITS,
 ): DeliverFrame {
   checkRange(frame, start, end);
-  const c: Cursor = { buf: frame, pos: start, end };
+  const c: Cursor = { buf: frame, pos: start, end, allowance: 0 };
   const at = take(c, 5, 'Deliver frame header');
   const key = frame.readUInt16BE(at);
   const version = frame.readUInt16BE(at + 2);
@@ -94,7 +120,7 @@ export function decodeDeliverFrame(
   const subscriptionId = frame[at + 4]!;
   const committedChunkId =
     version === 2 ? frame.readBigUInt64BE(take(c, 8, 'Deliver committed chunk ID')) : undefined;
-  return { version, subscriptionId, committedChunkId, chunk: decodeChunk(frame, c.pos, end) };
+  return { version, subscriptionId, committedChunkId, chunk: decodeChunk(frame, c.pos, end, limits) };
 }
 
 /**
@@ -103,11 +129,17 @@ export function decodeDeliverFrame(
  *
  * @throws ChunkDecodeError when the chunk is truncated, its magic is wrong, an entry or record
  *   runs past its bounds, its entries hold another number of records than its header says, a
- *   record is not a well-formed AMQP 1.0 message, or a batch uses a codec this process cannot read.
+ *   record is not a well-formed AMQP 1.0 message, a batch uses a codec this process cannot read,
+ *   or the chunk's compressed batches announce more than `limits.maxInflatedBytes` uncompressed.
  */
-export function decodeChunk(bytes: Buffer, start: number = 0, end: number = bytes.length): StreamChunk {
+export function decodeChunk(
+  bytes: Buffer,
+  start: number = 0,
+  end: number = bytes.length,
+  limits: ChunkLimits = DEFAULT_LIMITS,
+): StreamChunk {
   checkRange(bytes, start, end);
-  const c: Cursor = { buf: bytes, pos: start, end };
+  const c: Cursor = { buf: bytes, pos: start, end, allowance: 0 };
   const h = take(c, CHUNK_HEADER, 'chunk header');
   if (bytes[h]! >> 4 !== CHUNK_MAGIC) {
     throw new ChunkDecodeError(`not an OSIRIS chunk: magic byte 0x${bytes[h]!.toString(16)}`);
@@ -128,6 +160,7 @@ export function decodeChunk(bytes: Buffer, start: number = 0, end: number = byte
   const dataEnd = c.pos + dataLength;
   c.end = dataEnd;
   let next = firstOffset;
+  const inflate = { left: limits.maxInflatedBytes, limit: limits.maxInflatedBytes };
   for (let entry = 0; entry < numEntries; entry++) {
     if (c.pos >= dataEnd) {
       throw new ChunkDecodeError(
@@ -142,7 +175,7 @@ export function decodeChunk(bytes: Buffer, start: number = 0, end: number = byte
       messages.push(readMessage(c, c.pos + size, next) as ChunkRecord);
       next++;
     } else {
-      next = readSubEntries(c, dataEnd, messages, firstOffset, numRecords, next);
+      next = readSubEntries(c, dataEnd, messages, firstOffset, numRecords, next, inflate);
     }
   }
   if (c.pos !== dataEnd) {
@@ -158,7 +191,10 @@ export function decodeChunk(bytes: Buffer, start: number = 0, end: number = byte
   return { chunkType, firstOffset, numRecords, messages };
 }
 
-/** Reads one sub-entry batch at `c.pos` into `messages`; returns the offset after its last record. */
+/**
+ * Reads one sub-entry batch at `c.pos` into `messages`; returns the offset after its last record.
+ * A compressed batch takes its announced length from `inflate.left`, the chunk's ceiling.
+ */
 function readSubEntries(
   c: Cursor,
   dataEnd: number,
@@ -166,6 +202,7 @@ function readSubEntries(
   firstOffset: bigint,
   numRecords: number,
   next: bigint,
+  inflate: { left: number; readonly limit: number },
 ): bigint {
   const bytes = c.buf;
   const h = take(c, SUB_ENTRY_HEADER, 'sub-entry batch header');
@@ -184,10 +221,19 @@ function readSubEntries(
   // Uncompressed, the records are read where they lie; a codec gives a buffer of their own.
   let inner: Cursor;
   if (codec === 0) {
-    inner = { buf: bytes, pos: start, end: start + length };
+    inner = { buf: bytes, pos: start, end: start + length, allowance: 0 };
   } else {
+    // Before inflating anything: the announced length is the most the inflate may produce.
+    if (uncompressed > inflate.left) {
+      throw new ChunkDecodeError(
+        `sub-entry batch at offset ${next} announces ${uncompressed} bytes uncompressed; the chunk's ` +
+          `compressed batches may inflate to ${inflate.limit} bytes together (maxInflatedBytes), ` +
+          `${inflate.left} are left`,
+      );
+    }
+    inflate.left -= uncompressed;
     const data = decompress(codec, bytes.subarray(start, start + length), uncompressed, next);
-    inner = { buf: data, pos: 0, end: data.length };
+    inner = { buf: data, pos: 0, end: data.length, allowance: 0 };
   }
   if (inner.end - inner.pos !== uncompressed) {
     throw new ChunkDecodeError(
@@ -210,11 +256,6 @@ function readSubEntries(
 
 /** The records of a compressed batch, at most `uncompressed` bytes of them (a bomb stops there). */
 function decompress(codec: number, data: Buffer, uncompressed: number, offset: bigint): Buffer {
-  if (uncompressed > constants.MAX_LENGTH) {
-    throw new ChunkDecodeError(
-      `sub-entry batch at offset ${offset} announces ${uncompressed} bytes uncompressed`,
-    );
-  }
   const options = { maxOutputLength: Math.max(1, uncompressed) };
   const inflate = inflateOf(codec);
   if (inflate === undefined && codec === CODEC_CODES.zstd) {

@@ -13,7 +13,7 @@ import { Socket } from 'node:net';
 import type { Client, Consumer, Publisher } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { ChunkDecodeError } from './amqp10-decode.js';
-import { DELIVER_KEY, decodeDeliverFrame } from './stream-chunks.js';
+import { DELIVER_KEY, decodeDeliverFrame, type ChunkLimits } from './stream-chunks.js';
 
 /** The publish-confirm and publish-error events of a client connection. */
 export interface ConfirmListeners {
@@ -108,6 +108,7 @@ const hookedDecoders = new WeakSet<object>();
  * A chunk that does not decode never throws in the socket listener (that would kill the process):
  * `onDecodeError` is called once, with a `ChunkDecodeError`, and every later Deliver frame of that
  * connection is dropped, so that nothing after the bad chunk is ever applied. The caller stops.
+ * `limits` are the chunk decoder's ceilings (its defaults when absent), for every connection.
  *
  * @throws DedupError `DEDUP_BROKER_REFUSED` when this client version has no `getConnection`; from
  *   a connection's opening (so `declareConsumer` rejects) when it has no decoder of that shape.
@@ -115,6 +116,7 @@ const hookedDecoders = new WeakSet<object>();
 export function decodeDeliveriesOurselves(
   client: Client,
   onDecodeError: (error: ChunkDecodeError) => void,
+  limits?: ChunkLimits,
 ): void {
   const target = client as unknown as { getConnection?: unknown };
   const getConnection = target.getConnection;
@@ -125,12 +127,16 @@ export function decodeDeliveriesOurselves(
   hookedClients.add(client);
   target.getConnection = async function (this: unknown, ...args: unknown[]): Promise<unknown> {
     const connection: unknown = await getConnection.apply(this, args);
-    hookDecoder(connection, onDecodeError);
+    hookDecoder(connection, onDecodeError, limits);
     return connection;
   };
 }
 
-function hookDecoder(connection: unknown, onDecodeError: (error: ChunkDecodeError) => void): void {
+function hookDecoder(
+  connection: unknown,
+  onDecodeError: (error: ChunkDecodeError) => void,
+  limits: ChunkLimits | undefined,
+): void {
   const decoder = (connection as { decoder?: Partial<ClientDecoder> } | null | undefined)?.decoder;
   if (
     typeof decoder !== 'object' ||
@@ -143,7 +149,7 @@ function hookDecoder(connection: unknown, onDecodeError: (error: ChunkDecodeErro
   }
   if (hookedDecoders.has(decoder)) return;
   hookedDecoders.add(decoder);
-  const reader = new DeliveryReader(decoder as ClientDecoder, onDecodeError);
+  const reader = new DeliveryReader(decoder as ClientDecoder, onDecodeError, limits);
   decoder.add = (data: Buffer, getCompressionBy: unknown) => reader.add(data, getCompressionBy);
 }
 
@@ -156,13 +162,19 @@ class DeliveryReader {
   readonly #decoder: ClientDecoder;
   readonly #originalAdd: (data: Buffer, getCompressionBy: unknown) => void;
   readonly #onDecodeError: (error: ChunkDecodeError) => void;
+  readonly #limits: ChunkLimits | undefined;
   #pending: Buffer[] = [];
   #pendingBytes = 0;
   /** A Deliver frame did not decode: later ones are dropped (the consumer is stopping). */
   #failed = false;
 
-  constructor(decoder: ClientDecoder, onDecodeError: (error: ChunkDecodeError) => void) {
+  constructor(
+    decoder: ClientDecoder,
+    onDecodeError: (error: ChunkDecodeError) => void,
+    limits: ChunkLimits | undefined,
+  ) {
     this.#decoder = decoder;
+    this.#limits = limits;
     this.#originalAdd = decoder.add.bind(decoder);
     this.#onDecodeError = onDecodeError;
     // Bytes the client's decoder kept from a frame not yet complete are ours from now on.
@@ -217,7 +229,7 @@ class DeliveryReader {
     if (this.#failed) return;
     let decoded;
     try {
-      decoded = decodeDeliverFrame(buf, start + 4, end);
+      decoded = decodeDeliverFrame(buf, start + 4, end, this.#limits);
     } catch (err) {
       this.#failed = true;
       this.#onDecodeError(

@@ -17,7 +17,9 @@ import {
   type SubscriptionOptions,
   type VerifyingConsumerOptions,
 } from '../consumer/core.js';
+import type { ChunkLimits } from './stream-chunks.js';
 import { connectSubscriber, OrderedDelivery } from './stream-delivery.js';
+import { resolveChunkLimits } from './stream-options.js';
 import {
   EndpointRotation,
   errorText,
@@ -35,6 +37,15 @@ export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions
   readonly connection?: StreamConnectionOptions;
   /** The stream to consume. */
   readonly stream: string;
+  /**
+   * The most bytes the compressed sub-entry batches of one delivered chunk may inflate to,
+   * together (so also each batch). A chunk whose batches announce more stops the consumer with
+   * `DEDUP_STREAM_UNREADABLE` before anything of it is inflated or applied. The default is 16
+   * times the largest frame a writer may send under RabbitMQ's default `stream.frame_max` (1 MiB).
+   * @defaultValue 16777216 (16 MiB)
+   * @remarks Since 0.5.1
+   */
+  readonly maxInflatedBytes?: number;
 }
 
 /** {@link StreamVerifyingConsumerOptions}, checked, with their defaults. */
@@ -43,6 +54,7 @@ interface ResolvedStreamOptions {
   readonly subscription: ResolvedSubscriptionOptions;
   readonly stream: string;
   readonly connection: StreamConnectionOptions;
+  readonly limits: ChunkLimits;
 }
 
 /**
@@ -54,7 +66,14 @@ function resolveStreamOptions(options: StreamVerifyingConsumerOptions): Resolved
   const consumer = resolveVerifyingConsumerOptions(options);
   const stream = nonEmptyString(options.stream, 'stream');
   const connection = checkConnectionOptions(options.connection);
-  return Object.freeze({ consumer, subscription: resolveSubscriptionOptions(options), stream, connection });
+  const limits = resolveChunkLimits(options.maxInflatedBytes);
+  return Object.freeze({
+    consumer,
+    subscription: resolveSubscriptionOptions(options),
+    stream,
+    connection,
+    limits,
+  });
 }
 
 /**
@@ -200,16 +219,20 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       // this client's connections decode chunks with stream-chunks.ts (docs/design.md §10). A chunk
       // that does not decode stops the consumer before anything of it is applied; a restart stops
       // there again rather than skip it.
-      decodeDeliveriesOurselves(client, (error) => {
-        if (!generation.isCurrent()) return;
-        void this.stop(
-          new DedupError(
-            'DEDUP_STREAM_UNREADABLE',
-            `cannot read stream "${this.#options.stream}": ${error.message}`,
-            { cause: error },
-          ),
-        );
-      });
+      decodeDeliveriesOurselves(
+        client,
+        (error) => {
+          if (!generation.isCurrent()) return;
+          void this.stop(
+            new DedupError(
+              'DEDUP_STREAM_UNREADABLE',
+              `cannot read stream "${this.#options.stream}": ${error.message}`,
+              { cause: error },
+            ),
+          );
+        },
+        this.#options.limits,
+      );
       // Bounded: on a cluster in failover the subscription can hang with no answer and no close
       // (measured: a consumer stalled for good after a leader kill -9, and an open() hung on a
       // node being stopped).

@@ -5,6 +5,7 @@
 import { Offset, type ClientParams } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { decodeDeliveriesOurselves } from './stream-client-internals.js';
+import { resolveChunkLimits } from './stream-options.js';
 import { connectStreamClient } from './stream-probe.js';
 import { EndpointRotation, errorText, withTimeout, type StreamConnectionOptions } from './util.js';
 
@@ -53,8 +54,14 @@ export async function readStreamToEnd(
     readonly timeoutMs?: number;
     /** Nothing delivered for this long after subscribing ends the read (ms). @defaultValue 2000 */
     readonly idleMs?: number;
+    /**
+     * What the compressed batches of one chunk may inflate to, together, in bytes (as the
+     * verifying stream consumer's option). @defaultValue 16777216 (16 MiB)
+     */
+    readonly maxInflatedBytes?: number;
   } = {},
 ): Promise<StreamRecord[]> {
+  const limits = resolveChunkLimits(options.maxInflatedBytes);
   const params: ClientParams = new EndpointRotation(connection).next();
   const client = await connectStreamClient(params, 10_000);
   try {
@@ -74,15 +81,19 @@ export async function readStreamToEnd(
     await new Promise<void>((resolve, reject) => {
       // The client misreads sub-entry batches: this client reads chunks with stream-chunks.ts
       // (docs/design.md §10), and a chunk that does not decode fails the read.
-      decodeDeliveriesOurselves(client, (error) => {
-        clearTimeout(timer);
-        clearInterval(idle);
-        reject(
-          new DedupError('DEDUP_STREAM_UNREADABLE', `cannot read stream "${stream}": ${error.message}`, {
-            cause: error,
-          }),
-        );
-      });
+      decodeDeliveriesOurselves(
+        client,
+        (error) => {
+          clearTimeout(timer);
+          clearInterval(idle);
+          reject(
+            new DedupError('DEDUP_STREAM_UNREADABLE', `cannot read stream "${stream}": ${error.message}`, {
+              cause: error,
+            }),
+          );
+        },
+        limits,
+      );
       const timer = setTimeout(() => {
         clearInterval(idle);
         reject(

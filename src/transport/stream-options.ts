@@ -7,6 +7,7 @@ import type { DedupPublisherOptions } from '../publisher/types.js';
 import { MAX_SUB_ENTRY_SIZE } from '../store/codec.js';
 import { absent, choiceOption, expectObject, integerOption, outOfRange } from '../util/options.js';
 import { HAS_ZSTD } from './compression.js';
+import { DEFAULT_MAX_INFLATED_BYTES, type ChunkLimits } from './stream-chunks.js';
 import type { StreamConnectionOptions } from './util.js';
 
 /** How a sub-entry batch's messages are compressed (the stream protocol's codes 0, 1 and 4). */
@@ -99,4 +100,19 @@ export function resolveSubEntry(value: unknown, name = 'subEntry'): ResolvedSubE
     );
   }
   return Object.freeze({ size, compression });
+}
+
+/**
+ * Checks a reader's `maxInflatedBytes` (the chunk decoder's ceiling on what the compressed batches
+ * of one chunk inflate to) before any I/O: an integer from 0 (no compressed batch read) to
+ * 2^32 - 1 (the most one batch can announce, and a Buffer can hold on every Node.js version);
+ * absent gives 16 MiB.
+ *
+ * @throws TypeError, RangeError "Expected maxInflatedBytes to be …, got …".
+ * @internal
+ */
+export function resolveChunkLimits(value: unknown, name = 'maxInflatedBytes'): ChunkLimits {
+  return Object.freeze({
+    maxInflatedBytes: integerOption(value, name, DEFAULT_MAX_INFLATED_BYTES, 0, 0xffff_ffff),
+  });
 }

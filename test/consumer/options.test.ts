@@ -229,6 +229,18 @@ const STREAM_CASES: readonly Case[] = [
     TypeError,
     'connection.ssl: the TLS options cannot be used',
   ],
+  [
+    'maxInflatedBytes',
+    { maxInflatedBytes: -1 },
+    RangeError,
+    'Expected maxInflatedBytes to be an integer from 0 to 4294967295, got -1',
+  ],
+  [
+    'maxInflatedBytes',
+    { maxInflatedBytes: '16MiB' },
+    TypeError,
+    'Expected maxInflatedBytes to be an integer from 0 to 4294967295, got "16MiB"',
+  ],
 ];
 
 const AMQP_CASES: readonly Case[] = [

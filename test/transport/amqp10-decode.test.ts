@@ -30,7 +30,7 @@ import { thrown } from '../support/thrown.js';
 /** Decodes one value and checks it used every byte. */
 function value(bytes: readonly number[] | Buffer): unknown {
   const buf = Buffer.from(bytes);
-  const c: Cursor = { buf, pos: 0, end: buf.length };
+  const c: Cursor = { buf, pos: 0, end: buf.length, allowance: buf.length };
   const v = readValue(c, 0);
   expect(c.pos).toBe(buf.length);
   return v;
@@ -163,7 +163,7 @@ describe('amqp10 decode - malformed values are refused with ChunkDecodeError, ne
     refused([0xc0, 3, 1, 0x40, 0x40], /holds 1 bytes after its elements/);
     refused([0xc0, 0, 0], /announces 0 bytes/);
     refused([0xc1, 2, 1, 0x40], /odd element count/);
-    refused([0xf0, ...u32(5), ...u32(0xffff_ffff), 0x40], /announces 4294967295 elements/);
+    refused([0xf0, ...u32(5), ...u32(0xffff_ffff), 0x40], /4294967295 elements of zero width/);
     refused([0xf0, ...u32(5), ...u32(1000), 0x50], /announces 1000 elements/);
     let nested: Buffer = Buffer.from([0x45]);
     for (let i = 0; i < 40; i++) nested = amqpList([nested]);
@@ -171,6 +171,63 @@ describe('amqp10 decode - malformed values are refused with ChunkDecodeError, ne
     let described: number[] = [0x40];
     for (let i = 0; i < 40; i++) described = [0x00, 0x53, 1, ...described];
     refused(described, /nested deeper than 32/);
+  });
+});
+
+describe('amqp10 decode - a budget per message: N bytes decode into O(N) values (issue 32 item 3)', () => {
+  /** array32 (size, count) of `count` elements of the zero-width constructor `code`. */
+  const emptyArray = (count: number, code = 0x40): number[] => [0xf0, ...u32(5), ...u32(count), code];
+  /** An array32 of `outer` array32s of `inner` nulls each: 9 bytes per inner array. */
+  const amplifier = (outer: number, inner: number): Buffer => {
+    const element = [...u32(5), ...u32(inner), 0x40];
+    const body = [...u32(outer), 0xf0, ...new Array<number[]>(outer).fill(element).flat()];
+    return Buffer.from([0xf0, ...u32(body.length), ...body]);
+  };
+
+  it("refuses the issue's 466 bytes that decoded into 3.1 M values, before allocating them", () => {
+    // 48 arrays of 65 536 nulls: 3 145 728 values under the old per-array allowance.
+    const bytes = Buffer.concat([Buffer.from([0x00, 0x53, 0x77]), amplifier(48, 65_536)]);
+    expect(bytes.length).toBe(3 + 9 + 1 + 48 * 9);
+    const err = thrown(() => decodeAmqp10Message(bytes));
+    expect(err).toBeInstanceOf(ChunkDecodeError);
+    expect((err as Error).message).toMatch(/65536 elements of zero width.*message's allowance/);
+  });
+
+  it('nested arrays, lists and maps draw from one allowance per message: the bytes of the message', () => {
+    // An array of 40 nulls in a 43-byte message (3 + 10 + 30 bytes of padding) reads; 44 do not.
+    const pad = (n: number): number[] => [0xa0, n - 2, ...new Array<number>(n - 2).fill(0x61)];
+    const message = (count: number): Buffer =>
+      Buffer.concat([section(0x77, amqpList([Buffer.from(emptyArray(count)), Buffer.from(pad(30))]))]);
+    const size = message(0).length;
+    const ok = decodeAmqp10Message(message(size)).content;
+    expect(ok.length).toBe(size - 3);
+    expect(thrown(() => decodeAmqp10Message(message(size + 1)))).toBeInstanceOf(ChunkDecodeError);
+    // Two arrays inside a map in the application properties share it with the body's.
+    const half = Buffer.from(emptyArray(20, 0x41));
+    const twoSections = (count: number): Buffer =>
+      Buffer.concat([
+        section(0x74, amqpMap([amqpString('a'), half, amqpString('b'), half])),
+        section(0x77, Buffer.from(emptyArray(count, 0x45))),
+      ]);
+    const n = twoSections(0).length;
+    expect(decodeAmqp10Message(twoSections(n - 40)).applicationProperties['a']).toEqual(
+      new Array<boolean>(20).fill(true),
+    );
+    expect(thrown(() => decodeAmqp10Message(twoSections(n - 39)))).toBeInstanceOf(ChunkDecodeError);
+  });
+
+  it('every message of a chunk has its own allowance: a chunk of many such messages reads', () => {
+    const record = (count: number): Buffer => section(0x77, Buffer.from(emptyArray(count)));
+    const size = record(0).length;
+    const chunk = encodeChunk(
+      new Array<number>(50).fill(0).map(() => ({ records: [record(size)] })),
+      { firstOffset: 10n },
+    );
+    const decoded = decodeDeliverFrame(deliverFrame(chunk), 4);
+    expect(decoded.chunk.messages).toHaveLength(50);
+    const over = encodeChunk([{ records: [record(size), record(size + 1)], codec: 0 }]);
+    const err = thrown(() => decodeDeliverFrame(deliverFrame(over), 4));
+    expect(err).toBeInstanceOf(ChunkDecodeError);
   });
 });
 
@@ -271,6 +328,26 @@ describe('amqp10 decode - message sections', () => {
     refused(section(0x70, amqpMap([])), /header at byte 3 is not a list/);
     refused(section(0x75, amqpString('a')), /does not hold a binary/);
     refused(Buffer.from([0x00, 0x53]), /truncated section descriptor/);
+  });
+
+  it('recognises only the nine AMQP 1.0 section names: Object.prototype members are unknown sections (issue 32 item 5)', () => {
+    const named = (name: string, value: Buffer): Buffer => {
+      const bytes = Buffer.from(name, 'utf8');
+      return Buffer.concat([Buffer.from([0x00, 0xa3, bytes.length]), bytes, value]);
+    };
+    const members = ['constructor', 'toString', '__proto__', 'valueOf', 'hasOwnProperty', 'isPrototypeOf'];
+    for (const name of members) {
+      // Alone, followed by a value, or in front of a valid section: refused by name every time.
+      for (const rest of [Buffer.alloc(0), amqpMap([]), section(0x75, amqpBinary(Buffer.from('x')))]) {
+        const err = thrown(() => decodeAmqp10Message(named(name, rest)));
+        expect(err, name).toBeInstanceOf(ChunkDecodeError);
+        expect((err as Error).message).toContain(`unknown message section ${JSON.stringify(name)}`);
+      }
+    }
+    // The nine names still read, the symbol32 form included.
+    const value = Buffer.from('amqp:value:*');
+    const sym32 = Buffer.concat([Buffer.from([0x00, 0xb3, ...u32(value.length)]), value, amqpInt(7)]);
+    expect(decodeAmqp10Message(sym32).content).toEqual(amqpInt(7));
   });
 });
 

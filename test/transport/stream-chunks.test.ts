@@ -2,7 +2,12 @@ import { gzipSync } from 'node:zlib';
 import * as zlib from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { ChunkDecodeError } from '../../src/transport/amqp10-decode.js';
-import { decodeChunk, decodeDeliverFrame, type StreamChunk } from '../../src/transport/stream-chunks.js';
+import {
+  DEFAULT_MAX_INFLATED_BYTES,
+  decodeChunk,
+  decodeDeliverFrame,
+  type StreamChunk,
+} from '../../src/transport/stream-chunks.js';
 import {
   deliverFrame,
   encodeChunk,
@@ -213,6 +218,51 @@ describe('stream chunks - malformed chunks are refused with ChunkDecodeError', (
     );
     refused(() => decodeChunk(encodeChunk([batch(3, 1)])), /compressed with lz4/);
     refused(() => decodeChunk(encodeChunk([batch(5, 1)])), /compressed with codec 5/);
+  });
+
+  it('compressed batches inflate to 16 MiB per chunk together, checked before inflating (issue 32 item 4)', () => {
+    // A batch announcing 256 MiB (a 261 KB frame once inflated into that): refused by its
+    // announcement alone. Its data is not gzip, so a refusal naming the ceiling was never inflated.
+    const announced = Buffer.from(encodeEntry(batch(1, 1, 2)));
+    announced.fill(0x55, 11);
+    announced.writeUInt32BE(256 * 1_048_576, 3);
+    const chunkOf = (entry: Buffer, records: number): Buffer =>
+      Buffer.concat([
+        encodeChunk([], { numEntries: 1, numRecords: records, dataLength: entry.length }),
+        entry,
+      ]);
+    refused(
+      () => decodeChunk(chunkOf(announced, 2)),
+      /announces 268435456 bytes uncompressed; the chunk's compressed batches may inflate to 16777216 bytes together/,
+    );
+    // Each batch under the ceiling, the chunk above it: 17 batches of 1 MiB (1 KB of gzip each).
+    const mib = encodeMessage({ body: Buffer.alloc(1_048_576 - 20) });
+    const oneMib: TestEntry = { records: [mib], codec: 1 };
+    expect(encodeEntry(oneMib).length).toBeLessThan(2_000);
+    expect(decodeChunk(encodeChunk(new Array<TestEntry>(15).fill(oneMib))).messages).toHaveLength(15);
+    refused(
+      () => decodeChunk(encodeChunk(new Array<TestEntry>(17).fill(oneMib), { firstOffset: 3n })),
+      /sub-entry batch at offset 19 announces \d+ bytes uncompressed;.* \d+ are left/,
+    );
+    // Uncompressed batches arrived as they are: not counted.
+    const plainMib: TestEntry = { records: [mib], codec: 0 };
+    expect(decodeChunk(encodeChunk(new Array<TestEntry>(17).fill(plainMib))).messages).toHaveLength(17);
+    expect(DEFAULT_MAX_INFLATED_BYTES).toBe(16 * 1_048_576);
+  });
+
+  it('a ceiling of its own: per chunk, through decodeDeliverFrame too; 0 refuses every compressed batch', () => {
+    const two = encodeChunk([batch(1, 1), batch(1, 2), plain(3)], { firstOffset: 7n });
+    const sizes = [batch(1, 1), batch(1, 2)].map((e) => encodeEntry(e).readUInt32BE(3));
+    const both = sizes[0]! + sizes[1]!;
+    expect(summary(decodeChunk(two, 0, two.length, { maxInflatedBytes: both }))).toEqual(
+      expected(7n, [1, 2, 3]),
+    );
+    refused(() => decodeChunk(two, 0, two.length, { maxInflatedBytes: both - 1 }), /offset 8 announces/);
+    refused(
+      () => decodeDeliverFrame(deliverFrame(two), 4, undefined, { maxInflatedBytes: both - 1 }),
+      /offset 8 announces/,
+    );
+    refused(() => decodeChunk(two, 0, two.length, { maxInflatedBytes: 0 }), /offset 7 announces/);
   });
 
   it('zstd: read where Node’s zlib has it, otherwise refused naming the Node.js version it needs', () => {

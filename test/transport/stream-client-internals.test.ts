@@ -148,6 +148,29 @@ describe('stream client internals - our Deliver decoding on our clients', () => 
     expect(log).toEqual(['confirm 1', 'confirm 2', 'confirm 3']);
   });
 
+  it('decodes with the ceiling it was given: a chunk whose gzip batches announce more is an onDecodeError (issue 32 item 4)', async () => {
+    const big = encodeMessage({ body: Buffer.alloc(40_000) });
+    const frame = deliverFrame(encodeChunk([{ records: [big, big], codec: 1 }], { firstOffset: 5n }));
+    for (const [limit, outcome] of [
+      [80_100, 'deliverV1 0 5,6'],
+      [80_000, 'refused'],
+    ] as const) {
+      const { client, decoder, log } = fakeClient();
+      const errors: unknown[] = [];
+      decodeDeliveriesOurselves(client, (err) => errors.push(err), { maxInflatedBytes: limit });
+      await getConnection(client);
+      decoder.add(frame, clientCodecs);
+      if (outcome === 'refused') {
+        expect(log).toEqual([]);
+        expect(errors[0]).toBeInstanceOf(ChunkDecodeError);
+        expect((errors[0] as Error).message).toMatch(/may inflate to 80000 bytes together/);
+      } else {
+        expect(errors).toEqual([]);
+        expect(log).toEqual([outcome]);
+      }
+    }
+  });
+
   it('refuses with DEDUP_BROKER_REFUSED, naming the pinned client line, when a client version moved getConnection or the decoder', async () => {
     expect(thrown(() => decodeDeliveriesOurselves({} as Client, () => undefined))).toMatchObject({
       code: 'DEDUP_BROKER_REFUSED',
