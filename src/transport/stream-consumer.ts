@@ -155,7 +155,8 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
    * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>"),
    *   before anything is opened or connected.
    * @throws DedupError `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
-   *   `DEDUP_BROKER_REFUSED` (for example a missing stream).
+   *   `DEDUP_BROKER_REFUSED` (for example a missing stream), `DEDUP_STREAM_REGRESSION` (an empty
+   *   stream behind a committed offset: recreated).
    */
   static async open(options: StreamVerifyingConsumerOptions): Promise<StreamVerifyingConsumer> {
     const resolved = resolveStreamOptions(options);
@@ -189,6 +190,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     );
     const isCurrent = (): boolean => generation.isCurrent();
     const resume = this.core.resumeOffset;
+    if (resume !== undefined) await this.#checkStreamKept(client, resume - 1n);
     const offset =
       resume !== undefined
         ? Offset.offset(resume)
@@ -255,6 +257,38 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
         { cause: err },
       );
     }
+  }
+
+  /**
+   * Stops with `DEDUP_STREAM_REGRESSION` when the stream is empty although `committed` was
+   * committed: it was deleted and recreated (retention never empties a stream). Subscribing at
+   * committed + 1 would skip the new stream's offsets up to `committed` silently: the client drops
+   * every message below the offset asked for. A stats query that fails otherwise or times out
+   * proves nothing: the subscription goes on.
+   */
+  async #checkStreamKept(client: Client, committed: bigint): Promise<void> {
+    let empty: boolean;
+    try {
+      const stats = await withTimeout(
+        client.streamStatsRequest(this.#options.stream),
+        10_000,
+        'stream stats',
+      );
+      empty = stats.lastChunkId < 0n;
+    } catch (err) {
+      // Some brokers answer "no offset" for a stream without a chunk, as readStreamToEnd knows.
+      empty = /offset/i.test(errorText(err));
+    }
+    if (!empty) return;
+    const error = new DedupError(
+      'DEDUP_STREAM_REGRESSION',
+      `stream "${this.#options.stream}" is empty, but consumer "${this.core.consumerName}" committed offset ` +
+        `${committed}: the stream was deleted and recreated (or the store belongs to another stream). ` +
+        'Resuming would skip its first messages; use a new consumerName or store to read it from the start',
+    );
+    await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+    void this.stop(error);
+    throw error;
   }
 
   /** @internal Unsubscribes first (what is buffered is dropped), lets the message in progress finish, then commits. */
