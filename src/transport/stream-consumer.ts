@@ -90,6 +90,9 @@ function checkEndpoint(value: Record<string, unknown>, name: string, required = 
   integerOption(port, `${name}.port`, 0, 1, 65_535);
 }
 
+/** How long a subscription waits for the stream's stats (the recreated-stream check). */
+const STATS_TIMEOUT_MS = 5_000;
+
 /**
  * Consumes a stream through the verifier: each message's identity is checked per (consumer,
  * tenant, producer); a new message runs the handler, whose LevelDB writes commit in one batch with
@@ -264,14 +267,14 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
    * committed: it was deleted and recreated (retention never empties a stream). Subscribing at
    * committed + 1 would skip the new stream's offsets up to `committed` silently: the client drops
    * every message below the offset asked for. A stats query that fails otherwise or times out
-   * proves nothing: the subscription goes on.
+   * (5 s: the subscription's own bound follows) proves nothing: the subscription goes on.
    */
   async #checkStreamKept(client: Client, committed: bigint): Promise<void> {
     let empty: boolean;
     try {
       const stats = await withTimeout(
         client.streamStatsRequest(this.#options.stream),
-        10_000,
+        STATS_TIMEOUT_MS,
         'stream stats',
       );
       empty = stats.lastChunkId < 0n;
