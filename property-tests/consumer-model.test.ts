@@ -21,6 +21,7 @@ import {
   type RacingStep,
   type StreamEntry,
 } from './support/consumer.js';
+import { hostileEntry, TENANT_HEADER } from './support/hostile-headers.js';
 import { checkWithin } from './support/runs.js';
 
 // The seed is set globally by property-tests/setup.ts. Replay a shrunk run with the printed seed,
@@ -42,21 +43,21 @@ const stream: fc.Arbitrary<StreamEntry[]> = fc
     ),
     copies: fc.array(fc.tuple(fc.nat(), fc.nat({ max: 40 })), { maxLength: 8 }),
     unidentified: fc.array(fc.nat(), { maxLength: 2 }),
+    hostilePlaces: fc.array(fc.nat(), { maxLength: 3 }),
+    hostile: fc.tuple(hostileEntry('h0'), hostileEntry('h1'), hostileEntry('h2')),
   })
-  .map(({ picks, copies, unidentified }) => {
+  .map(({ picks, copies, unidentified, hostilePlaces, hostile }) => {
     const last = new Map<string, bigint>();
-    const messages: Array<{ label: string; headers: Record<string, unknown> | undefined }> = picks.map(
-      ([producer, step, declare]) => {
-        const previous = last.get(producer) ?? 0n;
-        const id = previous + BigInt(step);
-        last.set(producer, id);
-        const headers: Record<string, unknown> = identityHeaders(producer, id);
-        // 1: the whole jump is declared skipped; 2: all but its first ID (which stays a gap).
-        const from = previous + BigInt(declare);
-        if (declare > 0 && from >= 1n && from < id) headers[SKIP_HEADER] = String(from);
-        return { label: `${producer}/${id}`, headers };
-      },
-    );
+    const messages: Array<Omit<StreamEntry, 'offset'>> = picks.map(([producer, step, declare]) => {
+      const previous = last.get(producer) ?? 0n;
+      const id = previous + BigInt(step);
+      last.set(producer, id);
+      const headers: Record<string, unknown> = identityHeaders(producer, id);
+      // 1: the whole jump is declared skipped; 2: all but its first ID (which stays a gap).
+      const from = previous + BigInt(declare);
+      if (declare > 0 && from >= 1n && from < id) headers[SKIP_HEADER] = String(from);
+      return { label: `${producer}/${id}`, headers };
+    });
     for (const [at, later] of copies) {
       const i = at % messages.length;
       messages.splice(Math.min(messages.length, i + 1 + later), 0, messages[i]!);
@@ -64,8 +65,23 @@ const stream: fc.Arbitrary<StreamEntry[]> = fc
     for (const [n, at] of unidentified.entries()) {
       messages.splice(at % (messages.length + 1), 0, { label: `plain/${n}`, headers: {} });
     }
+    // Messages from a hostile writer (issue 32): header values of any AMQP 1.0 type, decoded by
+    // the stream consumer's decoder, in both sections; applied only when identity and tenant are valid.
+    for (const [n, at] of hostilePlaces.entries()) {
+      const { headers, annotations, expected } = hostile[n]!;
+      messages.splice(at % (messages.length + 1), 0, {
+        label: `hostile/${n}`,
+        headers,
+        annotations,
+        expected,
+      });
+    }
     return messages.map((m, i) => ({ offset: BigInt(i), ...m }));
   });
+
+/** The application's tenant function trusts the wire: a message's `x-tenant` header as it is. */
+const tenantFromWire = (m: { readonly headers: Readonly<Record<string, unknown>> }): string =>
+  (Object.hasOwn(m.headers, TENANT_HEADER) ? m.headers[TENANT_HEADER] : '') as string;
 
 /**
  * Skips vs loss at the consumer, through its crashes: no gap event (reported or confirmed) holds an
@@ -130,7 +146,7 @@ class StepCommand implements fc.AsyncCommand<Model, ConsumerHarness> {
 }
 
 describe('verifying consumer model (docs/design.md §5, §7)', () => {
-  it('model - every distinct stream message takes effect exactly once, in per-producer ID order, through crashes before, during and after commits and redelivery from the offset, the last ack or earlier', async () => {
+  it('model - every distinct stream message takes effect exactly once, in per-producer ID order, through crashes before, during and after commits and redelivery from the offset, the last ack or earlier; header values of any AMQP 1.0 type from a hostile writer (and a tenant function returning them) never make process() throw and take effect only under a valid identity and tenant', async () => {
     await checkWithin(
       'consumer model',
       fc.asyncProperty(
@@ -144,7 +160,7 @@ describe('verifying consumer model (docs/design.md §5, §7)', () => {
           replayPath: process.env.FC_REPLAY_PATH,
         }),
         async (entries, policy: PolicySpec, commit, commitEvery, cmds) => {
-          const h = new ConsumerHarness(entries, { policy, commit, commitEvery });
+          const h = new ConsumerHarness(entries, { policy, commit, commitEvery, tenant: tenantFromWire });
           await h.start();
           await fc.asyncModelRun(() => ({ model: { running: true }, real: h }), cmds);
           const report = h.check(await h.finish());

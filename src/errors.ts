@@ -73,7 +73,17 @@ export type DedupErrorCode =
    * member stops before applying anything of the partition: nothing is guessed.
    * @remarks Since 0.5.0
    */
-  | 'DEDUP_CHANGELOG_INVALID';
+  | 'DEDUP_CHANGELOG_INVALID'
+  /**
+   * The verifying stream consumer's committed offset is beyond the stream it subscribes to: the
+   * stream is empty although an offset was committed, so it was deleted and recreated under the
+   * same name (or the store belongs to another stream or cluster). Resuming would skip the new
+   * stream's first messages silently; the consumer stops instead. Only an empty stream is
+   * detected: a recreated stream that already holds more messages than the committed offset is
+   * not (the broker exposes no stream identity).
+   * @remarks Since 0.6.0
+   */
+  | 'DEDUP_STREAM_REGRESSION';
 
 /**
  * Every operational failure stream-dedup reports is a `DedupError` with a stable {@link DedupErrorCode}.

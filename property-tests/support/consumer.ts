@@ -22,6 +22,13 @@ export interface StreamEntry {
   /** The logical message (its body). */
   readonly label: string;
   readonly headers: Readonly<Record<string, unknown>> | undefined;
+  /** Message annotations (a hostile writer's entries: support/hostile-headers.ts). */
+  readonly annotations?: Readonly<Record<string, unknown>>;
+  /**
+   * A hostile writer's entry: the identity it must take effect under, by construction, or
+   * `null` when it must never take effect. Other entries are judged by `readIdentity`.
+   */
+  readonly expected?: { readonly producerName: string; readonly publishingId: bigint } | null;
 }
 
 /** A stream's messages as the model broker stored them, with their stamped identity. */
@@ -49,6 +56,8 @@ export interface ConsumerHarnessOptions {
   readonly commitEvery?: number;
   readonly scopeTtlMs?: number;
   readonly disk?: ProcessDiskOptions;
+  /** The consumer's `tenant` function (hostile entries: one that returns a header as it is). */
+  readonly tenant?: VerifyingConsumerOptions['tenant'];
 }
 
 interface ConsumerLife {
@@ -113,6 +122,7 @@ export class ConsumerHarness {
       commitLingerMs: NO_LINGER_MS,
       scopeTtlMs: this.options.scopeTtlMs ?? 0,
       onEvent: (e) => this.events.push(e),
+      ...(this.options.tenant === undefined ? {} : { tenant: this.options.tenant }),
       handler: async (message, tx) => {
         const raw = await tx.get('log');
         const log = raw === undefined ? '' : Buffer.from(raw).toString();
@@ -142,6 +152,7 @@ export class ConsumerHarness {
         offset: entry.offset,
         content: Buffer.from(entry.label),
         applicationProperties: entry.headers,
+        messageAnnotations: entry.annotations,
         settle: () => {
           if (!life.crashed) life.pendingAcks.push(entry.offset);
         },
@@ -209,6 +220,10 @@ export class ConsumerHarness {
   check(log: readonly string[]): HistoryReport {
     const identity = new Map<string, ObservedMessage>();
     for (const e of this.entries) {
+      if (e.expected !== undefined) {
+        if (e.expected !== null) identity.set(e.label, { label: e.label, ...e.expected });
+        continue;
+      }
       const r = readIdentity(e.headers);
       if (r.kind === 'ok') identity.set(e.label, { label: e.label, ...r.identity });
     }

@@ -5,6 +5,7 @@
  */
 import { DedupError } from '../errors.js';
 import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/headers.js';
+import { tenantProblem } from '../identity/scope-key.js';
 import { decodeOffset, offsetKey } from '../store/consumer-keys.js';
 import { DedupStore } from '../store/store.js';
 import { observeVerifier } from '../telemetry/metrics.js';
@@ -286,8 +287,17 @@ export class VerifyingConsumerCore {
         ? message.messageAnnotations
         : undefined;
     // The identity, or why there is none.
-    const identity = source === undefined ? 'no identity headers' : parseIdentity(source);
-    const tenant = this.#opts.tenant === undefined ? '' : this.#opts.tenant({ headers: verified.headers });
+    let identity = source === undefined ? 'no identity headers' : parseIdentity(source);
+    let tenant = '';
+    if (this.#opts.tenant !== undefined) {
+      // The application's function: when it throws, the consumer stops with its error, as with a
+      // handler's. A value that cannot be part of a scope key (often a header from the wire) makes
+      // the message unidentified: reported and passed, never a throw from process().
+      const computed: unknown = this.#opts.tenant({ headers: verified.headers });
+      const problem = tenantProblem(computed);
+      if (problem === undefined) tenant = computed as string;
+      else if (typeof identity !== 'string') identity = problem;
+    }
     verified.tenant = tenant;
     if (typeof identity === 'string') {
       const applied = this.#opts.unidentified === 'pass-through';

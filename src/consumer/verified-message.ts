@@ -34,9 +34,13 @@ function mergeHeaders(message: IncomingMessage): Readonly<Record<string, unknown
   const { applicationProperties: first, messageAnnotations: second } = message;
   if (second === undefined) return first ?? {};
   if (first === undefined) return second;
-  // Both: the application properties win over annotations of the same name.
+  // Both: the application properties win over annotations of the same name. Configurable, so that
+  // the second definition of a name replaces the first (a non-configurable one threw a TypeError:
+  // any message with one header in both sections stopped a consumer whose tenant read it).
   const out: Record<string, unknown> = {};
   for (const s of [second, first])
-    for (const [k, v] of Object.entries(s)) Object.defineProperty(out, k, { value: v, enumerable: true });
+    for (const [k, v] of Object.entries(s)) {
+      Object.defineProperty(out, k, { value: v, enumerable: true, configurable: true });
+    }
   return out;
 }

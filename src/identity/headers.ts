@@ -1,4 +1,4 @@
-import { MAX_PRODUCER_NAME_BYTES } from './producer-name.js';
+import { producerNameProblem } from './producer-name.js';
 import { parsePublishingId } from './publishing-id.js';
 
 /** Header (application property) that carries the producer name. */
@@ -42,7 +42,7 @@ export function identityHeaders(producerName: string, publishingId: bigint): Rec
   return { [PRODUCER_HEADER]: producerName, [ID_HEADER]: publishingId.toString() };
 }
 
-/** The last producer name found within the size limit. */
+/** The last producer name that passed `producerNameProblem`. */
 let lastCheckedName = '';
 
 /**
@@ -94,11 +94,16 @@ export function parseIdentity(headers: Readonly<Record<string, unknown>>): Messa
   const name = Object.hasOwn(headers, PRODUCER_HEADER) ? headers[PRODUCER_HEADER] : undefined;
   const id = Object.hasOwn(headers, ID_HEADER) ? headers[ID_HEADER] : undefined;
   if (typeof name !== 'string' || name.length === 0) {
-    return `${PRODUCER_HEADER} must be a non-empty string, got ${describe(name)}`;
+    return `${PRODUCER_HEADER} must be a non-empty string, got ${
+      Buffer.isBuffer(name) ? 'bytes that are not UTF-8' : describe(name)
+    }`;
   }
-  // Consecutive messages mostly come from one producer: its name's length is checked once.
-  if (name !== lastCheckedName && Buffer.byteLength(name, 'utf8') > MAX_PRODUCER_NAME_BYTES) {
-    return `${PRODUCER_HEADER} is longer than ${MAX_PRODUCER_NAME_BYTES} bytes`;
+  // Consecutive messages mostly come from one producer: its name is checked once. A name the
+  // publisher would refuse is malformed: it could merge with another (a lossy decoder, UTF-8 on
+  // disk) or break the scope key (a lone surrogate), and it must never make process() throw.
+  if (name !== lastCheckedName) {
+    const problem = producerNameProblem(name);
+    if (problem !== undefined) return `${PRODUCER_HEADER} ${problem}`;
   }
   lastCheckedName = name;
   const text = Buffer.isBuffer(id) ? id.toString('utf8') : id;

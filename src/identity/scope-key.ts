@@ -95,6 +95,25 @@ export function decodeScopeKey(key: string): Scope {
   return { consumer, tenant, producer };
 }
 
+/**
+ * Why the `tenant` function's value cannot be a scope's tenant, or `undefined` when it can: a
+ * string without lone UTF-16 surrogates (they would not survive UTF-8 on disk) and without U+FFFD
+ * (what a lossy decoder writes for bytes that are not UTF-8: a tenant read from such a header
+ * could merge two tenants).
+ *
+ * @internal The verifying consumer reports a message whose tenant fails this as unidentified.
+ */
+export function tenantProblem(value: unknown): string | undefined {
+  if (typeof value !== 'string') {
+    return `the tenant function returned ${value === null ? 'null' : typeof value}, not a string`;
+  }
+  if (LONE_SURROGATE.test(value)) return 'the tenant function returned a lone UTF-16 surrogate';
+  if (value.includes('\uFFFD')) {
+    return 'the tenant function returned U+FFFD (a lossy decoder writes it for bytes that are not UTF-8)';
+  }
+  return undefined;
+}
+
 function component(value: unknown, what: string, mayBeEmpty: boolean): string {
   if (typeof value !== 'string') throw new TypeError(`scope ${what} must be a string, got ${typeof value}`);
   if (!mayBeEmpty && value.length === 0) throw new RangeError(`scope ${what} must not be empty`);

@@ -11,7 +11,8 @@
  * bytes it was given.
  *
  * Values, where the client decoded the type at all, are what the client gave (so identity stamps
- * and headers read the same: docs/design.md §2, §3 rule 7): str, sym → `string`; int, smallint,
+ * and headers read the same: docs/design.md §2, §3 rule 7): str, sym → `string` (a `Buffer` of
+ * their bytes when these are not UTF-8: see `readString`); int, smallint,
  * uint, smalluint, uint0, ubyte → `number`; booleans → `boolean`. Beyond that: ulong, smallulong,
  * ulong0 → `bigint` (the client gave a `number` for smallulong and ulong0, a `bigint` for ulong:
  * one type for one AMQP type here); long, smalllong → `bigint`; byte, short, ushort, float,
@@ -37,6 +38,7 @@
  * strings, buffers and value slots (8 bytes each) for any input, N counting the record's 4-byte
  * size (property-tests/chunk-decoder.test.ts; docs/design.md §10).
  */
+import { isUtf8 } from 'node:buffer';
 
 /**
  * Malformed bytes in a delivered chunk or one of its messages: truncated, a length beyond the
@@ -281,7 +283,7 @@ function readBody(c: Cursor, code: number, depth: number): unknown {
       const length = variableLength(c, code >= 0xb0, code === 0xa1 || code === 0xb1 ? 'string' : 'symbol');
       const at = c.pos;
       c.pos += length;
-      return buf.toString('utf8', at, at + length);
+      return readString(buf, at, at + length);
     }
     case 0x45:
       return [];
@@ -297,6 +299,20 @@ function readBody(c: Cursor, code: number, depth: number): unknown {
     default:
       throw new ChunkDecodeError(`unknown AMQP 1.0 type code ${hex(code)} at byte ${c.pos - 1}`);
   }
+}
+
+/**
+ * A str or sym value: its text when its bytes are UTF-8, else a copy of its bytes (a `Buffer`).
+ * `toString('utf8')` alone would write U+FFFD for each byte sequence that is not UTF-8, so the
+ * Latin-1 names `caf\xE9` and `caf\xE8` would both be `caf\uFFFD`: two producers in one scope.
+ * The bytes keep distinct values distinct, a reader that wants text gets the lossy one with
+ * `String(value)`, and the identity check reports a `Buffer` name as malformed. Only a text that
+ * holds U+FFFD is checked again (a sender's own U+FFFD is UTF-8): no cost for the common case.
+ */
+function readString(buf: Buffer, start: number, end: number): string | Buffer {
+  const text = buf.toString('utf8', start, end);
+  if (!text.includes('\uFFFD') || isUtf8(buf.subarray(start, end))) return text;
+  return copyOut(buf, start, end);
 }
 
 function tooDeep(c: Cursor): ChunkDecodeError {

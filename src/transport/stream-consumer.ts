@@ -43,7 +43,7 @@ export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions
    * `DEDUP_STREAM_UNREADABLE` before anything of it is inflated or applied. The default is 16
    * times the largest frame a writer may send under RabbitMQ's default `stream.frame_max` (1 MiB).
    * @defaultValue 16777216 (16 MiB)
-   * @remarks Since 0.5.1
+   * @remarks Since 0.6.0
    */
   readonly maxInflatedBytes?: number;
 }
@@ -108,6 +108,9 @@ function checkEndpoint(value: Record<string, unknown>, name: string, required = 
     typeof value.port === 'string' && /^\d{1,5}$/.test(value.port) ? Number(value.port) : value.port;
   integerOption(port, `${name}.port`, 0, 1, 65_535);
 }
+
+/** How long a subscription waits for the stream's stats (the recreated-stream check). */
+const STATS_TIMEOUT_MS = 5_000;
 
 /**
  * Consumes a stream through the verifier: each message's identity is checked per (consumer,
@@ -174,7 +177,8 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
    * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>"),
    *   before anything is opened or connected.
    * @throws DedupError `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
-   *   `DEDUP_BROKER_REFUSED` (for example a missing stream).
+   *   `DEDUP_BROKER_REFUSED` (for example a missing stream), `DEDUP_STREAM_REGRESSION` (an empty
+   *   stream behind a committed offset: recreated).
    */
   static async open(options: StreamVerifyingConsumerOptions): Promise<StreamVerifyingConsumer> {
     const resolved = resolveStreamOptions(options);
@@ -208,6 +212,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     );
     const isCurrent = (): boolean => generation.isCurrent();
     const resume = this.core.resumeOffset;
+    if (resume !== undefined) await this.#checkStreamKept(client, resume - 1n);
     const offset =
       resume !== undefined
         ? Offset.offset(resume)
@@ -278,6 +283,38 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
         { cause: err },
       );
     }
+  }
+
+  /**
+   * Stops with `DEDUP_STREAM_REGRESSION` when the stream is empty although `committed` was
+   * committed: it was deleted and recreated (retention never empties a stream). Subscribing at
+   * committed + 1 would skip the new stream's offsets up to `committed` silently: the client drops
+   * every message below the offset asked for. A stats query that fails otherwise or times out
+   * (5 s: the subscription's own bound follows) proves nothing: the subscription goes on.
+   */
+  async #checkStreamKept(client: Client, committed: bigint): Promise<void> {
+    let empty: boolean;
+    try {
+      const stats = await withTimeout(
+        client.streamStatsRequest(this.#options.stream),
+        STATS_TIMEOUT_MS,
+        'stream stats',
+      );
+      empty = stats.lastChunkId < 0n;
+    } catch (err) {
+      // Some brokers answer "no offset" for a stream without a chunk, as readStreamToEnd knows.
+      empty = /offset/i.test(errorText(err));
+    }
+    if (!empty) return;
+    const error = new DedupError(
+      'DEDUP_STREAM_REGRESSION',
+      `stream "${this.#options.stream}" is empty, but consumer "${this.core.consumerName}" committed offset ` +
+        `${committed}: the stream was deleted and recreated (or the store belongs to another stream). ` +
+        'Resuming would skip its first messages; use a new consumerName or store to read it from the start',
+    );
+    await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+    void this.stop(error);
+    throw error;
   }
 
   /** @internal Unsubscribes first (what is buffered is dropped), lets the message in progress finish, then commits. */

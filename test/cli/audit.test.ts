@@ -7,7 +7,9 @@ import {
   type AuditRecord,
 } from '../../src/cli/audit.js';
 import { identityHeaders } from '../../src/identity/headers.js';
+import { decodeAmqp10Message } from '../../src/transport/amqp10-decode.js';
 import { ids, records } from '../support/audit-records.js';
+import { amqpMap, amqpString, section } from '../support/chunks.js';
 
 describe('cli audit - analysis', () => {
   it('a clean producer: every id once, in order, no gaps: ok and exit code 0', () => {
@@ -132,6 +134,28 @@ describe('cli audit - analysis', () => {
     expect(report.unidentified.samples.map((s) => s.offset)).toEqual([2n, 3n, 4n, 5n]);
     expect(report.unidentified.samples[0]!.reason).toBe('no identity headers');
     expect(report.unidentified.samples[1]!.reason).toMatch(/x-dedup-id/);
+  });
+
+  it('names that are not UTF-8 or hold a lone surrogate are malformed, never one producer with a duplicate (issue 32)', () => {
+    const named = (offset: bigint, name: Buffer): AuditRecord => ({
+      ...decodeAmqp10Message(
+        section(
+          0x74,
+          amqpMap([amqpString('x-dedup-producer'), name, amqpString('x-dedup-id'), amqpString('1')]),
+        ),
+      ),
+      offset,
+    });
+    const report = auditRecords([
+      named(0n, Buffer.from([0xa1, 4, 0x63, 0x61, 0x66, 0xe9])), // Latin-1 caf\xE9
+      named(1n, Buffer.from([0xa1, 4, 0x63, 0x61, 0x66, 0xe8])), // Latin-1 caf\xE8
+      named(2n, Buffer.from([0x73, 0, 0, 0xd8, 0])), // char U+D800
+      { offset: 3n, applicationProperties: identityHeaders('caf\uFFFD', 1n) }, // amqplib's longstr of either
+    ]);
+    expect(report.producers).toEqual([]);
+    expect(report.unidentified).toMatchObject({ count: 4, missing: 0, malformed: 4 });
+    expect(report.ok).toBe(true);
+    expect(auditExitCode(report)).toBe(0);
   });
 
   it('reads the identity from message annotations too (an AMQP 0-9-1 publisher into a stream)', () => {
@@ -261,10 +285,14 @@ describe('cli audit - output', () => {
     );
   });
 
-  it('the human report names out-of-order messages and quotes names with control characters', () => {
-    const text = formatAuditReport('s', auditRecords(records(['a\nb', 2], ['a\nb', 1])));
-    expect(text).toMatch(/^"a\\nb" +2 +1 +2 +0 +0 +0 +0 +1$/m);
-    expect(text).toContain('"a\\nb": 1 out of order: id 1 at offset 1 after 2');
+  it('the human report names out-of-order messages; a name with control characters is malformed, as the publisher refuses it', () => {
+    const text = formatAuditReport('s', auditRecords(records(['a b', 2], ['a b', 1])));
+    expect(text).toMatch(/^a b +2 +1 +2 +0 +0 +0 +0 +1$/m);
+    expect(text).toContain('a b: 1 out of order: id 1 at offset 1 after 2');
+    const control = auditRecords(records(['a\nb', 2], ['a\nb', 1]));
+    expect(control.producers).toEqual([]);
+    expect(control.unidentified).toMatchObject({ count: 2, malformed: 2 });
+    expect(control.unidentified.samples[0]!.reason).toMatch(/control characters/);
   });
 
   it('--json: one object, 64-bit integers as decimal strings', () => {

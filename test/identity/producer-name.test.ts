@@ -29,6 +29,13 @@ describe('producer name', () => {
     expect(Buffer.from('p\uD800', 'utf8').equals(Buffer.from('p\uDC00', 'utf8'))).toBe(true);
   });
 
+  it('producer name - rejects U+FFFD with RangeError (a lossy decoder writes it: consumers would report the name unidentified)', () => {
+    for (const name of ['caf\uFFFD', '\uFFFD']) {
+      expect(() => assertProducerName(name), JSON.stringify(name)).toThrow(RangeError);
+      expect(() => assertProducerName(name), JSON.stringify(name)).toThrow(/U\+FFFD/);
+    }
+  });
+
   it('producer name - two names differing in a lone surrogate cannot open on one store (they would share its state)', async () => {
     const broker = new ModelBroker();
     const store = await memoryStore(memoryDisk());

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { identityHeaders } from '../../src/identity/headers.js';
+import { identityHeaders, readIdentity } from '../../src/identity/headers.js';
 import type { OutgoingMessage } from '../../src/publisher/types.js';
 import {
   ChunkDecodeError,
@@ -398,6 +398,57 @@ describe('amqp10 decode - what the client decoded, it decodes the same', () => {
         ...identityHeaders('producer-é', messages[i]!.publishingId),
         ...messages[i]!.headers,
       });
+    });
+  });
+});
+
+describe('amqp10 decode - strings that are not UTF-8 (issue 32, item 1)', () => {
+  /** A message whose producer name is the str8 (or sym8 with `code` 0xa3) holding `name`'s bytes. */
+  const stamped = (name: readonly number[], code = 0xa1) =>
+    Buffer.concat([
+      section(
+        0x74,
+        amqpMap([
+          amqpString('x-dedup-producer'),
+          Buffer.from([code, name.length, ...name]),
+          amqpString('x-dedup-id'),
+          amqpString('1'),
+        ]),
+      ),
+      section(0x75, amqpBinary(Buffer.from('body'))),
+    ]);
+
+  it('decodes a str or sym whose bytes are not UTF-8 into a copy of its bytes: two such names stay two', () => {
+    const e9 = decodeAmqp10Message(stamped([0x63, 0x61, 0x66, 0xe9])).applicationProperties;
+    const e8 = decodeAmqp10Message(stamped([0x63, 0x61, 0x66, 0xe8])).applicationProperties;
+    expect(e9['x-dedup-producer']).toEqual(Buffer.from([0x63, 0x61, 0x66, 0xe9]));
+    expect(e8['x-dedup-producer']).toEqual(Buffer.from([0x63, 0x61, 0x66, 0xe8]));
+    // The lossy text is one String() away.
+    expect(String(e9['x-dedup-producer'])).toBe('caf\uFFFD');
+    expect(value([0xa3, 2, 0xc3, 0x28])).toEqual(Buffer.from([0xc3, 0x28]));
+    expect(value([0xb1, ...u32(3), 0xed, 0xa0, 0x80])).toEqual(Buffer.from([0xed, 0xa0, 0x80])); // a UTF-8-encoded surrogate
+    // A sender's own U+FFFD is UTF-8: it stays a string.
+    expect(value(amqpString('a\uFFFDb'))).toBe('a\uFFFDb');
+    // The identity of either message is malformed, never one shared name.
+    for (const m of [e9, e8]) expect(readIdentity(m).kind).toBe('malformed');
+  });
+
+  it('a char (0x73) holding a surrogate code point decodes to a string the identity check refuses', () => {
+    expect(value([0x73, ...u32(0xd800)])).toBe('\uD800');
+    const m = decodeAmqp10Message(
+      section(
+        0x74,
+        amqpMap([
+          amqpString('x-dedup-producer'),
+          Buffer.from([0x73, ...u32(0xdc00)]),
+          amqpString('x-dedup-id'),
+          amqpString('1'),
+        ]),
+      ),
+    );
+    expect(readIdentity(m.applicationProperties)).toEqual({
+      kind: 'malformed',
+      reason: expect.stringMatching(/lone UTF-16 surrogate/) as string,
     });
   });
 });

@@ -1,0 +1,114 @@
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { isDedupError } from '../../src/errors.js';
+import { identityHeaders } from '../../src/identity/headers.js';
+import { StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
+import { useClient } from '../support/stream.js';
+import { useTempDir } from '../support/tmp.js';
+
+// Issue 32 ("also look at"): a stream deleted and recreated under the same name while a verifying
+// consumer keeps its committed offset. Subscribing at committed + 1, it would never see the new
+// stream's offsets 0..committed (the client drops messages below the offset asked for).
+
+const client = useClient();
+const tempDir = useTempDir();
+
+async function publish(stream: string, ids: number[]): Promise<void> {
+  const publisher = await client().declarePublisher({ stream });
+  let confirmed = 0;
+  const all = new Promise<void>((resolve) =>
+    publisher.on('publish_confirm', (_e, got) => {
+      confirmed += got.length;
+      if (confirmed >= ids.length) resolve();
+    }),
+  );
+  for (const id of ids) {
+    await publisher.send(Buffer.from(String(id)), {
+      applicationProperties: identityHeaders('p', BigInt(id)),
+    });
+  }
+  await publisher.flush();
+  await all;
+  await publisher.close();
+}
+
+describe('stream verifying consumer - a stream recreated under the same name', () => {
+  it('refuses to resume on an empty stream past a committed offset: DEDUP_STREAM_REGRESSION, at open', async () => {
+    const stream = uniqueName('recreated');
+    await client().createStream({ stream, arguments: {} });
+    await publish(stream, [1, 2, 3]);
+    const store = join(await tempDir(), 'store');
+    const options = {
+      connection: STREAM_CONNECTION,
+      stream,
+      consumerName: 'ledger',
+      store,
+      handler: () => undefined,
+    };
+    const first = await StreamVerifyingConsumer.open(options);
+    await first.waitForOffset(2n);
+    await first.close();
+
+    await client().deleteStream({ stream });
+    await client().createStream({ stream, arguments: {} });
+    const refused = await StreamVerifyingConsumer.open(options).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(isDedupError(refused, 'DEDUP_STREAM_REGRESSION'), String(refused)).toBe(true);
+    expect(String(refused)).toMatch(/committed offset 2/);
+
+    // The store was released: a consumer of another name reads the new stream from its start.
+    await publish(stream, [1]);
+    const fresh = await StreamVerifyingConsumer.open({ ...options, consumerName: 'ledger-2' });
+    await fresh.waitForOffset(0n);
+    expect(fresh.stats.new).toBe(1);
+    await fresh.close();
+    await client().deleteStream({ stream });
+  });
+
+  it('a running consumer whose stream is deleted and recreated stops with DEDUP_STREAM_REGRESSION when it subscribes again', async () => {
+    const stream = uniqueName('recreated-live');
+    await client().createStream({ stream, arguments: {} });
+    await publish(stream, [1, 2, 3]);
+    const consumer = await StreamVerifyingConsumer.open({
+      connection: STREAM_CONNECTION,
+      stream,
+      consumerName: 'ledger',
+      store: join(await tempDir(), 'store'),
+      handler: () => undefined,
+      commit: 'message',
+    });
+    await consumer.waitForOffset(2n);
+    await client().deleteStream({ stream });
+    await client().createStream({ stream, arguments: {} });
+    const stopped = await consumer.closed();
+    expect(isDedupError(stopped, 'DEDUP_STREAM_REGRESSION'), String(stopped)).toBe(true);
+    await consumer.close();
+    await client().deleteStream({ stream });
+  });
+
+  it('a stream that keeps its messages resumes as before (the check costs one stats query)', async () => {
+    const stream = uniqueName('kept');
+    await client().createStream({ stream, arguments: {} });
+    await publish(stream, [1, 2]);
+    const store = join(await tempDir(), 'store');
+    const options = {
+      connection: STREAM_CONNECTION,
+      stream,
+      consumerName: 'ledger',
+      store,
+      handler: () => undefined,
+    };
+    const first = await StreamVerifyingConsumer.open(options);
+    await first.waitForOffset(1n);
+    await first.close();
+    await publish(stream, [3]);
+    const again = await StreamVerifyingConsumer.open(options);
+    await again.waitForOffset(2n);
+    expect(again.stats.new).toBe(1);
+    await again.close();
+    await client().deleteStream({ stream });
+  });
+});
