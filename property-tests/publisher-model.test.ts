@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { auditRecords, type AuditReport } from '../src/cli/audit.js';
@@ -1121,5 +1122,70 @@ describe('publisher model (docs/design.md §3 broker, §7 invariants)', () => {
       ),
       { numRuns: 200 },
     );
+  });
+});
+
+describe('publisher time and settlement bounds (issue 32)', () => {
+  it('time - one signal aborting k of n parked sends costs O(n + k) queue operations (counted, not timed), one listener, and the survivors take consecutive IDs', async () => {
+    // Counted: every parked entry the send queue visits or moves (SendQueue.work). A splice and a
+    // renumbering per abort (the code before issue 32, item 9) costs about k·n/2.
+    let largest = 0;
+    await assertProperty(
+      'abort cost',
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 4 }),
+        // Per send: which signal it waits on (0: none, 1: the aborted one, 2: another).
+        fc.array(fc.constantFrom(0, 1, 1, 1, 2), { minLength: 1, maxLength: 400, size: 'max' }),
+        fc.constantFrom<ProducerIdMode>('auto', 'keyed'),
+        async (maxInFlight, signals, idMode) => {
+          const network = new SimNetwork();
+          const transport = network.transport('orders', 'p');
+          transport.connectPolicy = 'immediate';
+          const core = await DedupPublisherCore.open(transport, {
+            producerName: 'p',
+            store: await DedupStore.wrap(new ProcessDisk(memoryDisk())),
+            maxInFlight,
+            idMode,
+          });
+          const aborted = new AbortController();
+          const other = new AbortController();
+          const sends = signals.map((s, i) => {
+            const signal = s === 1 ? aborted.signal : s === 2 ? other.signal : undefined;
+            const sent = core.send(
+              Buffer.from(`m${i}`),
+              idMode === 'keyed' ? { key: `k${i}`, signal } : { signal },
+            );
+            sent.catch(() => undefined);
+            return sent;
+          });
+          const listeners = getEventListeners(aborted.signal, 'abort').length;
+          if (signals.includes(1) && listeners !== 1) throw new Error(`${listeners} listeners on one signal`);
+          const parked = Math.max(0, signals.length - maxInFlight);
+          const k = signals.filter((s) => s === 1).length;
+          const before = core.queueWork;
+          aborted.abort();
+          await Promise.resolve();
+          const work = core.queueWork - before;
+          largest = Math.max(largest, work);
+          if (work > parked + k)
+            throw new Error(`${work} queue operations to abort ${k} of ${parked} parked sends`);
+          // Everything else goes out; the stream holds IDs 1..m without a hole, in send order.
+          for (let round = 0; round < 1_000; round++) {
+            await settle(() => network.activity);
+            if (core.inFlight === 0) break;
+            transport.connection!.deliver();
+            transport.connection!.confirmAll();
+          }
+          const results = await Promise.allSettled(sends);
+          const resolved = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.publishingId] : []));
+          const stored = network.broker.messages('orders').map((m) => m.publishingId);
+          await core.close();
+          expect(stored).toEqual(stored.map((_, i) => BigInt(i + 1)));
+          for (const id of resolved) expect(stored).toContain(id);
+        },
+      ),
+      { numRuns: 200 },
+    );
+    console.log(`[abort cost] largest count ${largest}`);
   });
 });

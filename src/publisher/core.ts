@@ -10,6 +10,7 @@ import type { Headers, IdMode } from '../store/codec.js';
 import { DedupStore, type LoadedProducer, type ProducerState } from '../store/store.js';
 import type { Logger } from '../telemetry/logger.js';
 import { observePublisher, type PublisherCounters } from '../telemetry/metrics.js';
+import { AbortGroups } from './abort-groups.js';
 import { GroupCommitter } from './commit.js';
 import { Entry } from './entry.js';
 import {
@@ -98,6 +99,10 @@ export class DedupPublisherCore {
   readonly #skip: SkipDeclaration;
   #pumping = false;
   #pumpScheduled = false;
+  /** A compaction of aborted parked sends is due at the next microtask. */
+  #compactScheduled = false;
+  /** Waiting sends by abort signal: one listener per signal. */
+  readonly #abortGroups = new AbortGroups<Entry>((entries, signal) => this.#aborted(entries, signal));
   #resendAll = false;
   /** Bumped on every lost connection: a disconnect heard from an older connection is ignored. */
   #epoch = 0;
@@ -128,12 +133,17 @@ export class DedupPublisherCore {
     this.#ownedStore = ownedStore;
     this.#opts = opts;
     this.#lastAssigned = startup.plan.start;
-    this.#queue = new SendQueue(opts.maxInFlight);
-    this.#pending = this.#queue.pending;
     this.#keyed = opts.idMode === 'keyed' ? new KeyedIds(opts.keyRetention) : undefined;
     this.#keyed?.load(startup.keySegments);
     // A skip is written with the first commit, which comes before the first new ID leaves.
     this.#skip = new SkipDeclaration(startup.plan.skipFrom);
+    const skip = this.#skip;
+    this.#queue = new SendQueue(opts.maxInFlight, {
+      renumber: opts.idMode !== 'explicit',
+      // A skip an aborted send declared moves to the entry that now has its ID, or waits for the next send.
+      moved: (abortedId, heir) => skip.moved(abortedId, heir),
+    });
+    this.#pending = this.#queue.pending;
     const subEntrySize = transport.subEntrySize ?? 1;
     // IDs an earlier reserve life may have on the wire go alone (docs/design.md §10).
     const aloneUpTo = startup.plan.reservedUpTo;
@@ -259,6 +269,11 @@ export class DedupPublisherCore {
     return this.#queue.inFlight;
   }
 
+  /** Parked entries the send queue visited or moved (the abort property counts them). @internal */
+  get queueWork(): number {
+    return this.#queue.work;
+  }
+
   /** True after `close()` or a fatal error. */
   get isClosed(): boolean {
     return this.#closeRequested || this.#status === 'closed';
@@ -287,6 +302,8 @@ export class DedupPublisherCore {
     assertFits(body, headers, this.#stampBytes, this.#transport.maxMessageBytes);
     const signal = options.signal;
     if (signal?.aborted) return Promise.reject(abortError(signal));
+    // Parked sends aborted since the last send are taken out (and renumbered) before a new ID.
+    this.#queue.compact();
     const id = idOf(options, this.idMode, this.#lastAssigned, this.producerName);
     if (typeof id === 'string') {
       // A key published before (and still retained) publishes nothing: see KeyedIds.duplicate.
@@ -314,9 +331,8 @@ export class DedupPublisherCore {
     if (entry instanceof Error) return Promise.reject(entry);
     const promise = entry.promise();
     if (signal !== undefined) {
-      const onAbort = (): void => this.#abort(entry);
-      entry.extra = { signal, onAbort, prevAssigned };
-      signal.addEventListener('abort', onAbort, { once: true });
+      entry.extra = { abortGroup: undefined, prevAssigned };
+      entry.extra.abortGroup = this.#abortGroups.join(signal, entry);
     }
     if (this.#queue.add(entry)) this.#schedulePump();
     return promise;
@@ -343,28 +359,42 @@ export class DedupPublisherCore {
     return entry;
   }
 
-  #abort(entry: Entry): void {
+  /** A signal aborted: its waiting sends, in ID order, with one error for them all. */
+  #aborted(entries: readonly Entry[], signal: AbortSignal): void {
+    const error = abortError(signal);
+    for (const e of entries) this.#abort(e, error);
+  }
+
+  #abort(entry: Entry, error: DedupError): void {
     const extra = entry.extra!;
-    const error = abortError(extra.signal!);
-    const i = this.#queue.parkedIndex(entry);
+    extra.abortGroup = undefined;
     // Still waiting for room, and nobody else waits for it (repeats of its key that passed no
     // signal): it never reaches the store or the wire, and its key is free again. When its ID is
     // the last handed out, the next send gets it (explicit IDs: the caller may send it again).
-    if (i >= 0 && (extra.keyWaiters?.length ?? 0) === 0) {
+    if (this.#queue.isParked(entry) && (extra.keyWaiters?.length ?? 0) === 0) {
       this.#keyed?.forget(entry, error);
+      // O(1) here: one shared signal aborts every parked send in one dispatch, and the queue
+      // takes them all out in one pass (before the next send, refill or close, or at the next
+      // microtask), not one O(n) splice and renumbering each (issue 32, item 9).
+      this.#queue.drop(entry);
       if (this.idMode === 'explicit') {
-        this.#queue.unpark(i);
         // The caller's IDs: only the last can be handed back (an earlier one is below later IDs).
         if (entry.publishingId === this.#lastAssigned && extra.prevAssigned !== undefined) {
           this.#lastAssigned = extra.prevAssigned;
         }
       } else {
         // Automatic and keyed IDs of sends still waiting are unwritten, unsent and unseen by any
-        // caller: the later ones move down, so an abort leaves no hole in the stream. A skip it
-        // declared moves to the entry that now has its ID, or waits for the next send.
-        const { heir, lastAssigned } = this.#queue.unparkAndRenumber(i);
-        this.#lastAssigned = lastAssigned;
-        this.#skip.moved(entry.publishingId, heir);
+        // caller: the later ones move down, so an abort leaves no hole in the stream, and the
+        // last parked ID (the last handed out) is one lower. A skip it declared moves to the
+        // entry that then has its ID, or waits for the next send.
+        this.#lastAssigned--;
+      }
+      if (!this.#compactScheduled) {
+        this.#compactScheduled = true;
+        queueMicrotask(() => {
+          this.#compactScheduled = false;
+          this.#queue.compact();
+        });
       }
     }
     // Otherwise the message may be published anyway; only the caller stops waiting.
