@@ -109,6 +109,13 @@ export class DedupPublisherCore {
   readonly #reconnector: Reconnector;
   readonly #watchdog: Watchdog;
   #closing: Promise<void> | undefined;
+  /**
+   * Resolved once close() stops waiting for confirms: a publish still waiting on the transport (a
+   * socket that does not drain: a paused broker, a full window) is then no longer awaited. Only
+   * closing the transport would end that wait, and close() does that after the pump returned.
+   */
+  readonly #halted: Promise<void>;
+  #halt!: () => void;
   readonly #closedPromise: Promise<DedupError | undefined>;
   #resolveClosed!: (value: DedupError | undefined) => void;
   readonly #idle: Array<() => void> = [];
@@ -179,6 +186,7 @@ export class DedupPublisherCore {
       conflict: (brokerLast) => this.#fail(this.#nameConflict(brokerLast)),
     });
     this.#closedPromise = new Promise((resolve) => (this.#resolveClosed = resolve));
+    this.#halted = new Promise((resolve) => (this.#halt = resolve));
   }
 
   /**
@@ -467,8 +475,12 @@ export class DedupPublisherCore {
     for (const e of entries) e.sentAt = now;
     this.counters.sent += entries.length;
     try {
-      // Entries are OutgoingMessages already: the transport stamps the identity itself.
-      await this.#transport.publish(entries);
+      // Entries are OutgoingMessages already: the transport stamps the identity itself. A publish
+      // that waits for the socket is raced with close(): its messages are pending (in the outbox),
+      // and the transport's close ends the wait (the rejection then goes nowhere).
+      const sending = this.#transport.publish(entries);
+      sending.catch(() => undefined);
+      await Promise.race([sending, this.#halted]);
     } catch (err) {
       if (err instanceof InvariantError) this.#fail(internalError(this.producerName, err));
       else this.#onDisconnected(err instanceof Error ? err : new Error(String(err)), epoch);
@@ -633,10 +645,14 @@ export class DedupPublisherCore {
       }
     }
     this.#status = 'closing';
+    this.#halt();
     const reconnecting = this.#reconnector.stop();
     this.#watchdog.stop();
     this.#unobserve();
-    // A group commit being written finishes first: its messages are then in the outbox.
+    // A group commit being written finishes first: its messages are then in the outbox. A publish
+    // waiting for a socket that does not drain is not waited for (#halted): the watchdog, which
+    // would have torn such a connection down, has just stopped, and only the transport's close
+    // below ends that wait (issue 32, item 7: close() never returned).
     while (this.#pumping) await new Promise<void>((resolve) => this.#idle.push(resolve));
     await settleAtClose(this.#queue, this.#commits, this.#keyed, {
       producerName: this.producerName,

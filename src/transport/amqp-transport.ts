@@ -172,6 +172,22 @@ export class AmqpTransport implements PublishTransport {
     this.#handlers = undefined;
     this.#lost = undefined;
     this.#markLost = undefined;
-    if (model !== undefined) await withTimeout(model.close(), 5_000, 'closing').catch(() => undefined);
+    if (model === undefined) return;
+    const closed = await withTimeout(model.close(), 5_000, 'closing').then(
+      () => true,
+      () => false,
+    );
+    // A broker that stops reading never answers the close: the socket goes, so that nothing of
+    // ours stays open with frames it may never read (issue 32, item 7). A publish waiting for
+    // 'drain' has already ended: #markLost above.
+    if (!closed) amqpSocket(model)?.destroy();
   }
+}
+
+/** amqplib's socket under a channel model (0.10: `model.connection.stream`), if it is one. */
+function amqpSocket(model: ChannelModel): { destroy(): void } | undefined {
+  const stream = (model as unknown as { connection?: { stream?: unknown } }).connection?.stream;
+  return typeof (stream as { destroy?: unknown } | undefined)?.destroy === 'function'
+    ? (stream as { destroy(): void })
+    : undefined;
 }

@@ -265,6 +265,7 @@ export class StreamTransport implements PublishTransport {
     this.#lost = undefined;
     const client = this.#client;
     const publisher = this.#publisher;
+    const socket = this.#socket;
     this.#client = undefined;
     this.#publisher = undefined;
     this.#socket = undefined;
@@ -277,7 +278,14 @@ export class StreamTransport implements PublishTransport {
       );
     }
     if (client === this.#shared) return;
-    await withTimeout(client.close(), 5_000, 'closing the client').catch(() => undefined);
+    const closed = await withTimeout(client.close(), 5_000, 'closing the client').then(
+      () => true,
+      () => false,
+    );
+    // A broker that stops reading never answers the close either: the socket goes, so that
+    // nothing of ours stays open (and holds the process) with frames the broker may never read.
+    // Each wait here is bounded (5 s each): close() returns whatever the socket does (issue 32, item 7).
+    if (!closed) socket?.destroy();
   }
 
   #address(): string {

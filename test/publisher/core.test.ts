@@ -1,5 +1,6 @@
 import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
+import { DedupError } from '../../src/errors.js';
 import { DedupPublisherCore } from '../../src/publisher/core.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
 import { blind, LossyTransport, ModelBroker, ModelTransport } from '../support/model-broker.js';
@@ -143,6 +144,67 @@ describe('publisher core', () => {
     expect(transport.published.map((m) => Buffer.from(m.body).toString())).toEqual(['first', 'third']);
     await core.close();
   });
+});
+
+/**
+ * A transport whose socket stops draining while `stalled`: a publish writes and then waits for
+ * `drain`, which never comes; only the connection's end (close) ends the wait, as in both real
+ * transports.
+ */
+class UndrainedTransport extends ModelTransport {
+  stalled = false;
+  waiting = 0;
+  readonly #ends: Array<(error: Error) => void> = [];
+  override publish(messages: Parameters<ModelTransport['publish']>[0]): Promise<void> {
+    if (!this.stalled) return super.publish(messages);
+    this.waiting++;
+    return new Promise<void>((_, reject) => this.#ends.push(reject));
+  }
+  override close(): Promise<void> {
+    for (const end of this.#ends.splice(0)) end(new Error('connection closed by the publisher'));
+    return super.close();
+  }
+}
+
+describe('close() while a publish waits for drain (issue 32, item 7)', () => {
+  for (const how of ['close()', 'a fatal error'] as const) {
+    it(`${how} returns within closeTimeoutMs; the unsent messages stay in the outbox and the next open re-sends them`, async () => {
+      const broker = new ModelBroker();
+      const disk = memoryDisk();
+      const transport = new UndrainedTransport(broker, 'orders', 'p');
+      const core = await DedupPublisherCore.open(transport, {
+        producerName: 'p',
+        store: await memoryStore(disk),
+        closeTimeoutMs: 50,
+        // The fatal error: the watch finds another writer under the name.
+        watchIntervalMs: how === 'close()' ? 0 : 10,
+      });
+      transport.stalled = true;
+      const sends = [core.send(body('a')), core.send(body('b'))];
+      for (const s of sends) s.catch(() => undefined);
+      while (transport.waiting === 0) await new Promise((r) => setImmediate(r));
+      if (how === 'close()') void core.close();
+      else broker.publish('orders', 'p', 99n, 'intruder');
+      // Bounded: 50 ms for confirms, then nothing waits for the socket. Before: never.
+      let guard: NodeJS.Timeout | undefined;
+      const outcome = await Promise.race([
+        core.closed().then((error) => error?.code ?? 'closed'),
+        new Promise((resolve) => (guard = setTimeout(() => resolve('still open after 5 s'), 5_000))),
+      ]);
+      clearTimeout(guard);
+      expect(outcome).toBe(how === 'close()' ? 'closed' : 'DEDUP_NAME_CONFLICT');
+      expect(transport.closed).toBe(true);
+      for (const s of sends) await expect(s).rejects.toBeInstanceOf(DedupError);
+      const next = new ModelTransport(broker, 'orders', 'p');
+      const reopened = await DedupPublisherCore.open(next, {
+        producerName: 'p',
+        store: await memoryStore(disk),
+        onBrokerAhead: 'adopt',
+      });
+      await reopened.close();
+      expect(next.published.map((m) => Buffer.from(m.body).toString())).toEqual(['a', 'b']);
+    });
+  }
 });
 
 describe('aborting parked sends (issue 32, item 9)', () => {
