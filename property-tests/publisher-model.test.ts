@@ -1126,6 +1126,100 @@ describe('publisher model (docs/design.md §3 broker, §7 invariants)', () => {
 });
 
 describe('publisher time and settlement bounds (issue 32)', () => {
+  it('settlement - an outbox written with sub-entry batches and re-sent over AMQP 0-9-1 (acks per member, the channel dying anywhere): no member settles before its own ack, and nothing is lost', async () => {
+    let settledTotal = 0;
+    let cuts = 0;
+    await assertProperty(
+      'per-member acks',
+      fc.asyncProperty(
+        fc.integer({ min: 2, max: 4 }),
+        fc.integer({ min: 1, max: 10 }),
+        fc.nat({ max: 10 }),
+        fc.integer({ min: 0, max: 3 }),
+        fc.array(
+          fc.oneof(
+            { weight: 3, arbitrary: fc.record({ deliver: fc.integer({ min: 1, max: 3 }) }) },
+            { weight: 3, arbitrary: fc.record({ ack: fc.nat() }) },
+            { weight: 1, arbitrary: fc.record({ cut: fc.boolean() }) },
+          ),
+          { maxLength: 16 },
+        ),
+        fc.boolean(),
+        async (subEntrySize, n, delivered1, newSends, steps, cutAtEnd) => {
+          const network = new SimNetwork();
+          const disk = memoryDisk();
+          const open = async (options: Parameters<SimNetwork['transport']>[3]) => {
+            const transport = network.transport('orders', 'p', {}, options);
+            const core = await DedupPublisherCore.open(transport, {
+              producerName: 'p',
+              store: await DedupStore.wrap(new ProcessDisk(disk)),
+              closeTimeoutMs: 0,
+              reconnect: { initialDelayMs: 1, maxDelayMs: 1 },
+            });
+            return { transport, core };
+          };
+          // Life 1 (stream, sub-entry batches): n sends in one group commit, a prefix read by the
+          // broker, nothing confirmed; closed: the outbox holds the batches.
+          const first = await open({ subEntrySize });
+          const sent1 = Array.from({ length: n }, (_, i) => first.core.send(Buffer.from(`a${i}`)));
+          for (const p of sent1) p.catch(() => undefined);
+          await settle(() => network.activity);
+          first.transport.connection?.deliver(delivered1);
+          await first.core.close();
+          // Life 2 (AMQP 0-9-1): re-sends each member alone; acks arrive one by one; the channel dies.
+          const second = await open({ reportsLastId: false, carriesBatches: false });
+          const sent2 = Array.from({ length: newSends }, (_, i) => second.core.send(Buffer.from(`b${i}`)));
+          for (const p of sent2) p.catch(() => undefined);
+          await settle(() => network.activity);
+          const initial = second.core.inFlight;
+          const acked = (): number =>
+            new Set(second.transport.connections.flatMap((c) => c.confirmed.map(String))).size;
+          const check = (): void => {
+            const settled = initial - second.core.inFlight;
+            if (settled > acked()) {
+              throw new Error(
+                `${settled} messages settled on ${acked()} acks (${second.core.inFlight} in flight)`,
+              );
+            }
+          };
+          for (const step of steps) {
+            const c = second.transport.connection;
+            if ('deliver' in step) c?.deliver(step.deliver);
+            else if ('ack' in step) c?.confirm(step.ack);
+            else if (c?.state === 'live') {
+              // The channel dies (its frames lost, or left to land late); the core reconnects.
+              cuts++;
+              second.transport.cut(step.cut);
+              await second.transport.connectAttempt();
+              second.transport.acceptConnect();
+            }
+            await settle(() => network.activity);
+            check();
+          }
+          if (cutAtEnd) second.transport.cut(false);
+          settledTotal += initial - second.core.inFlight;
+          await second.core.close();
+          // Life 3 (stream) re-sends whatever is left; everything drains.
+          const third = await open({});
+          for (let round = 0; round < 200 && third.core.inFlight > 0; round++) {
+            await settle(() => network.activity);
+            third.transport.connection?.deliver();
+            third.transport.connection?.confirmAll();
+          }
+          await third.core.close();
+          network.startBroker();
+          for (let z = 0; z < 20; z++) network.deliverZombie(0);
+          const stored = new Set(network.broker.messages('orders').map((m) => m.body));
+          const missing = [...sent1.keys()].map((i) => `a${i}`).filter((b) => !stored.has(b));
+          missing.push(...[...sent2.keys()].map((i) => `b${i}`).filter((b) => !stored.has(b)));
+          if (missing.length > 0) throw new Error(`lost: ${missing.join(',')}`);
+        },
+      ),
+      { numRuns: 300 },
+    );
+    console.log(`[per-member acks] ${settledTotal} settlements in life 2, ${cuts} channels cut`);
+  });
+
   it('time - one signal aborting k of n parked sends costs O(n + k) queue operations (counted, not timed), one listener, and the survivors take consecutive IDs', async () => {
     // Counted: every parked entry the send queue visits or moves (SendQueue.work). A splice and a
     // renumbering per abort (the code before issue 32, item 9) costs about k·n/2.

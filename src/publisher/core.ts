@@ -258,7 +258,8 @@ export class DedupPublisherCore {
 
   /** Resuming: the outbox is re-sent with its own IDs, before anything new. */
   #recover(segments: LoadedProducer['segments']): void {
-    for (const e of recoveredEntries(segments, this.#keyed)) this.#pending.push(e);
+    const carriesBatches = this.#transport.carriesBatches === true;
+    for (const e of recoveredEntries(segments, this.#keyed, carriesBatches)) this.#pending.push(e);
     this.#resendAll = this.#pending.size > 0;
   }
 
@@ -505,17 +506,20 @@ export class DedupPublisherCore {
         }
         continue;
       }
-      const e = this.#pending.take(id);
+      const e = this.#pending.get(id);
       if (e === undefined) continue;
-      if (e.batch === undefined) {
+      const batch = e.batch;
+      if (batch === undefined) {
+        this.#pending.take(id);
         this.#settleConfirmed(e);
         continue;
       }
       // A sub-entry batch is one entry, confirmed by its last ID: stored or dropped whole
-      // (docs/design.md §10). Its members settle in ID order.
-      for (const member of e.batch) {
-        if (member !== e && this.#pending.take(member.publishingId) === undefined) continue;
-        this.#settleConfirmed(member);
+      // (docs/design.md §10). Its members settle in ID order on that confirm only: a member's own
+      // ID confirmed means an entry of that ID alone, not this batch (issue 32, item 6).
+      if (batch[batch.length - 1] !== e) continue;
+      for (const member of batch) {
+        if (this.#pending.take(member.publishingId) !== undefined) this.#settleConfirmed(member);
       }
     }
     if (this.#queue.refill() || this.#commits.hasConfirmWork) this.#schedulePump();

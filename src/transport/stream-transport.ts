@@ -35,6 +35,8 @@ const FRAME_OVERHEAD = 512;
 /** @internal The stream-protocol half of `StreamDedupPublisher`. */
 export class StreamTransport implements PublishTransport {
   readonly target: string;
+  /** The encoder writes a batch as one sub-entry, whatever `subEntry` says now (docs/design.md §10). */
+  readonly carriesBatches = true;
   readonly #endpoints: EndpointRotation;
   #params: ClientParams;
   #attempts = 0;
