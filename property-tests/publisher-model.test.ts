@@ -24,7 +24,7 @@ import { ProcessDisk } from './support/disk.js';
 import { SimNetwork } from './support/network.js';
 import { ProducerHarness, type HeadersMode, type ProducerIdMode } from './support/producer.js';
 import { assertProperty, checkWithin, IS_REPLAY } from './support/runs.js';
-import { settle } from './support/turns.js';
+import { settle, turn } from './support/turns.js';
 
 // A model-based test of the publisher (fc.commands + fc.asyncModelRun), one property per ID mode
 // (auto, explicit, keyed). The world: the model broker of docs/design.md §3 behind a fault-injecting
@@ -1126,6 +1126,115 @@ describe('publisher model (docs/design.md §3 broker, §7 invariants)', () => {
 });
 
 describe('publisher time and settlement bounds (issue 32)', () => {
+  it('close - with a socket that stops draining, close() and a fatal error settle within closeTimeoutMs (fake time) and a bounded number of turns; unconfirmed messages stay in the outbox', async () => {
+    let stuck = 0;
+    let undrained = 0;
+    await assertProperty(
+      'close bound',
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 8 }),
+        fc.constantFrom(0, 50, 1_000),
+        fc.integer({ min: 1, max: 12 }),
+        fc.nat({ max: 12 }),
+        fc.nat({ max: 12 }),
+        fc.constantFrom<'close' | 'fatal'>('close', 'fatal'),
+        fc.constantFrom<Durability>('outbox', 'reserve'),
+        // The socket drains again before the close (the ordinary path, for contrast), or never.
+        fc.boolean(),
+        async (maxInFlight, closeTimeoutMs, n, stopAfter, acked, how, durability, resumes) => {
+          vi.useFakeTimers({ toFake: [...FAKE] });
+          try {
+            const network = new SimNetwork();
+            const disk = memoryDisk();
+            const open = async () => {
+              const transport = network.transport('orders', 'p');
+              transport.connectPolicy = 'immediate';
+              const core = await DedupPublisherCore.open(transport, {
+                producerName: 'p',
+                store: await DedupStore.wrap(new ProcessDisk(disk)),
+                durability,
+                maxInFlight,
+                closeTimeoutMs,
+                // The fatal error: the watch finds the broker above this producer's IDs.
+                watchIntervalMs: how === 'fatal' ? 100 : 0,
+              });
+              return { transport, core };
+            };
+            const first = await open();
+            const sends = Array.from({ length: n }, (_, i) => {
+              // The socket stops draining after `stopAfter` sends were handed over.
+              if (i === stopAfter) first.transport.drainStopped = true;
+              const sent = first.core.send(Buffer.from(`m${i}`));
+              sent.catch(() => undefined);
+              return sent;
+            });
+            if (stopAfter >= n) first.transport.drainStopped = true;
+            await settle(() => network.activity);
+            // Some frames still reach the broker and are acked; the rest wait in the socket.
+            first.transport.connection?.deliver(acked);
+            first.transport.connection?.confirmAll();
+            await settle(() => network.activity);
+            if (resumes) {
+              first.transport.resumeDraining();
+              await settle(() => network.activity);
+            }
+            if (first.transport.waitingForDrain > 0) undrained++;
+            let settled = false;
+            if (how === 'close') void first.core.close().then(() => (settled = true));
+            else {
+              network.broker.publish('orders', 'p', 1n << 40n, 'intruder');
+              vi.advanceTimersByTime(100);
+              void first.core.closed().then(() => (settled = true));
+            }
+            // Fake time past closeTimeoutMs, then counted turns: no wall-clock wait.
+            vi.advanceTimersByTime(closeTimeoutMs + 1);
+            for (let t = 0; t < 50 && !settled; t++) {
+              await turn();
+              vi.advanceTimersByTime(1);
+            }
+            if (!settled) {
+              stuck++;
+              throw new Error(
+                `${how === 'close' ? 'close()' : 'the fatal error'} not settled ${closeTimeoutMs + 50} ms (fake) and 50 turns later; ` +
+                  `${first.transport.waitingForDrain} publishes waiting for drain`,
+              );
+            }
+            if (!first.transport.isClosed) throw new Error('settled with the transport open');
+            const resolved = (await Promise.allSettled(sends)).flatMap((r) =>
+              r.status === 'fulfilled' ? [r.value.publishingId] : [],
+            );
+            // The next life (the broker's last ID adopted after the intruder) re-sends the outbox.
+            const stored = (): Set<bigint> =>
+              new Set(
+                network.broker
+                  .messages('orders')
+                  .flatMap((m) => (m.body === 'intruder' ? [] : [m.publishingId])),
+              );
+            for (const id of resolved)
+              if (!stored().has(id)) throw new Error(`resolved ${id} is not in the stream`);
+            if (how === 'close' && durability === 'outbox') {
+              const second = await open();
+              for (let round = 0; round < 200 && second.core.inFlight > 0; round++) {
+                await settle(() => network.activity);
+                second.transport.connection?.deliver();
+                second.transport.connection?.confirmAll();
+              }
+              await second.core.close();
+              const bodies = new Set(network.broker.messages('orders').map((m) => m.body));
+              const lost = sends.map((_, i) => `m${i}`).filter((b) => !bodies.has(b));
+              if (lost.length > 0) throw new Error(`not in the outbox after close(): ${lost.join(',')}`);
+            }
+          } finally {
+            vi.useRealTimers();
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+    console.log(`[close bound] ${undrained} runs closed with a publish waiting for drain; ${stuck} stuck`);
+    expect(undrained, 'runs with a publish waiting for drain').toBeGreaterThan(50);
+  });
+
   it('settlement - an outbox written with sub-entry batches and re-sent over AMQP 0-9-1 (acks per member, the channel dying anywhere): no member settles before its own ack, and nothing is lost', async () => {
     let settledTotal = 0;
     let cuts = 0;
