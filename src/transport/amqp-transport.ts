@@ -4,6 +4,7 @@
  * part of the public API.
  */
 import { once } from 'node:events';
+import { Duplex } from 'node:stream';
 import type { ChannelModel, ConfirmChannel, Options } from 'amqplib';
 import { DedupError } from '../errors.js';
 import { ID_HEADER, identityHeaders } from '../identity/headers.js';
@@ -173,6 +174,12 @@ export class AmqpTransport implements PublishTransport {
     this.#lost = undefined;
     this.#markLost = undefined;
     if (model === undefined) return;
+    const socket = amqpSocket(model);
+    // A socket the broker stopped reading would not carry the close handshake: it goes at once.
+    if (socket?.writableNeedDrain === true) {
+      socket.destroy();
+      return;
+    }
     const closed = await withTimeout(model.close(), 5_000, 'closing').then(
       () => true,
       () => false,
@@ -180,14 +187,12 @@ export class AmqpTransport implements PublishTransport {
     // A broker that stops reading never answers the close: the socket goes, so that nothing of
     // ours stays open with frames it may never read (issue 32, item 7). A publish waiting for
     // 'drain' has already ended: #markLost above.
-    if (!closed) amqpSocket(model)?.destroy();
+    if (!closed) socket?.destroy();
   }
 }
 
 /** amqplib's socket under a channel model (0.10: `model.connection.stream`), if it is one. */
-function amqpSocket(model: ChannelModel): { destroy(): void } | undefined {
+function amqpSocket(model: ChannelModel): Duplex | undefined {
   const stream = (model as unknown as { connection?: { stream?: unknown } }).connection?.stream;
-  return typeof (stream as { destroy?: unknown } | undefined)?.destroy === 'function'
-    ? (stream as { destroy(): void })
-    : undefined;
+  return stream instanceof Duplex ? stream : undefined;
 }

@@ -4,7 +4,7 @@
  * Not part of the public API.
  */
 import { once } from 'node:events';
-import type { Socket } from 'node:net';
+import { Socket as SocketClass, type Socket } from 'node:net';
 import type { Client, ClientParams, Publisher } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { targetDeletedError } from '../publisher/errors.js';
@@ -273,8 +273,12 @@ export class StreamTransport implements PublishTransport {
     this.#socket = undefined;
     this.#encoder = undefined;
     if (client === undefined) return;
+    // A socket the broker stopped reading (a paused node, a full window) would carry neither the
+    // deletePublisher nor the close handshake: 5 s each spent for nothing. Our own client's
+    // producer connection goes at once; closing it frees the name on the broker all the same.
+    if (client !== this.#shared && socket?.writableNeedDrain === true) socket.destroy();
     // On a shared client the producer goes in every case (it holds a reference to its connection).
-    if ((deleteName || client === this.#shared) && publisher !== undefined) {
+    if ((deleteName || client === this.#shared) && publisher !== undefined && socket?.destroyed !== true) {
       await withTimeout(client.deletePublisher(publisher.extendedId), 5_000, 'deletePublisher').catch(
         () => undefined,
       );
@@ -287,10 +291,20 @@ export class StreamTransport implements PublishTransport {
     // A broker that stops reading never answers the close either: the socket goes, so that
     // nothing of ours stays open (and holds the process) with frames the broker may never read.
     // Each wait here is bounded (5 s each): close() returns whatever the socket does (issue 32, item 7).
-    if (!closed) socket?.destroy();
+    if (!closed) {
+      socket?.destroy();
+      locatorSocket(client)?.destroy();
+    }
   }
 
   #address(): string {
     return this.#shared !== undefined ? 'the given client' : `${this.#params.hostname}:${this.#params.port}`;
   }
+}
+
+/** The client's locator socket (1.0: `client.locatorConnection.socket`), if it is one. */
+function locatorSocket(client: Client): Socket | undefined {
+  const socket = (client as unknown as { locatorConnection?: { socket?: unknown } }).locatorConnection
+    ?.socket;
+  return socket instanceof SocketClass ? socket : undefined;
 }
