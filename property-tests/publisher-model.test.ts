@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { auditRecords, type AuditReport } from '../src/cli/audit.js';
@@ -23,7 +24,7 @@ import { ProcessDisk } from './support/disk.js';
 import { SimNetwork } from './support/network.js';
 import { ProducerHarness, type HeadersMode, type ProducerIdMode } from './support/producer.js';
 import { assertProperty, checkWithin, IS_REPLAY } from './support/runs.js';
-import { settle } from './support/turns.js';
+import { settle, turn } from './support/turns.js';
 
 // A model-based test of the publisher (fc.commands + fc.asyncModelRun), one property per ID mode
 // (auto, explicit, keyed). The world: the model broker of docs/design.md §3 behind a fault-injecting
@@ -487,6 +488,24 @@ function weighted(
     ],
     [
       1,
+      fc.tuple(producer, fc.boolean()).map(
+        ([p, stop]) =>
+          new Step(
+            // A paused broker or a full window: a publish waits for a 'drain' that does not come
+            // (issue 32, item 7); close() must return all the same (checked in drain()).
+            `${stop ? 'stopDraining' : 'resumeDraining'}(p${p})`,
+            (m) => at(m, p).linked,
+            (w) => {
+              const t = w.producer(p).life?.transport;
+              if (t === undefined) return;
+              if (stop) t.drainStopped = true;
+              else t.resumeDraining();
+            },
+          ),
+      ),
+    ],
+    [
+      1,
       producer.map(
         (p) =>
           new Step(
@@ -603,7 +622,33 @@ function commandsFor(idMode: ProducerIdMode, advance: (ms: number) => void): Arr
  * closing producers finish closing and are started again, until every producer runs, connected,
  * with nothing in flight; then all close.
  */
+/** Closes that began with a publish waiting for a socket that stopped draining (all models). */
+let undrainedCloses = 0;
+
 async function drain(w: World): Promise<void> {
+  // A closing life whose socket stopped draining: its close() returns once closeTimeoutMs has
+  // passed, within a bounded number of turns, whatever the socket does (issue 32, item 7). Time
+  // passes once for all of them (other producers' reconnects must not pass giveUpAfterMs).
+  const undrained = w.producers.filter((p) => p.life?.closing === true && p.life.transport.drainStopped);
+  if (undrained.length > 0) advance(w.config.closeTimeoutMs + 1);
+  undrainedCloses += undrained.filter((p) => p.life!.transport.waitingForDrain > 0).length;
+  for (const p of undrained) {
+    const life = p.life!;
+    for (let i = 0; !life.closeResolved; i++) {
+      if (i > 50) {
+        throw new Error(
+          `${p.spec.producerName}: close() not returned ${w.config.closeTimeoutMs} ms (fake) and 50 turns after it began, with a socket that stopped draining (${life.transport.waitingForDrain} publishes waiting)`,
+        );
+      }
+      advance(1);
+      await p.currentDisk?.release();
+      // A reconnect under way when close() began is bounded by connectTimeoutMs: it times out.
+      life.transport.refuseConnect();
+      await w.settle();
+    }
+  }
+  // The sockets of the lives still running drain again.
+  for (const p of w.producers) p.life?.transport.resumeDraining();
   w.network.startBroker();
   while (w.network.zombies.length > 0) w.network.deliverZombie(0);
   for (const p of w.producers) await p.currentDisk?.release();
@@ -1057,7 +1102,8 @@ describe('publisher model (docs/design.md §3 broker, §7 invariants)', () => {
           `${totals.refusals} expected refusals at open; rejections ${JSON.stringify(Object.fromEntries(totals.rejections))}; ` +
           `${totals.hungByClose} sends left unsettled by a close() in all; ` +
           `${totals.skipRanges} declared skips missing from the streams (${totals.skippedIds} IDs), ` +
-          `${totals.contradictions} contradicted; a planted hole found by audit and verifier in ${totals.plantedHoles} runs`,
+          `${totals.contradictions} contradicted; a planted hole found by audit and verifier in ${totals.plantedHoles} runs; ` +
+          `${undrainedCloses} closes with a publish waiting for drain so far`,
       );
       if (!IS_REPLAY && idMode !== 'explicit') {
         // The skip and hole checks must not pass for want of cases (reserve + a crash declares a
@@ -1121,5 +1167,273 @@ describe('publisher model (docs/design.md §3 broker, §7 invariants)', () => {
       ),
       { numRuns: 200 },
     );
+  });
+});
+
+describe('publisher time and settlement bounds (issue 32)', () => {
+  it('close - with a socket that stops draining, close() and a fatal error settle within closeTimeoutMs (fake time) and a bounded number of turns; unconfirmed messages stay in the outbox', async () => {
+    let stuck = 0;
+    let undrained = 0;
+    await assertProperty(
+      'close bound',
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 8 }),
+        fc.constantFrom(0, 50, 1_000),
+        fc.integer({ min: 1, max: 12 }),
+        fc.nat({ max: 12 }),
+        fc.nat({ max: 12 }),
+        fc.constantFrom<'close' | 'fatal'>('close', 'fatal'),
+        fc.constantFrom<Durability>('outbox', 'reserve'),
+        // The socket drains again before the close (the ordinary path, for contrast), or never.
+        fc.boolean(),
+        async (maxInFlight, closeTimeoutMs, n, stopAfter, acked, how, durability, resumes) => {
+          vi.useFakeTimers({ toFake: [...FAKE] });
+          try {
+            const network = new SimNetwork();
+            const disk = memoryDisk();
+            const open = async () => {
+              const transport = network.transport('orders', 'p');
+              transport.connectPolicy = 'immediate';
+              const core = await DedupPublisherCore.open(transport, {
+                producerName: 'p',
+                store: await DedupStore.wrap(new ProcessDisk(disk)),
+                durability,
+                maxInFlight,
+                closeTimeoutMs,
+                // The fatal error: the watch finds the broker above this producer's IDs.
+                watchIntervalMs: how === 'fatal' ? 100 : 0,
+              });
+              return { transport, core };
+            };
+            const first = await open();
+            const sends = Array.from({ length: n }, (_, i) => {
+              // The socket stops draining after `stopAfter` sends were handed over.
+              if (i === stopAfter) first.transport.drainStopped = true;
+              const sent = first.core.send(Buffer.from(`m${i}`));
+              sent.catch(() => undefined);
+              return sent;
+            });
+            if (stopAfter >= n) first.transport.drainStopped = true;
+            await settle(() => network.activity);
+            // Some frames still reach the broker and are acked; the rest wait in the socket.
+            first.transport.connection?.deliver(acked);
+            first.transport.connection?.confirmAll();
+            await settle(() => network.activity);
+            if (resumes) {
+              first.transport.resumeDraining();
+              await settle(() => network.activity);
+            }
+            if (first.transport.waitingForDrain > 0) undrained++;
+            let settled = false;
+            if (how === 'close') void first.core.close().then(() => (settled = true));
+            else {
+              network.broker.publish('orders', 'p', 1n << 40n, 'intruder');
+              vi.advanceTimersByTime(100);
+              void first.core.closed().then(() => (settled = true));
+            }
+            // Fake time past closeTimeoutMs, then counted turns: no wall-clock wait.
+            vi.advanceTimersByTime(closeTimeoutMs + 1);
+            for (let t = 0; t < 50 && !settled; t++) {
+              await turn();
+              vi.advanceTimersByTime(1);
+            }
+            if (!settled) {
+              stuck++;
+              throw new Error(
+                `${how === 'close' ? 'close()' : 'the fatal error'} not settled ${closeTimeoutMs + 50} ms (fake) and 50 turns later; ` +
+                  `${first.transport.waitingForDrain} publishes waiting for drain`,
+              );
+            }
+            if (!first.transport.isClosed) throw new Error('settled with the transport open');
+            const resolved = (await Promise.allSettled(sends)).flatMap((r) =>
+              r.status === 'fulfilled' ? [r.value.publishingId] : [],
+            );
+            // The next life (the broker's last ID adopted after the intruder) re-sends the outbox.
+            const stored = (): Set<bigint> =>
+              new Set(
+                network.broker
+                  .messages('orders')
+                  .flatMap((m) => (m.body === 'intruder' ? [] : [m.publishingId])),
+              );
+            for (const id of resolved)
+              if (!stored().has(id)) throw new Error(`resolved ${id} is not in the stream`);
+            if (how === 'close' && durability === 'outbox') {
+              const second = await open();
+              for (let round = 0; round < 200 && second.core.inFlight > 0; round++) {
+                await settle(() => network.activity);
+                second.transport.connection?.deliver();
+                second.transport.connection?.confirmAll();
+              }
+              await second.core.close();
+              const bodies = new Set(network.broker.messages('orders').map((m) => m.body));
+              const lost = sends.map((_, i) => `m${i}`).filter((b) => !bodies.has(b));
+              if (lost.length > 0) throw new Error(`not in the outbox after close(): ${lost.join(',')}`);
+            }
+          } finally {
+            vi.useRealTimers();
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+    console.log(`[close bound] ${undrained} runs closed with a publish waiting for drain; ${stuck} stuck`);
+    expect(undrained, 'runs with a publish waiting for drain').toBeGreaterThan(50);
+  });
+
+  it('settlement - an outbox written with sub-entry batches and re-sent over AMQP 0-9-1 (acks per member, the channel dying anywhere): no member settles before its own ack, and nothing is lost', async () => {
+    let settledTotal = 0;
+    let cuts = 0;
+    await assertProperty(
+      'per-member acks',
+      fc.asyncProperty(
+        fc.integer({ min: 2, max: 4 }),
+        fc.integer({ min: 1, max: 10 }),
+        fc.nat({ max: 10 }),
+        fc.integer({ min: 0, max: 3 }),
+        fc.array(
+          fc.oneof(
+            { weight: 3, arbitrary: fc.record({ deliver: fc.integer({ min: 1, max: 3 }) }) },
+            { weight: 3, arbitrary: fc.record({ ack: fc.nat() }) },
+            { weight: 1, arbitrary: fc.record({ cut: fc.boolean() }) },
+          ),
+          { maxLength: 16 },
+        ),
+        fc.boolean(),
+        async (subEntrySize, n, delivered1, newSends, steps, cutAtEnd) => {
+          const network = new SimNetwork();
+          const disk = memoryDisk();
+          const open = async (options: Parameters<SimNetwork['transport']>[3]) => {
+            const transport = network.transport('orders', 'p', {}, options);
+            const core = await DedupPublisherCore.open(transport, {
+              producerName: 'p',
+              store: await DedupStore.wrap(new ProcessDisk(disk)),
+              closeTimeoutMs: 0,
+              reconnect: { initialDelayMs: 1, maxDelayMs: 1 },
+            });
+            return { transport, core };
+          };
+          // Life 1 (stream, sub-entry batches): n sends in one group commit, a prefix read by the
+          // broker, nothing confirmed; closed: the outbox holds the batches.
+          const first = await open({ subEntrySize });
+          const sent1 = Array.from({ length: n }, (_, i) => first.core.send(Buffer.from(`a${i}`)));
+          for (const p of sent1) p.catch(() => undefined);
+          await settle(() => network.activity);
+          first.transport.connection?.deliver(delivered1);
+          await first.core.close();
+          // Life 2 (AMQP 0-9-1): re-sends each member alone; acks arrive one by one; the channel dies.
+          const second = await open({ reportsLastId: false, carriesBatches: false });
+          const sent2 = Array.from({ length: newSends }, (_, i) => second.core.send(Buffer.from(`b${i}`)));
+          for (const p of sent2) p.catch(() => undefined);
+          await settle(() => network.activity);
+          const initial = second.core.inFlight;
+          const acked = (): number =>
+            new Set(second.transport.connections.flatMap((c) => c.confirmed.map(String))).size;
+          const check = (): void => {
+            const settled = initial - second.core.inFlight;
+            if (settled > acked()) {
+              throw new Error(
+                `${settled} messages settled on ${acked()} acks (${second.core.inFlight} in flight)`,
+              );
+            }
+          };
+          for (const step of steps) {
+            const c = second.transport.connection;
+            if ('deliver' in step) c?.deliver(step.deliver);
+            else if ('ack' in step) c?.confirm(step.ack);
+            else if (c?.state === 'live') {
+              // The channel dies (its frames lost, or left to land late); the core reconnects.
+              cuts++;
+              second.transport.cut(step.cut);
+              await second.transport.connectAttempt();
+              second.transport.acceptConnect();
+            }
+            await settle(() => network.activity);
+            check();
+          }
+          if (cutAtEnd) second.transport.cut(false);
+          settledTotal += initial - second.core.inFlight;
+          await second.core.close();
+          // Life 3 (stream) re-sends whatever is left; everything drains.
+          const third = await open({});
+          for (let round = 0; round < 200 && third.core.inFlight > 0; round++) {
+            await settle(() => network.activity);
+            third.transport.connection?.deliver();
+            third.transport.connection?.confirmAll();
+          }
+          await third.core.close();
+          network.startBroker();
+          for (let z = 0; z < 20; z++) network.deliverZombie(0);
+          const stored = new Set(network.broker.messages('orders').map((m) => m.body));
+          const missing = [...sent1.keys()].map((i) => `a${i}`).filter((b) => !stored.has(b));
+          missing.push(...[...sent2.keys()].map((i) => `b${i}`).filter((b) => !stored.has(b)));
+          if (missing.length > 0) throw new Error(`lost: ${missing.join(',')}`);
+        },
+      ),
+      { numRuns: 300 },
+    );
+    console.log(`[per-member acks] ${settledTotal} settlements in life 2, ${cuts} channels cut`);
+  });
+
+  it('time - one signal aborting k of n parked sends costs O(n + k) queue operations (counted, not timed), one listener, and the survivors take consecutive IDs', async () => {
+    // Counted: every parked entry the send queue visits or moves (SendQueue.work). A splice and a
+    // renumbering per abort (the code before issue 32, item 9) costs about k·n/2.
+    let largest = 0;
+    await assertProperty(
+      'abort cost',
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 4 }),
+        // Per send: which signal it waits on (0: none, 1: the aborted one, 2: another).
+        fc.array(fc.constantFrom(0, 1, 1, 1, 2), { minLength: 1, maxLength: 400, size: 'max' }),
+        fc.constantFrom<ProducerIdMode>('auto', 'keyed'),
+        async (maxInFlight, signals, idMode) => {
+          const network = new SimNetwork();
+          const transport = network.transport('orders', 'p');
+          transport.connectPolicy = 'immediate';
+          const core = await DedupPublisherCore.open(transport, {
+            producerName: 'p',
+            store: await DedupStore.wrap(new ProcessDisk(memoryDisk())),
+            maxInFlight,
+            idMode,
+          });
+          const aborted = new AbortController();
+          const other = new AbortController();
+          const sends = signals.map((s, i) => {
+            const signal = s === 1 ? aborted.signal : s === 2 ? other.signal : undefined;
+            const sent = core.send(
+              Buffer.from(`m${i}`),
+              idMode === 'keyed' ? { key: `k${i}`, signal } : { signal },
+            );
+            sent.catch(() => undefined);
+            return sent;
+          });
+          const listeners = getEventListeners(aborted.signal, 'abort').length;
+          if (signals.includes(1) && listeners !== 1) throw new Error(`${listeners} listeners on one signal`);
+          const parked = Math.max(0, signals.length - maxInFlight);
+          const k = signals.filter((s) => s === 1).length;
+          const before = core.queueWork;
+          aborted.abort();
+          await Promise.resolve();
+          const work = core.queueWork - before;
+          largest = Math.max(largest, work);
+          if (work > parked + k)
+            throw new Error(`${work} queue operations to abort ${k} of ${parked} parked sends`);
+          // Everything else goes out; the stream holds IDs 1..m without a hole, in send order.
+          for (let round = 0; round < 1_000; round++) {
+            await settle(() => network.activity);
+            if (core.inFlight === 0) break;
+            transport.connection!.deliver();
+            transport.connection!.confirmAll();
+          }
+          const results = await Promise.allSettled(sends);
+          const resolved = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.publishingId] : []));
+          const stored = network.broker.messages('orders').map((m) => m.publishingId);
+          await core.close();
+          expect(stored).toEqual(stored.map((_, i) => BigInt(i + 1)));
+          for (const id of resolved) expect(stored).toContain(id);
+        },
+      ),
+      { numRuns: 200 },
+    );
+    console.log(`[abort cost] largest count ${largest}`);
   });
 });

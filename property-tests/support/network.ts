@@ -334,6 +334,11 @@ export interface SimTransportOptions {
   readonly subEntrySize?: number;
   /** Which store (lost and restored stores count anew) this life opened: batches are its record. */
   readonly storeEpoch?: number;
+  /**
+   * Whether a sub-entry batch travels as one entry confirmed by its last ID (the stream transport),
+   * or each message alone, confirmed by its own ID, as AMQP 0-9-1 does. @defaultValue true
+   */
+  readonly carriesBatches?: boolean;
 }
 
 /**
@@ -361,6 +366,15 @@ export class SimTransport implements PublishTransport {
   readonly maxUnconfirmed: number;
   readonly subEntrySize: number;
   readonly storeEpoch: number;
+  readonly carriesBatches: boolean;
+  /**
+   * The socket stops draining (a paused broker, a full TCP window): a publish writes its frames
+   * and then waits for a `drain` that comes only with {@link SimTransport.resumeDraining}, or ends
+   * (rejects) when the connection is cut or closed, as both real transports do.
+   */
+  drainStopped = false;
+  /** Publishes waiting for `drain`. */
+  readonly #undrained: Array<{ resolve: () => void; reject: (error: Error) => void }> = [];
   /** Sub-entry batches written and not confirmed: last ID → every member's ID. */
   readonly #batches = new Map<bigint, readonly bigint[]>();
   /** IDs written on this life's connections whose confirm has not reached the client. */
@@ -395,6 +409,23 @@ export class SimTransport implements PublishTransport {
     this.maxUnconfirmed = options.maxUnconfirmed ?? Number.POSITIVE_INFINITY;
     this.subEntrySize = options.subEntrySize ?? 1;
     this.storeEpoch = options.storeEpoch ?? 0;
+    this.carriesBatches = options.carriesBatches ?? true;
+  }
+
+  /** Publishes waiting for a `drain` that has not come. */
+  get waitingForDrain(): number {
+    return this.#undrained.length;
+  }
+
+  /** The socket drains again: every waiting publish returns. */
+  resumeDraining(): void {
+    this.drainStopped = false;
+    for (const w of this.#undrained.splice(0)) w.resolve();
+  }
+
+  /** The connection ended: a publish waiting for `drain` rejects (the transports' `lost`). */
+  #endUndrained(): void {
+    for (const w of this.#undrained.splice(0)) w.reject(new Error('simulated: connection closed'));
   }
 
   /** True while the core waits for a reconnect to be accepted. */
@@ -447,7 +478,8 @@ export class SimTransport implements PublishTransport {
     if (c === undefined || c.state !== 'live') return Promise.reject(new Error('simulated: not connected'));
     // As the stream transport's encoder: a batch goes whole or not at all.
     for (let i = 0; i < messages.length;) {
-      const batch = messages[i]!.batch;
+      // Over AMQP 0-9-1 every message is an entry of its own, whatever the core tied it to.
+      const batch = this.carriesBatches ? messages[i]!.batch : undefined;
       const size = batch?.length ?? 1;
       if (batch !== undefined && batch.some((b, k) => messages[i + k] !== b)) {
         return Promise.reject(
@@ -473,7 +505,7 @@ export class SimTransport implements PublishTransport {
           ...(m.headers === undefined ? [] : Object.entries(m.headers)),
         ],
         entry:
-          m.batch === undefined
+          m.batch === undefined || !this.carriesBatches
             ? undefined
             : { lastId: m.batch[m.batch.length - 1]!.publishingId, size: m.batch.length },
       })),
@@ -486,7 +518,8 @@ export class SimTransport implements PublishTransport {
           [...this.unconfirmed].join(','),
       );
     }
-    return Promise.resolve();
+    if (!this.drainStopped) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => this.#undrained.push({ resolve, reject }));
   }
 
   /** @internal The client read these confirms on one of this life's connections. */
@@ -505,6 +538,7 @@ export class SimTransport implements PublishTransport {
 
   /** Cuts the live connection and tells the core. */
   cut(zombie: boolean): void {
+    this.#endUndrained();
     this.connection?.cut(zombie, true);
   }
 
@@ -524,6 +558,7 @@ export class SimTransport implements PublishTransport {
   close(): Promise<void> {
     this.closeCalls++;
     this.isClosed = true;
+    this.#endUndrained();
     this.connection?.cut(true, false);
     return Promise.resolve();
   }
@@ -539,6 +574,7 @@ export class SimTransport implements PublishTransport {
 
   #establish(handlers: TransportHandlers): bigint | undefined {
     this.connects++;
+    this.#endUndrained();
     this.connection?.cut(false, false);
     const c = this.#network.connection(handlers, this.#hooks, this);
     this.connection = c;

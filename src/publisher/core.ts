@@ -10,6 +10,7 @@ import type { Headers, IdMode } from '../store/codec.js';
 import { DedupStore, type LoadedProducer, type ProducerState } from '../store/store.js';
 import type { Logger } from '../telemetry/logger.js';
 import { observePublisher, type PublisherCounters } from '../telemetry/metrics.js';
+import { AbortGroups } from './abort-groups.js';
 import { GroupCommitter } from './commit.js';
 import { Entry } from './entry.js';
 import {
@@ -98,12 +99,23 @@ export class DedupPublisherCore {
   readonly #skip: SkipDeclaration;
   #pumping = false;
   #pumpScheduled = false;
+  /** A compaction of aborted parked sends is due at the next microtask. */
+  #compactScheduled = false;
+  /** Waiting sends by abort signal: one listener per signal. */
+  readonly #abortGroups = new AbortGroups<Entry>((entries, signal) => this.#aborted(entries, signal));
   #resendAll = false;
   /** Bumped on every lost connection: a disconnect heard from an older connection is ignored. */
   #epoch = 0;
   readonly #reconnector: Reconnector;
   readonly #watchdog: Watchdog;
   #closing: Promise<void> | undefined;
+  /**
+   * Resolved once close() stops waiting for confirms: a publish still waiting on the transport (a
+   * socket that does not drain: a paused broker, a full window) is then no longer awaited. Only
+   * closing the transport would end that wait, and close() does that after the pump returned.
+   */
+  readonly #halted: Promise<void>;
+  #halt!: () => void;
   readonly #closedPromise: Promise<DedupError | undefined>;
   #resolveClosed!: (value: DedupError | undefined) => void;
   readonly #idle: Array<() => void> = [];
@@ -128,12 +140,17 @@ export class DedupPublisherCore {
     this.#ownedStore = ownedStore;
     this.#opts = opts;
     this.#lastAssigned = startup.plan.start;
-    this.#queue = new SendQueue(opts.maxInFlight);
-    this.#pending = this.#queue.pending;
     this.#keyed = opts.idMode === 'keyed' ? new KeyedIds(opts.keyRetention) : undefined;
     this.#keyed?.load(startup.keySegments);
     // A skip is written with the first commit, which comes before the first new ID leaves.
     this.#skip = new SkipDeclaration(startup.plan.skipFrom);
+    const skip = this.#skip;
+    this.#queue = new SendQueue(opts.maxInFlight, {
+      renumber: opts.idMode !== 'explicit',
+      // A skip an aborted send declared moves to the entry that now has its ID, or waits for the next send.
+      moved: (abortedId, heir) => skip.moved(abortedId, heir),
+    });
+    this.#pending = this.#queue.pending;
     const subEntrySize = transport.subEntrySize ?? 1;
     // IDs an earlier reserve life may have on the wire go alone (docs/design.md §10).
     const aloneUpTo = startup.plan.reservedUpTo;
@@ -169,6 +186,7 @@ export class DedupPublisherCore {
       conflict: (brokerLast) => this.#fail(this.#nameConflict(brokerLast)),
     });
     this.#closedPromise = new Promise((resolve) => (this.#resolveClosed = resolve));
+    this.#halted = new Promise((resolve) => (this.#halt = resolve));
   }
 
   /**
@@ -240,7 +258,8 @@ export class DedupPublisherCore {
 
   /** Resuming: the outbox is re-sent with its own IDs, before anything new. */
   #recover(segments: LoadedProducer['segments']): void {
-    for (const e of recoveredEntries(segments, this.#keyed)) this.#pending.push(e);
+    const carriesBatches = this.#transport.carriesBatches === true;
+    for (const e of recoveredEntries(segments, this.#keyed, carriesBatches)) this.#pending.push(e);
     this.#resendAll = this.#pending.size > 0;
   }
 
@@ -257,6 +276,11 @@ export class DedupPublisherCore {
   /** Messages accepted and not yet confirmed. */
   get inFlight(): number {
     return this.#queue.inFlight;
+  }
+
+  /** Parked entries the send queue visited or moved (the abort property counts them). @internal */
+  get queueWork(): number {
+    return this.#queue.work;
   }
 
   /** True after `close()` or a fatal error. */
@@ -287,6 +311,8 @@ export class DedupPublisherCore {
     assertFits(body, headers, this.#stampBytes, this.#transport.maxMessageBytes);
     const signal = options.signal;
     if (signal?.aborted) return Promise.reject(abortError(signal));
+    // Parked sends aborted since the last send are taken out (and renumbered) before a new ID.
+    this.#queue.compact();
     const id = idOf(options, this.idMode, this.#lastAssigned, this.producerName);
     if (typeof id === 'string') {
       // A key published before (and still retained) publishes nothing: see KeyedIds.duplicate.
@@ -314,9 +340,8 @@ export class DedupPublisherCore {
     if (entry instanceof Error) return Promise.reject(entry);
     const promise = entry.promise();
     if (signal !== undefined) {
-      const onAbort = (): void => this.#abort(entry);
-      entry.extra = { signal, onAbort, prevAssigned };
-      signal.addEventListener('abort', onAbort, { once: true });
+      entry.extra = { abortGroup: undefined, prevAssigned };
+      entry.extra.abortGroup = this.#abortGroups.join(signal, entry);
     }
     if (this.#queue.add(entry)) this.#schedulePump();
     return promise;
@@ -343,28 +368,42 @@ export class DedupPublisherCore {
     return entry;
   }
 
-  #abort(entry: Entry): void {
+  /** A signal aborted: its waiting sends, in ID order, with one error for them all. */
+  #aborted(entries: readonly Entry[], signal: AbortSignal): void {
+    const error = abortError(signal);
+    for (const e of entries) this.#abort(e, error);
+  }
+
+  #abort(entry: Entry, error: DedupError): void {
     const extra = entry.extra!;
-    const error = abortError(extra.signal!);
-    const i = this.#queue.parkedIndex(entry);
+    extra.abortGroup = undefined;
     // Still waiting for room, and nobody else waits for it (repeats of its key that passed no
     // signal): it never reaches the store or the wire, and its key is free again. When its ID is
     // the last handed out, the next send gets it (explicit IDs: the caller may send it again).
-    if (i >= 0 && (extra.keyWaiters?.length ?? 0) === 0) {
+    if (this.#queue.isParked(entry) && (extra.keyWaiters?.length ?? 0) === 0) {
       this.#keyed?.forget(entry, error);
+      // O(1) here: one shared signal aborts every parked send in one dispatch, and the queue
+      // takes them all out in one pass (before the next send, refill or close, or at the next
+      // microtask), not one O(n) splice and renumbering each (issue 32, item 9).
+      this.#queue.drop(entry);
       if (this.idMode === 'explicit') {
-        this.#queue.unpark(i);
         // The caller's IDs: only the last can be handed back (an earlier one is below later IDs).
         if (entry.publishingId === this.#lastAssigned && extra.prevAssigned !== undefined) {
           this.#lastAssigned = extra.prevAssigned;
         }
       } else {
         // Automatic and keyed IDs of sends still waiting are unwritten, unsent and unseen by any
-        // caller: the later ones move down, so an abort leaves no hole in the stream. A skip it
-        // declared moves to the entry that now has its ID, or waits for the next send.
-        const { heir, lastAssigned } = this.#queue.unparkAndRenumber(i);
-        this.#lastAssigned = lastAssigned;
-        this.#skip.moved(entry.publishingId, heir);
+        // caller: the later ones move down, so an abort leaves no hole in the stream, and the
+        // last parked ID (the last handed out) is one lower. A skip it declared moves to the
+        // entry that then has its ID, or waits for the next send.
+        this.#lastAssigned--;
+      }
+      if (!this.#compactScheduled) {
+        this.#compactScheduled = true;
+        queueMicrotask(() => {
+          this.#compactScheduled = false;
+          this.#queue.compact();
+        });
       }
     }
     // Otherwise the message may be published anyway; only the caller stops waiting.
@@ -437,8 +476,12 @@ export class DedupPublisherCore {
     for (const e of entries) e.sentAt = now;
     this.counters.sent += entries.length;
     try {
-      // Entries are OutgoingMessages already: the transport stamps the identity itself.
-      await this.#transport.publish(entries);
+      // Entries are OutgoingMessages already: the transport stamps the identity itself. A publish
+      // that waits for the socket is raced with close(): its messages are pending (in the outbox),
+      // and the transport's close ends the wait (the rejection then goes nowhere).
+      const sending = this.#transport.publish(entries);
+      sending.catch(() => undefined);
+      await Promise.race([sending, this.#halted]);
     } catch (err) {
       if (err instanceof InvariantError) this.#fail(internalError(this.producerName, err));
       else this.#onDisconnected(err instanceof Error ? err : new Error(String(err)), epoch);
@@ -463,17 +506,20 @@ export class DedupPublisherCore {
         }
         continue;
       }
-      const e = this.#pending.take(id);
+      const e = this.#pending.get(id);
       if (e === undefined) continue;
-      if (e.batch === undefined) {
+      const batch = e.batch;
+      if (batch === undefined) {
+        this.#pending.take(id);
         this.#settleConfirmed(e);
         continue;
       }
       // A sub-entry batch is one entry, confirmed by its last ID: stored or dropped whole
-      // (docs/design.md §10). Its members settle in ID order.
-      for (const member of e.batch) {
-        if (member !== e && this.#pending.take(member.publishingId) === undefined) continue;
-        this.#settleConfirmed(member);
+      // (docs/design.md §10). Its members settle in ID order on that confirm only: a member's own
+      // ID confirmed means an entry of that ID alone, not this batch (issue 32, item 6).
+      if (batch[batch.length - 1] !== e) continue;
+      for (const member of batch) {
+        if (this.#pending.take(member.publishingId) !== undefined) this.#settleConfirmed(member);
       }
     }
     if (this.#queue.refill() || this.#commits.hasConfirmWork) this.#schedulePump();
@@ -603,10 +649,14 @@ export class DedupPublisherCore {
       }
     }
     this.#status = 'closing';
+    this.#halt();
     const reconnecting = this.#reconnector.stop();
     this.#watchdog.stop();
     this.#unobserve();
-    // A group commit being written finishes first: its messages are then in the outbox.
+    // A group commit being written finishes first: its messages are then in the outbox. A publish
+    // waiting for a socket that does not drain is not waited for (#halted): the watchdog, which
+    // would have torn such a connection down, has just stopped, and only the transport's close
+    // below ends that wait (issue 32, item 7: close() never returned).
     while (this.#pumping) await new Promise<void>((resolve) => this.#idle.push(resolve));
     await settleAtClose(this.#queue, this.#commits, this.#keyed, {
       producerName: this.producerName,

@@ -40,9 +40,9 @@ export class Entry implements OutgoingMessage {
     this.resolve = undefined;
     this.reject = undefined;
     const extra = this.extra;
-    if (extra?.onAbort !== undefined) {
-      extra.signal?.removeEventListener('abort', extra.onAbort);
-      extra.onAbort = undefined;
+    if (extra?.abortGroup !== undefined) {
+      extra.abortGroup.leave(this);
+      extra.abortGroup = undefined;
     }
     if (outcome instanceof Error) reject?.(outcome);
     else resolve?.(outcome);
@@ -71,12 +71,16 @@ function captureSettlers(resolve: (result: SendResult) => void, reject: (error: 
 
 /** What only some entries need. */
 export interface EntryExtra {
-  onAbort?: (() => void) | undefined;
-  signal?: AbortSignal | undefined;
+  /** The sends sharing its abort signal (one listener for them all), while it waits. */
+  abortGroup?: { leave(entry: Entry): void } | undefined;
   /** Repeats of the key that arrived while this message was in flight: settled with it. */
   keyWaiters?: KeyWaiter[] | undefined;
   /** The last ID handed out before this one: restored when this one, the last, is aborted unsent. */
   prevAssigned?: bigint | undefined;
+  /** It waits for room under `maxInFlight` (set for entries with a signal: only they abort). */
+  parked?: boolean | undefined;
+  /** Aborted while parked: the send queue takes it out at its next compaction. */
+  dropped?: boolean | undefined;
 }
 
 /**

@@ -73,6 +73,15 @@ export class PendingQueue<E extends PendingEntry> {
     return entry;
   }
 
+  /** The entry with this ID, left in the queue, or `undefined` when none is pending. */
+  get(publishingId: bigint): E | undefined {
+    if (this.#length === 0) return undefined;
+    const first = this.#at(0)!;
+    if (first.publishingId === publishingId) return first;
+    const i = this.#find(publishingId);
+    return i < 0 ? undefined : this.#at(i);
+  }
+
   /** Logical index of the entry with this ID, or -1. */
   #find(publishingId: bigint): number {
     let lo = 0;

@@ -73,8 +73,17 @@ export async function startUp(
   };
 }
 
-/** Resuming: the outbox as entries with their own IDs, each tied to its segment and key record. */
-export function recoveredEntries(segments: LoadedProducer['segments'], keyed: KeyedIds | undefined): Entry[] {
+/**
+ * Resuming: the outbox as entries with their own IDs, each tied to its segment and key record, and
+ * to the sub-entry batch it was first sent in when the transport sends batches as one entry
+ * (`carriesBatches`). Over a transport that does not (AMQP 0-9-1), each member is sent and
+ * confirmed alone: tied to its batch, the first member's confirm would settle them all.
+ */
+export function recoveredEntries(
+  segments: LoadedProducer['segments'],
+  keyed: KeyedIds | undefined,
+  carriesBatches: boolean,
+): Entry[] {
   const entries: Entry[] = [];
   for (const s of segments) {
     const segment: Segment = { firstId: s.firstId, remaining: s.entries.length };
@@ -90,7 +99,7 @@ export function recoveredEntries(segments: LoadedProducer['segments'], keyed: Ke
       entries.push(entry);
     }
     // The batches the segment was first sent in, whatever the options now (docs/design.md §10).
-    if (s.batches !== undefined) attachBatches(entries.slice(first), s.batches);
+    if (s.batches !== undefined && carriesBatches) attachBatches(entries.slice(first), s.batches);
   }
   return entries;
 }

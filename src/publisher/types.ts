@@ -49,6 +49,14 @@ export interface PublishTransport {
    * absent: one message per entry.
    */
   readonly subEntrySize?: number;
+  /**
+   * True when a sub-entry batch (`OutgoingMessage.batch`) leaves as one entry that the broker
+   * stores or drops whole and confirms by its last member's ID (the stream protocol, whatever
+   * `subEntrySize` is now). Absent or false (AMQP 0-9-1): every message is an entry of its own,
+   * confirmed by its own ID, so a batch recorded in the outbox by a stream life is re-sent and
+   * settled member by member.
+   */
+  readonly carriesBatches?: boolean;
   /** Frees the producer name on the broker and closes connections. Idempotent, never throws. */
   close(): Promise<void>;
 }

@@ -4,6 +4,7 @@
  * part of the public API.
  */
 import { once } from 'node:events';
+import { Duplex } from 'node:stream';
 import type { ChannelModel, ConfirmChannel, Options } from 'amqplib';
 import { DedupError } from '../errors.js';
 import { ID_HEADER, identityHeaders } from '../identity/headers.js';
@@ -172,6 +173,26 @@ export class AmqpTransport implements PublishTransport {
     this.#handlers = undefined;
     this.#lost = undefined;
     this.#markLost = undefined;
-    if (model !== undefined) await withTimeout(model.close(), 5_000, 'closing').catch(() => undefined);
+    if (model === undefined) return;
+    const socket = amqpSocket(model);
+    // A socket the broker stopped reading would not carry the close handshake: it goes at once.
+    if (socket?.writableNeedDrain === true) {
+      socket.destroy();
+      return;
+    }
+    const closed = await withTimeout(model.close(), 5_000, 'closing').then(
+      () => true,
+      () => false,
+    );
+    // A broker that stops reading never answers the close: the socket goes, so that nothing of
+    // ours stays open with frames it may never read (issue 32, item 7). A publish waiting for
+    // 'drain' has already ended: #markLost above.
+    if (!closed) socket?.destroy();
   }
+}
+
+/** amqplib's socket under a channel model (0.10: `model.connection.stream`), if it is one. */
+function amqpSocket(model: ChannelModel): Duplex | undefined {
+  const stream = (model as unknown as { connection?: { stream?: unknown } }).connection?.stream;
+  return stream instanceof Duplex ? stream : undefined;
 }

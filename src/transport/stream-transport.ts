@@ -4,7 +4,7 @@
  * Not part of the public API.
  */
 import { once } from 'node:events';
-import type { Socket } from 'node:net';
+import { Socket as SocketClass, type Socket } from 'node:net';
 import type { Client, ClientParams, Publisher } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { targetDeletedError } from '../publisher/errors.js';
@@ -35,6 +35,8 @@ const FRAME_OVERHEAD = 512;
 /** @internal The stream-protocol half of `StreamDedupPublisher`. */
 export class StreamTransport implements PublishTransport {
   readonly target: string;
+  /** The encoder writes a batch as one sub-entry, whatever `subEntry` says now (docs/design.md §10). */
+  readonly carriesBatches = true;
   readonly #endpoints: EndpointRotation;
   #params: ClientParams;
   #attempts = 0;
@@ -265,22 +267,44 @@ export class StreamTransport implements PublishTransport {
     this.#lost = undefined;
     const client = this.#client;
     const publisher = this.#publisher;
+    const socket = this.#socket;
     this.#client = undefined;
     this.#publisher = undefined;
     this.#socket = undefined;
     this.#encoder = undefined;
     if (client === undefined) return;
+    // A socket the broker stopped reading (a paused node, a full window) would carry neither the
+    // deletePublisher nor the close handshake: 5 s each spent for nothing. Our own client's
+    // producer connection goes at once; closing it frees the name on the broker all the same.
+    if (client !== this.#shared && socket?.writableNeedDrain === true) socket.destroy();
     // On a shared client the producer goes in every case (it holds a reference to its connection).
-    if ((deleteName || client === this.#shared) && publisher !== undefined) {
+    if ((deleteName || client === this.#shared) && publisher !== undefined && socket?.destroyed !== true) {
       await withTimeout(client.deletePublisher(publisher.extendedId), 5_000, 'deletePublisher').catch(
         () => undefined,
       );
     }
     if (client === this.#shared) return;
-    await withTimeout(client.close(), 5_000, 'closing the client').catch(() => undefined);
+    const closed = await withTimeout(client.close(), 5_000, 'closing the client').then(
+      () => true,
+      () => false,
+    );
+    // A broker that stops reading never answers the close either: the socket goes, so that
+    // nothing of ours stays open (and holds the process) with frames the broker may never read.
+    // Each wait here is bounded (5 s each): close() returns whatever the socket does (issue 32, item 7).
+    if (!closed) {
+      socket?.destroy();
+      locatorSocket(client)?.destroy();
+    }
   }
 
   #address(): string {
     return this.#shared !== undefined ? 'the given client' : `${this.#params.hostname}:${this.#params.port}`;
   }
+}
+
+/** The client's locator socket (1.0: `client.locatorConnection.socket`), if it is one. */
+function locatorSocket(client: Client): Socket | undefined {
+  const socket = (client as unknown as { locatorConnection?: { socket?: unknown } }).locatorConnection
+    ?.socket;
+  return socket instanceof SocketClass ? socket : undefined;
 }

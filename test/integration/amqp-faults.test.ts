@@ -18,6 +18,48 @@ const tempDir = useTempDir();
 // amqplib emits 'error' events that kill the process when unhandled; a dropped socket must mean a
 // reconnect and a re-send, never a crash and never a lost message.
 describe('amqp 0-9-1 - dropped connections', () => {
+  it('a broker that stops reading: close() returns within closeTimeoutMs plus its bounded teardown, and the messages land from the outbox (issue 32, item 7)', async () => {
+    const queue = uniqueName('amqp-undrained');
+    const viaProxy = `amqp://${BROKER.username}:${BROKER.password}@127.0.0.1:${proxy.port}`;
+    const options = {
+      url: viaProxy,
+      queue,
+      declareQueue: true,
+      producerName: 'amqp-undrained-producer',
+      store: join(await tempDir(), 'producer'),
+      connectTimeoutMs: 1_000,
+    };
+    const pub = await AmqpDedupPublisher.open({ ...options, closeTimeoutMs: 200, confirmTimeoutMs: 60_000 });
+    await pub.send(Buffer.from('m-0'));
+    proxy.pause(true);
+    // 32 MiB: more than the loopback socket buffers hold, so the publisher waits for 'drain'.
+    const big = Buffer.alloc(256 * 1024, 1);
+    const sends = Array.from({ length: 128 }, (_, i) =>
+      pub.send(Buffer.concat([Buffer.from(`m-${i + 1}|`), big])),
+    );
+    for (const s of sends) s.catch(() => undefined);
+    while (pub.stats.sent < 129) await new Promise((r) => setImmediate(r));
+    const started = performance.now();
+    let limit: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      pub.close().then(() => 'closed'),
+      new Promise(
+        (resolve) => (limit = setTimeout(() => resolve('close() still waiting after 30 s'), 30_000)),
+      ),
+    ]);
+    clearTimeout(limit);
+    const ms = performance.now() - started;
+    console.log(`[amqp undrained] close() returned in ${Math.round(ms)} ms`);
+    expect(outcome).toBe('closed');
+    expect(ms).toBeLessThan(7_000);
+    proxy.pause(false);
+    proxy.cut();
+    const again = await AmqpDedupPublisher.open(options);
+    const resolved = (await Promise.allSettled(sends)).filter((r) => r.status === 'fulfilled').length;
+    expect(again.openReport.resent + resolved).toBeGreaterThanOrEqual(128);
+    await again.close();
+  }, 60_000);
+
   it('publisher and consumer survive cut sockets: every send resolves and takes effect exactly once', async () => {
     const queue = uniqueName('amqp-cut');
     const viaProxy = `amqp://${BROKER.username}:${BROKER.password}@127.0.0.1:${proxy.port}`;

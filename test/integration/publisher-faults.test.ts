@@ -89,6 +89,53 @@ describe('publisher - connection loss and broker outage', () => {
     expect(report.duplicated).toEqual([]);
   });
 
+  it('a broker that stops reading: close() returns within closeTimeoutMs plus its bounded teardown, and the messages land from the outbox (issue 32, item 7)', async () => {
+    const o = await options('undrained');
+    const pub = await StreamDedupPublisher.open({ ...o, closeTimeoutMs: 200, confirmTimeoutMs: 60_000 });
+    await pub.send(Buffer.from('m-0'));
+    proxy.pause(true);
+    // 32 MiB: more than the loopback socket buffers hold, so the publisher waits for 'drain'.
+    const big = Buffer.alloc(256 * 1024, 1);
+    const sends = Array.from({ length: 128 }, (_, i) =>
+      pub.send(Buffer.concat([Buffer.from(`m-${i + 1}|`), big])),
+    );
+    for (const s of sends) s.catch(() => undefined);
+    // Written to the store and handed to the transport, which waits for 'drain'.
+    while (pub.stats.sent < 129) await new Promise((r) => setImmediate(r));
+    const started = performance.now();
+    let limit: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      pub.close().then(() => 'closed'),
+      new Promise(
+        (resolve) => (limit = setTimeout(() => resolve('close() still waiting after 30 s'), 30_000)),
+      ),
+    ]);
+    clearTimeout(limit);
+    const ms = performance.now() - started;
+    console.log(`[undrained] close() returned in ${Math.round(ms)} ms`);
+    expect(outcome).toBe('closed');
+    // 200 ms for confirms; the undrained socket is destroyed at once (no deletePublisher), then
+    // at most 5 s for the client's close, whose sockets are destroyed when it times out.
+    expect(ms).toBeLessThan(7_000);
+    // A paused reader sees our end only once it reads again.
+    proxy.pause(false);
+    for (let turn = 0; proxy.openConnections > 0 && turn < 10_000; turn++) {
+      await new Promise((r) => setImmediate(r));
+    }
+    expect(proxy.openConnections, 'connections left open by close()').toBe(0);
+    proxy.cut();
+    const again = await StreamDedupPublisher.open(o);
+    expect(
+      again.openReport.resent +
+        (await Promise.allSettled(sends)).filter((r) => r.status === 'fulfilled').length,
+    ).toBeGreaterThanOrEqual(128);
+    await again.close();
+    const labels = (await readAll(client, o.stream)).map(
+      (m) => m.content.subarray(0, 10).toString().split('|')[0]!,
+    );
+    expect(new Set(labels).size).toBe(129);
+  }, 60_000);
+
   it('a hung connection: sends reject with DEDUP_CONFIRM_TIMEOUT, stay in the outbox, and still land exactly once', async () => {
     const o = await options('hang');
     const pub = await StreamDedupPublisher.open({ ...o, confirmTimeoutMs: 400 });

@@ -3,6 +3,7 @@ import { DedupError } from '../../src/errors.js';
 import { DedupPublisherCore } from '../../src/publisher/core.js';
 import { Entry } from '../../src/publisher/entry.js';
 import { formBatches } from '../../src/publisher/sub-entries.js';
+import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../../src/publisher/types.js';
 import { DedupStore } from '../../src/store/store.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
 import { ModelBroker, ModelTransport } from '../support/model-broker.js';
@@ -141,5 +142,113 @@ describe('sub-entry batches (docs/design.md §10)', () => {
     for await (const _ of disk.keys()) keys++;
     expect(keys).toBe(0);
     expect(store).toBeInstanceOf(DedupStore);
+  });
+});
+
+/**
+ * An AMQP 0-9-1 transport as the core sees it: no broker last ID, no sub-entries (every message an
+ * entry of its own), and one ack per message, released by the test.
+ */
+class PerMessageTransport implements PublishTransport {
+  readonly target = 'orders';
+  readonly maxMessageBytes = 1_000_000;
+  readonly published: OutgoingMessage[] = [];
+  #handlers: TransportHandlers | undefined;
+  connect(handlers: TransportHandlers): Promise<undefined> {
+    this.#handlers = handlers;
+    return Promise.resolve(undefined);
+  }
+  publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    this.published.push(...messages);
+    return Promise.resolve();
+  }
+  ack(publishingId: bigint): void {
+    this.#handlers?.confirmed([publishingId]);
+  }
+  /** The channel dies. */
+  cut(): void {
+    const handlers = this.#handlers;
+    this.#handlers = undefined;
+    handlers?.disconnected(new Error('AMQP channel closed'));
+  }
+  queryLastId(): Promise<undefined> {
+    return Promise.resolve(undefined);
+  }
+  close(): Promise<void> {
+    this.#handlers = undefined;
+    return Promise.resolve();
+  }
+}
+
+describe('an outbox written with subEntry, re-sent over AMQP 0-9-1 (issue 32, item 6)', () => {
+  it('each member settles on its own ack: ack(1) of batch [1..3] leaves 2 and 3 in the outbox when the channel dies', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    // A stream life with sub-entry batches of 3 writes [1..3] to its outbox and closes unconfirmed.
+    const stream = new ModelTransport(broker, 'orders', 'p', 3);
+    stream.faults.holdConfirms = true;
+    const first = await DedupPublisherCore.open(stream, {
+      producerName: 'p',
+      store: await memoryStore(disk),
+      closeTimeoutMs: 0,
+    });
+    const sends = ['1', '2', '3'].map((s) => first.send(body(s)));
+    for (const s of sends) s.catch(() => undefined);
+    while (stream.entries.length === 0) await new Promise((r) => setImmediate(r));
+    expect(ids(stream.entries)).toEqual([[1, 2, 3]]);
+    await first.close();
+
+    // An AMQP life for the same queue and name re-sends them: each alone, each on its own ack.
+    const amqp = new PerMessageTransport();
+    const second = await DedupPublisherCore.open(amqp, {
+      producerName: 'p',
+      store: await memoryStore(disk),
+      closeTimeoutMs: 0,
+      reconnect: { initialDelayMs: 60_000 },
+    });
+    expect(second.report.resent).toBe(3);
+    while (amqp.published.length < 3) await new Promise((r) => setImmediate(r));
+    amqp.ack(1n);
+    expect(second.inFlight).toBe(2);
+    amqp.cut();
+    await second.close();
+
+    // 2 and 3 are still in the outbox (with 1: a segment goes once all of it is confirmed), and
+    // the next life sends them. Before, ack(1) settled all three and deleted the segment: lost.
+    const third = new ModelTransport(broker, 'orders', 'p');
+    const reopened = await DedupPublisherCore.open(third, {
+      producerName: 'p',
+      store: await memoryStore(disk),
+    });
+    expect(reopened.report.resent).toBe(3);
+    await reopened.close();
+    expect(broker.messages('orders').map((m) => m.publishingId)).toEqual([1n, 2n, 3n]);
+    // Over AMQP each went alone, tied to no batch.
+    expect(amqp.published.slice(0, 3).map((m) => m.batch)).toEqual([undefined, undefined, undefined]);
+  });
+
+  it('over the stream protocol only the batch’s last ID settles it: a stray confirm of a member settles nothing', async () => {
+    const broker = new ModelBroker();
+    const transport = new ModelTransport(broker, 'orders', 'p', 3);
+    transport.faults.holdConfirms = true;
+    let handlers: TransportHandlers | undefined;
+    const connect = transport.connect.bind(transport);
+    transport.connect = (h) => {
+      handlers = h;
+      return connect(h);
+    };
+    const core = await DedupPublisherCore.open(transport, {
+      producerName: 'p',
+      store: await memoryStore(memoryDisk()),
+      closeTimeoutMs: 0,
+    });
+    const sends = ['1', '2', '3'].map((s) => core.send(body(s)));
+    for (const s of sends) s.catch(() => undefined);
+    while (transport.entries.length === 0) await new Promise((r) => setImmediate(r));
+    handlers!.confirmed([1n]);
+    expect(core.inFlight).toBe(3);
+    handlers!.confirmed([3n]);
+    expect((await Promise.all(sends)).map((r) => r.publishingId)).toEqual([1n, 2n, 3n]);
+    await core.close();
   });
 });

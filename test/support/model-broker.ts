@@ -135,6 +135,8 @@ export interface TransportFaults {
 export class ModelTransport implements PublishTransport {
   readonly target: string;
   readonly maxMessageBytes = 1_000_000;
+  /** As the stream transport: a sub-entry batch is one entry, confirmed by its last ID. */
+  readonly carriesBatches = true;
   readonly faults: TransportFaults = { holdConfirms: false, reverseConfirms: false, refuseConnect: false };
   readonly published: OutgoingMessage[] = [];
   /** The IDs of every entry published, in order (a sub-entry batch is one entry). */

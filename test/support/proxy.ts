@@ -9,6 +9,7 @@ export class FaultProxy {
   readonly #pairs = new Set<[net.Socket, net.Socket]>();
   #refusing = false;
   #stalled = false;
+  #paused = false;
   connections = 0;
   /** Connections closed at once while refusing. */
   refused = 0;
@@ -26,6 +27,11 @@ export class FaultProxy {
     holder.proxy = proxy;
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     return proxy;
+  }
+
+  /** Connections open through the proxy now. */
+  get openConnections(): number {
+    return this.#pairs.size;
   }
 
   get port(): number {
@@ -50,6 +56,7 @@ export class FaultProxy {
     };
     forward(client, upstream);
     forward(upstream, client);
+    if (this.#paused) client.pause();
     const close = (): void => {
       client.destroy();
       upstream.destroy();
@@ -71,6 +78,18 @@ export class FaultProxy {
   /** While true, new connections are closed at once. */
   refuse(on: boolean): void {
     this.#refusing = on;
+  }
+
+  /**
+   * While true, the proxy stops reading what clients send (a paused broker, a full window): their
+   * sockets' buffers fill and writes wait for a `drain` that does not come.
+   */
+  pause(on: boolean): void {
+    this.#paused = on;
+    for (const [client] of this.#pairs) {
+      if (on) client.pause();
+      else client.resume();
+    }
   }
 
   /** While true, bytes in both directions are dropped and the connections stay open. */
