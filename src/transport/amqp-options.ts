@@ -14,7 +14,11 @@ export interface AmqpDedupPublisherOptions extends DedupPublisherOptions {
   readonly queue: string;
   /** Declare the queue as a durable stream queue (`x-queue-type: stream`) if missing. @defaultValue false */
   readonly declareQueue?: boolean;
-  /** How long one connection attempt may take, in ms. @defaultValue 10000 */
+  /**
+   * How long one whole connect may take, in ms: the handshake, the confirm channel's open and the
+   * queue's check (or declaration) together, at `open()` and at every reconnect. A channel that
+   * opens after it is closed. @defaultValue 10000
+   */
   readonly connectTimeoutMs?: number;
   /**
    * TLS for an `amqps://` URL: a custom CA, a client certificate and key (and its passphrase), the
