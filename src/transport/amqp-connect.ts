@@ -60,6 +60,7 @@ export class ConnectBudget {
  *
  * @throws DedupError `DEDUP_BROKER_REFUSED` when the broker refuses the login or the virtual
  *   host; `DEDUP_BROKER_UNREACHABLE` otherwise.
+ * @internal
  */
 export async function connectAmqp(
   url: string | Options.Connect,
@@ -83,7 +84,7 @@ export async function connectAmqp(
   return model;
 }
 
-/** Closes a channel that opened after its connect gave up; never rejects. */
+/** Closes a channel that opened after its connect gave up; never rejects. @internal */
 export function closeLate(channel: { close(): Promise<void> }): void {
   channel.close().catch(() => undefined);
 }
