@@ -106,12 +106,37 @@ export function assertFits(
   }
 }
 
-/** About how many bytes the headers add to a message on the wire. */
+/**
+ * An upper bound of the bytes the caller's headers add to a message on the wire, whatever the
+ * transport: a key or a string value is an AMQP 1.0 str8 or str32 (2 or 5 bytes of type and
+ * length: counted as 5, as keys and values over 255 bytes take), a number an int (5 bytes). An
+ * AMQP 0-9-1 field table takes at most as much (a shortstr key, 1 + 4 bytes before a string, 9
+ * for a number). Sub-entry batches are cut by it: an estimate below the encoding makes frames
+ * larger than the frame size they were cut for.
+ */
 export function headersSize(headers: Headers | undefined): number {
   if (headers === undefined) return 0;
   let n = 0;
-  for (const [k, v] of Object.entries(headers)) n += Buffer.byteLength(k) + Buffer.byteLength(String(v)) + 8;
+  for (const [k, v] of Object.entries(headers)) {
+    n += Buffer.byteLength(k) + 5 + (typeof v === 'string' ? Buffer.byteLength(v) + 5 : 5);
+  }
   return n;
+}
+
+/**
+ * Bytes a message takes beyond its body and its caller's headers, the producer name aside: at most
+ * 81 on the stream protocol (a sub-entry record's u32 length 4, the application-properties
+ * descriptor 3 and map32 header 9, the stamps' keys 18 + 12, the name's str32 header 5, the ID's
+ * str8 of up to 20 digits 22, the data descriptor 3 and vbin32 header 5), with room to spare.
+ */
+const STAMP_OVERHEAD = 104;
+
+/**
+ * An upper bound of the bytes the identity stamps and the message's framing add to each message
+ * of `producerName` (see `STAMP_OVERHEAD`).
+ */
+export function stampBytesOf(producerName: string): number {
+  return Buffer.byteLength(producerName) + STAMP_OVERHEAD;
 }
 
 /**

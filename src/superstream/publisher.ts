@@ -18,6 +18,7 @@ import {
   type SuperStreamDedupPublisherOptions,
   type SuperStreamSendResult,
 } from './options.js';
+import { PartitionFailures } from './partition-failures.js';
 import { checkRecordedPartitions, KeyRoutes, Locator } from './partitions.js';
 import { partitionForKey } from './routing.js';
 
@@ -84,6 +85,7 @@ export class SuperStreamDedupPublisher {
     cores: ReadonlyMap<string, DedupPublisherCore>,
     locator: Locator,
     ownedStore: DedupStore | undefined,
+    failures: PartitionFailures,
   ) {
     this.superStream = opts.superStream;
     this.producerName = opts.publisher.producerName;
@@ -95,15 +97,17 @@ export class SuperStreamDedupPublisher {
     this.#route = makeRouter(opts, this.partitions, locator);
     this.#closedPromise = new Promise((resolve) => (this.#resolveClosed = resolve));
     // At the failure itself, not once that partition has closed: the others stop taking sends now.
-    for (const [partition, core] of cores) core.onFailure((error) => this.#partitionFailed(partition, error));
+    // The watch began when each core came to exist (open() checked that none failed meanwhile).
+    failures.forward((partition, error) => this.#partitionFailed(partition, error));
   }
 
   /**
    * Checks the options (before any I/O), opens the store when `store` is a path, discovers the
    * partitions, checks them against the store's record (recording them at the first open), and
    * opens every partition's publisher: connect, declare the producer, reconcile with the broker's
-   * last ID, queue the outbox for re-sending. If one partition fails, those already opened are
-   * closed and the error names the partition.
+   * last ID, queue the outbox for re-sending. If one partition fails — its open, or its publisher
+   * after it opened while another partition is still opening — those opened are closed and the
+   * error names the partition.
    *
    * @throws DedupError `DEDUP_BROKER_REFUSED` (the super stream does not exist, or a partition is
    *   refused), `DEDUP_PARTITIONS_CHANGED`, and every error of `StreamDedupPublisher.open` for a
@@ -121,6 +125,9 @@ export class SuperStreamDedupPublisher {
         : undefined;
     const store = ownedStore ?? (publisher.store as DedupStore);
     const cores = new Map<string, DedupPublisherCore>();
+    // Listening from the moment each core exists: a partition that fails while a slower one is
+    // still opening must fail the open, not leave a publisher that never hears of it.
+    const failures = new PartitionFailures();
     try {
       const partitions = await locator.partitions(opts.superStream);
       await checkRecordedPartitions(store, opts.superStream, publisher.producerName, partitions);
@@ -136,7 +143,9 @@ export class SuperStreamDedupPublisher {
             connectTimeoutMs: opts.connectTimeoutMs,
             subEntry: opts.subEntry.size > 1 ? opts.subEntry : undefined,
           });
-          return DedupPublisherCore.open(transport, { ...options, store });
+          const core = await DedupPublisherCore.open(transport, { ...options, store });
+          failures.watch(partition, core);
+          return core;
         }),
       );
       let failure: Error | undefined;
@@ -144,8 +153,10 @@ export class SuperStreamDedupPublisher {
         if (result.status === 'fulfilled') cores.set(partitions[i]!, result.value);
         else failure ??= namePartition(result.reason, partitions[i]!, opts.superStream);
       });
+      const failed = failures.first;
+      failure ??= failed && namePartition(failed.error, failed.partition, opts.superStream);
       if (failure !== undefined) throw failure;
-      return new SuperStreamDedupPublisher(opts, cores, locator, ownedStore);
+      return new SuperStreamDedupPublisher(opts, cores, locator, ownedStore, failures);
     } catch (err) {
       await Promise.allSettled([...cores.values()].map((core) => core.close()));
       await locator.close();

@@ -4,25 +4,74 @@ import { DedupError } from '../errors.js';
 import { errorText, withTimeout } from './util.js';
 
 /**
- * Connects to RabbitMQ over AMQP 0-9-1 with a bounded wait, and wires the connection's events:
+ * One AMQP 0-9-1 connect's time bound (`connectTimeoutMs`): the handshake, the channel's open,
+ * the queue check and the consume all draw from it. amqplib bounds none of the steps after the
+ * handshake: a broker that answers the handshake and then falls silent (a paused node, a full
+ * window) would hold `open()`, each reconnect and `close()` until the heartbeat notices (minutes),
+ * or for ever with `heartbeat=0`.
+ *
+ * @internal
+ */
+export class ConnectBudget {
+  /** The whole bound, in ms. */
+  readonly timeoutMs: number;
+  readonly #deadline: number;
+
+  /** Starts the clock. */
+  constructor(timeoutMs: number) {
+    this.timeoutMs = timeoutMs;
+    this.#deadline = performance.now() + timeoutMs;
+  }
+
+  /**
+   * `work` within what is left of the bound. What it yields after the bound ran out goes to
+   * `late` (a channel or a connection to close), never to the caller.
+   *
+   * @throws DedupError `DEDUP_BROKER_UNREACHABLE` when the bound runs out first (a transient
+   *   failure: a reconnect tries again).
+   */
+  step<T>(work: Promise<T>, what: string, late?: (value: T) => void): Promise<T> {
+    const left = Math.ceil(this.#deadline - performance.now());
+    let timedOut = false;
+    work.then(
+      (value) => {
+        if (timedOut) late?.(value);
+      },
+      () => undefined,
+    );
+    const outOfTime = (): DedupError => {
+      timedOut = true;
+      return new DedupError(
+        'DEDUP_BROKER_UNREACHABLE',
+        `${what} did not complete within connectTimeoutMs (${this.timeoutMs} ms)`,
+      );
+    };
+    // Nothing left (an earlier step took it all): no timer, whose 0 ms Node makes 1.
+    if (left <= 0) return Promise.reject(outOfTime());
+    return withTimeout(work, left, what, outOfTime);
+  }
+}
+
+/**
+ * Connects to RabbitMQ over AMQP 0-9-1 within `budget`, and wires the connection's events:
  * amqplib emits 'error' before 'close', and an unhandled 'error' event would kill the process.
- * A connection that completes after the wait gave up is closed, not left open.
+ * A connection that completes after the wait gave up is closed, not left open. The steps after
+ * the handshake (channel, queue) draw from the same budget.
  *
  * @throws DedupError `DEDUP_BROKER_REFUSED` when the broker refuses the login or the virtual
  *   host; `DEDUP_BROKER_UNREACHABLE` otherwise.
+ * @internal
  */
 export async function connectAmqp(
   url: string | Options.Connect,
-  timeoutMs: number,
+  budget: ConnectBudget,
   onClose: () => void,
   socketOptions?: AmqpSocketOptions,
 ): Promise<ChannelModel> {
   let model: ChannelModel;
-  const attempt = connect(url, socketOptions);
   try {
-    model = await withTimeout(attempt, timeoutMs, 'connecting');
+    model = await budget.step(connect(url, socketOptions), `connecting to ${where(url)}`, closeLate);
   } catch (err) {
-    attempt.then((late) => late.close()).catch(() => undefined);
     const refused = refusal(err, url);
     throw new DedupError(
       refused === undefined ? 'DEDUP_BROKER_UNREACHABLE' : 'DEDUP_BROKER_REFUSED',
@@ -33,6 +82,11 @@ export async function connectAmqp(
   model.on('error', () => undefined);
   model.on('close', onClose);
   return model;
+}
+
+/** Closes a channel that opened after its connect gave up; never rejects. @internal */
+export function closeLate(channel: { close(): Promise<void> }): void {
+  channel.close().catch(() => undefined);
 }
 
 /**

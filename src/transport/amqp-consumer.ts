@@ -1,5 +1,5 @@
 import type { Channel, ChannelModel, ConsumeMessage, Options } from 'amqplib';
-import { connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
+import { closeLate, ConnectBudget, connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
 import { DedupError } from '../errors.js';
 import { VerifyingConsumer } from '../consumer/facade.js';
 import {
@@ -127,22 +127,24 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
 
   /** One subscription attempt; see {@link Resubscriber}. */
   async #subscribe(generation: Generation<ChannelModel>): Promise<void> {
+    // One bound for the handshake, the channel and the consume (ConnectBudget).
+    const budget = new ConnectBudget(this.#options.subscription.connectTimeoutMs);
     const model = await connectAmqp(
       this.#options.url,
-      this.#options.subscription.connectTimeoutMs,
+      budget,
       () => generation.lost(),
       this.#options.socketOptions,
     );
     generation.opened(model);
     let channel: Channel;
     try {
-      channel = await model.createChannel();
+      channel = await budget.step(model.createChannel(), 'opening a channel', closeLate);
       channel.on('error', () => undefined);
       channel.on('close', () => generation.lost());
-      await channel.prefetch(this.#options.prefetch);
+      await budget.step(channel.prefetch(this.#options.prefetch), 'setting the prefetch');
       const resume = this.core.resumeOffset;
       const start = resume !== undefined ? Number(resume) : this.#options.subscription.startFrom;
-      await channel.consume(
+      const consuming = channel.consume(
         this.#options.queue,
         (msg) => {
           if (msg === null) {
@@ -153,12 +155,15 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
         },
         { noAck: false, arguments: { 'x-stream-offset': start } },
       );
+      await budget.step(consuming, `consuming queue "${this.#options.queue}"`);
       this.#log.info(
         { consumer: this.core.consumerName, queue: this.#options.queue, offset: String(start) },
         'stream-dedup: verifying consumer subscribed',
       );
     } catch (err) {
       await withTimeout(model.close(), 2_000, 'closing').catch(() => undefined);
+      // A step that ran out of the bound: transient, the next attempt tries again.
+      if (err instanceof DedupError) throw err;
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',
         `cannot consume queue "${this.#options.queue}": ${errorText(err)}`,

@@ -3,7 +3,7 @@
  */
 import { DedupPublisherCore } from '../publisher/core.js';
 import { DedupPublisher } from '../publisher/facade.js';
-import type { AmqpDedupPublisherOptions } from './amqp-options.js';
+import { resolveAmqpPublisherOptions, type AmqpDedupPublisherOptions } from './amqp-options.js';
 import { AmqpTransport } from './amqp-transport.js';
 
 /**
@@ -40,11 +40,14 @@ export class AmqpDedupPublisher extends DedupPublisher {
    *
    * @throws DedupError `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
    *   `DEDUP_BROKER_REFUSED` (for example a missing queue), `DEDUP_ID_MODE_MISMATCH`,
-   *   `DEDUP_STORE_CLOSED` (a shared `store` already closed).
-   * @throws TypeError or RangeError for invalid options.
+   *   `DEDUP_STORE_CLOSED` (a shared `store` already closed); `DEDUP_UNSAFE_OPTIONS` before any
+   *   I/O for explicit IDs with `durability: 'reserve'` (AMQP 0-9-1 cannot report the broker's
+   *   last ID) and keyed IDs with it.
+   * @throws TypeError or RangeError for invalid options, before any I/O.
    */
   static async open(options: AmqpDedupPublisherOptions): Promise<AmqpDedupPublisher> {
-    if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
-    return new AmqpDedupPublisher(await DedupPublisherCore.open(new AmqpTransport(options), options));
+    const { declareQueue, connectTimeoutMs } = resolveAmqpPublisherOptions(options);
+    const transport = new AmqpTransport({ ...options, declareQueue, connectTimeoutMs });
+    return new AmqpDedupPublisher(await DedupPublisherCore.open(transport, options));
   }
 }

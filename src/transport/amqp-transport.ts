@@ -10,7 +10,7 @@ import { DedupError } from '../errors.js';
 import { ID_HEADER, identityHeaders } from '../identity/headers.js';
 import { targetDeletedError } from '../publisher/errors.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../publisher/types.js';
-import { connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
+import { closeLate, ConnectBudget, connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
 import type { AmqpDedupPublisherOptions } from './amqp-options.js';
 import { assertTlsOptions, errorText, withTimeout } from './util.js';
 
@@ -70,15 +70,17 @@ export class AmqpTransport implements PublishTransport {
       markLost(error);
       if (generation === this.#generation) handlers.disconnected(error);
     };
+    // One bound for the handshake, the channel and the queue check (ConnectBudget).
+    const budget = new ConnectBudget(this.#connectTimeoutMs);
     const model = await connectAmqp(
       this.#url,
-      this.#connectTimeoutMs,
+      budget,
       () => fail(new Error('AMQP connection closed')),
       this.#socketOptions,
     );
     this.#model = model;
     try {
-      const channel = await model.createConfirmChannel();
+      const channel = await budget.step(model.createConfirmChannel(), 'opening a confirm channel', closeLate);
       channel.on('error', () => undefined);
       channel.on('close', () => fail(new Error('AMQP channel closed')));
       // Published `mandatory`: a message no queue takes (the queue was deleted) comes back here
@@ -90,9 +92,13 @@ export class AmqpTransport implements PublishTransport {
       // Declared only at open(): a queue deleted while the publisher runs stops it (below) rather
       // than coming back empty under the same name.
       if (this.#declare && !this.#connected) {
-        await channel.assertQueue(this.target, { durable: true, arguments: { 'x-queue-type': 'stream' } });
+        const declaring = channel.assertQueue(this.target, {
+          durable: true,
+          arguments: { 'x-queue-type': 'stream' },
+        });
+        await budget.step(declaring, `declaring queue "${this.target}"`);
       } else {
-        await channel.checkQueue(this.target);
+        await budget.step(channel.checkQueue(this.target), `checking queue "${this.target}"`);
       }
       this.#channel = channel;
       this.#handlers = handlers;
@@ -100,6 +106,8 @@ export class AmqpTransport implements PublishTransport {
       return undefined;
     } catch (err) {
       await this.#teardown();
+      // A step that ran out of the bound: transient, a reconnect tries again.
+      if (err instanceof DedupError) throw err;
       if (this.#connected && (err as { code?: unknown } | null)?.code === 404) {
         throw targetDeletedError('queue', this.target, this.#producerName, err);
       }

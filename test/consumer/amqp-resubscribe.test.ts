@@ -49,7 +49,7 @@ class FakeModel extends EventEmitter {
 
 vi.mock(import('../../src/transport/amqp-connect.js'), async (importOriginal) => ({
   ...(await importOriginal()),
-  connectAmqp: (_url: unknown, _timeoutMs: number, onClose: () => void) => {
+  connectAmqp: (_url: unknown, _budget: unknown, onClose: () => void) => {
     connects++;
     const model = new FakeModel(!(consumeAnswers.shift() ?? true));
     model.on('error', () => undefined);

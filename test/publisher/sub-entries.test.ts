@@ -23,8 +23,10 @@ describe('sub-entry batches (docs/design.md §10)', () => {
   });
 
   it('closes a run early when its bytes would exceed the limit; a message alone always goes', () => {
-    // 110 bytes each (10 of body + 100 of stamps): 3 fit 350, the 4th would not.
-    expect(formBatches(entriesOf(7), 100, 350, 100)).toEqual([3, 3, 1]);
+    // 110 bytes each (10 of body + 100 of stamps), uncompressed: 3 fit 350, the 4th would not.
+    expect(formBatches(entriesOf(7), 100, 350, 100, 0n, 'none')).toEqual([3, 3, 1]);
+    // Compressed, a batch may take more than its raw bytes (gzip: 330 raw may take 355).
+    expect(formBatches(entriesOf(7), 100, 350, 100, 0n, 'gzip')).toEqual([2, 2, 2, 1]);
     // One message larger than the limit still forms its own run (send() refused larger ones).
     expect(formBatches(entriesOf(3, 1_000), 100, 350, 100)).toBeUndefined();
   });
