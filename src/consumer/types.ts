@@ -261,6 +261,10 @@ export interface SubscriptionOptions {
    * @defaultValue `{ initialDelayMs: 100, maxDelayMs: 5000 }`
    */
   readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
-  /** How long one connection attempt may take, in ms (an integer ≥ 1). @defaultValue 10000 */
+  /**
+   * How long one connection attempt may take, in ms (an integer ≥ 1), all of it: over AMQP 0-9-1
+   * the handshake, the channel's opening, prefetch and consume together (a late channel is closed).
+   * @defaultValue 10000
+   */
   readonly connectTimeoutMs?: number;
 }
