@@ -22,10 +22,16 @@
  *
  * Memory: a compressed batch announces its uncompressed length (a u32), and gzip inflates up to
  * 1 032 times: a 261 KB Deliver frame once inflated into 256 MiB (issue 32). The batches of one
- * chunk may inflate to {@link ChunkLimits.maxInflatedBytes} together (16 MiB by default): each
- * batch's announced length is checked against what the chunk has left BEFORE it is inflated, and
- * the inflate itself stops at the announced length (zlib's `maxOutputLength`). Everything else a
- * chunk holds arrived on the wire; its messages decode into O(N) values (`amqp10-decode.ts`).
+ * chunk may inflate together to {@link INFLATE_RATIO} times the chunk's data bytes, or to
+ * {@link ChunkLimits.maxInflatedBytes} (16 MiB by default) where that is more: each batch's
+ * announced length is checked against what the chunk has left BEFORE it is inflated, and the
+ * inflate itself stops at the announced length (zlib's `maxOutputLength`). Everything else a chunk
+ * holds arrived on the wire; its messages decode into O(N) values (`amqp10-decode.ts`).
+ *
+ * Why a ratio as well as a ceiling: the broker puts many entries in one chunk. stream-dedup's own
+ * publisher, gzip and 56 KB JSON bodies (20× compression), wrote chunks of 17+ batches of 1 MiB
+ * each, which a 16 MiB ceiling alone refused (its own stream, unreadable for good). Data that
+ * compresses more than 64× in chunks of more than 16 MiB inflated needs a larger ceiling.
  *
  * Codecs: 0 none, 1 gzip (Node's zlib), 4 zstd where this Node's zlib has it (22.15 on). Snappy
  * (2) and lz4 (3) would need a native or hand-written codec: a chunk holding them is refused by
@@ -53,12 +59,20 @@ const SUB_ENTRY_HEADER = 11;
  */
 export const DEFAULT_MAX_INFLATED_BYTES: number = 16 * 1_048_576;
 
+/**
+ * The compressed batches of a chunk may always inflate to this many times the chunk's data bytes
+ * (whatever {@link ChunkLimits.maxInflatedBytes} says): ordinary data (JSON 5-20×, logs up to
+ * ~50×) in chunks of many batches. Decoding N bytes so retains O(64·N + maxInflatedBytes).
+ */
+export const INFLATE_RATIO = 64;
+
 /** Ceilings of the chunk decoder. */
 export interface ChunkLimits {
   /**
    * The most bytes the compressed sub-entry batches of one chunk may inflate to, together (so
-   * also each batch): a batch announcing more than the chunk has left is refused before it is
-   * inflated. @defaultValue {@link DEFAULT_MAX_INFLATED_BYTES}
+   * also each batch), unless {@link INFLATE_RATIO} times the chunk's data bytes is more: a batch
+   * announcing more than the chunk has left is refused before it is inflated.
+   * @defaultValue {@link DEFAULT_MAX_INFLATED_BYTES}
    */
   readonly maxInflatedBytes: number;
 }
@@ -160,7 +174,8 @@ export function decodeChunk(
   const dataEnd = c.pos + dataLength;
   c.end = dataEnd;
   let next = firstOffset;
-  const inflate = { left: limits.maxInflatedBytes, limit: limits.maxInflatedBytes };
+  const budget = Math.max(limits.maxInflatedBytes, INFLATE_RATIO * dataLength);
+  const inflate = { left: budget, limit: budget };
   for (let entry = 0; entry < numEntries; entry++) {
     if (c.pos >= dataEnd) {
       throw new ChunkDecodeError(
@@ -227,7 +242,8 @@ function readSubEntries(
     if (uncompressed > inflate.left) {
       throw new ChunkDecodeError(
         `sub-entry batch at offset ${next} announces ${uncompressed} bytes uncompressed; the chunk's ` +
-          `compressed batches may inflate to ${inflate.limit} bytes together (maxInflatedBytes), ` +
+          `compressed batches may inflate to ${inflate.limit} bytes together (maxInflatedBytes, or ` +
+          `${INFLATE_RATIO} times the chunk's data where that is more), ` +
           `${inflate.left} are left`,
       );
     }
