@@ -569,7 +569,12 @@ export class GroupPartition {
     if (epoch !== this.#epoch) return outcome;
     const client = await this.#connectReader();
     try {
-      const winner = await readGenesis(client, this.#s.changelog, RESTORE_STALL_MS);
+      const winner = await readGenesis(
+        client,
+        this.#s.changelog,
+        this.#s.changelogProducer,
+        RESTORE_STALL_MS,
+      );
       if (winner === start) return 'landed';
       this.#log.warn(
         {

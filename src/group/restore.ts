@@ -8,7 +8,7 @@
  */
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
-import { holdsIdentity, parseIdentity } from '../identity/headers.js';
+import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/headers.js';
 import {
   changelogPositionKey,
   decodeOffset,
@@ -268,12 +268,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       const offset = message.offset;
       if (offset === undefined) throw new Error('the stream client delivered a message without an offset');
       const where = `at offset ${offset} of "${o.changelog}"`;
-      const identity = holdsIdentity(message.applicationProperties)
-        ? parseIdentity(message.applicationProperties)
-        : 'no identity headers';
-      if (typeof identity === 'string') {
-        throw new DedupError('DEDUP_CHANGELOG_INVALID', `changelog entry ${where}: ${identity}`);
-      }
+      const identity = ownIdentity(message, o.producerName, where);
       if (identity.publishingId <= lastSeenId) {
         throw new DedupError(
           'DEDUP_CHANGELOG_INVALID',
@@ -336,6 +331,36 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
 }
 
 /**
+ * The identity of changelog message `message`, which must be the group's own (`producerName`):
+ * a record of another writer (another group whose changelog name was the same, under 0.5.0's
+ * naming; anyone with write access) is never applied, never taken for a genesis.
+ *
+ * @throws DedupError `DEDUP_CHANGELOG_INVALID` for missing or malformed identity headers, or
+ *   another producer's.
+ *
+ * @internal
+ */
+export function ownIdentity(
+  message: Pick<StreamMessage, 'applicationProperties'>,
+  producerName: string,
+  where: string,
+): MessageIdentity {
+  const headers = message.applicationProperties;
+  const identity = holdsIdentity(headers) ? parseIdentity(headers) : 'no identity headers';
+  if (typeof identity === 'string') {
+    throw new DedupError('DEDUP_CHANGELOG_INVALID', `changelog record ${where}: ${identity}`);
+  }
+  if (identity.producerName !== producerName) {
+    throw new DedupError(
+      'DEDUP_CHANGELOG_INVALID',
+      `changelog record ${where} was written by ${JSON.stringify(identity.producerName)}, not by this ` +
+        `group's ${JSON.stringify(producerName)}: another writer shares the changelog`,
+    );
+  }
+  return identity;
+}
+
+/**
  * The changelog's last ID (0n for a changelog not yet written, or, when `missingMeansEmpty`, not
  * yet created; otherwise "does not exist" is an error the activation is retried after).
  *
@@ -375,7 +400,12 @@ export async function changelogLastId(
  *
  * @internal
  */
-export async function readGenesis(client: Client, changelog: string, timeoutMs: number): Promise<bigint> {
+export async function readGenesis(
+  client: Client,
+  changelog: string,
+  producerName: string,
+  timeoutMs: number,
+): Promise<bigint> {
   const { message, failure } = await firstMessage(client, changelog, undefined, timeoutMs);
   if (message === undefined) {
     const cause = failure ?? new Error(`nothing arrived within ${timeoutMs} ms`);
@@ -386,9 +416,9 @@ export async function readGenesis(client: Client, changelog: string, timeoutMs: 
     );
   }
   const where = `at the head of "${changelog}"`;
-  const identity = parseIdentity(message.applicationProperties ?? {});
+  const identity = ownIdentity(message, producerName, where);
   const record = decodeRecord(message.content, () => false, where);
-  if (record.kind !== 'genesis' || typeof identity === 'string' || identity.publishingId !== GENESIS_ID) {
+  if (record.kind !== 'genesis' || identity.publishingId !== GENESIS_ID) {
     throw new DedupError(
       'DEDUP_CHANGELOG_INVALID',
       `changelog "${changelog}" does not begin with its genesis`,

@@ -1,0 +1,89 @@
+import { describe, expect, it } from 'vitest';
+import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from '../../src/group/changelog-entry.js';
+import { changelogProducerName, partitionNamespace } from '../../src/group/consumer.js';
+import { readGenesis, restorePartition } from '../../src/group/restore.js';
+import { effectKeyPrefix } from '../../src/store/consumer-keys.js';
+import { FakeChangelog, type ChangelogRecordSpec } from '../support/changelog-client.js';
+
+const NAMESPACE = partitionNamespace('billing', 'orders-eu.west');
+const OURS = changelogProducerName('billing');
+/** Group `west.billing` on partition `orders-eu`: under 0.5.0's naming, the same changelog. */
+const THEIRS = changelogProducerName('west.billing');
+
+const genesis = (producer: string, start: bigint): ChangelogRecordSpec => ({
+  producer,
+  id: GENESIS_ID,
+  content: () => encodeGenesis(start),
+});
+
+/** A batch entry ending at offset `last` that puts `bytes` bytes under one effect key. */
+function entry(producer: string, last: bigint, base: bigint | undefined, bytes = 8): ChangelogRecordSpec {
+  return {
+    producer,
+    id: entryId(last),
+    content: () =>
+      encodeEntry({
+        lastOffset: last,
+        baseOffset: base,
+        ops: [{ type: 'put', key: `${effectKeyPrefix(NAMESPACE)}v`, value: Buffer.alloc(bytes, 1) }],
+      }),
+  };
+}
+
+function restore(changelog: FakeChangelog) {
+  return restorePartition({
+    db: changelog.db(NAMESPACE),
+    sync: false,
+    namespace: NAMESPACE,
+    changelog: 'orders-eu.west.billing.changelog',
+    producerName: OURS,
+    client: changelog.client(),
+    stallMs: 2_000,
+    timeoutMs: 20_000,
+    isCurrent: () => true,
+  });
+}
+
+describe('group restore - whose records it reads', () => {
+  it("refuses another group's genesis at the head of the changelog instead of beginning where it says", async () => {
+    // The other group began first (offset 500 of its partition); ours wrote its own genesis after.
+    const changelog = new FakeChangelog([genesis(THEIRS, 500n), genesis(OURS, 0n)]);
+    const err: unknown = await readGenesis(
+      changelog.client(),
+      'orders-eu.west.billing.changelog',
+      OURS,
+      2_000,
+    ).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'DEDUP_CHANGELOG_INVALID' });
+    expect((err as Error).message).toContain('stream-dedup.changelog.west.billing');
+  });
+
+  it("stops a restore at another group's genesis (DEDUP_CHANGELOG_INVALID) instead of adopting its start", async () => {
+    // Ours was confirmed with ID 1 too: the broker keeps one last ID per producer name.
+    const changelog = new FakeChangelog([genesis(THEIRS, 500n), genesis(OURS, 0n)]);
+    const err: unknown = await restore(changelog).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'DEDUP_CHANGELOG_INVALID' });
+    expect((err as Error).message).toMatch(/written by "stream-dedup\.changelog\.west\.billing"/);
+  });
+
+  it("stops a restore at another writer's entry between the group's own", async () => {
+    const changelog = new FakeChangelog([
+      genesis(OURS, 0n),
+      entry(OURS, 9n, undefined),
+      entry(THEIRS, 4n, undefined),
+      entry(OURS, 12n, 9n),
+    ]);
+    const err: unknown = await restore(changelog).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'DEDUP_CHANGELOG_INVALID' });
+  });
+
+  it("restores a changelog of the group's own records", async () => {
+    const changelog = new FakeChangelog([
+      genesis(OURS, 3n),
+      entry(OURS, 9n, undefined),
+      entry(OURS, 12n, 9n),
+    ]);
+    const report = await restore(changelog);
+    expect(report).toMatchObject({ offset: 12n, start: 3n, read: 3, applied: 2 });
+  });
+});
