@@ -45,6 +45,8 @@ export interface RestoreOptions {
   readonly timeoutMs: number;
   /** False once the partition moved on: the restore stops before its next write. */
   readonly isCurrent: () => boolean;
+  /** The read-ahead's bound in bytes (tests lower it). @defaultValue {@link READ_AHEAD_BYTES} */
+  readonly readAheadBytes?: number;
 }
 
 /**
@@ -102,11 +104,23 @@ async function stored<T>(op: () => Promise<T>): Promise<T> {
 
 /** Entries per LevelDB batch while restoring, and the bytes at which a batch is written early. */
 const ENTRIES_PER_WRITE = 512;
-const BYTES_PER_WRITE = 4 * 1024 * 1024;
+/** @internal */
+export const BYTES_PER_WRITE = 4 * 1024 * 1024;
 
 /** Entries read ahead of the writes above which no more chunks are asked for, and below which they are again. */
 const QUEUE_HIGH = 4_096;
 const QUEUE_LOW = 1_024;
+
+/**
+ * Bytes read ahead of the writes (entries' contents) at or above which no more chunks are asked
+ * for; they are again below a quarter of it. Entries are bounded by the frame size, not small: 4 096
+ * entries near a 1 MiB frame held 4 GiB when the disk was slower than the network. The chunks
+ * already asked for still come (at most {@link INITIAL_CREDITS}), so the read-ahead holds at most
+ * this plus 32 chunks, and the write being prepared {@link BYTES_PER_WRITE} more.
+ *
+ * @internal
+ */
+export const READ_AHEAD_BYTES = 32 * 1024 * 1024;
 
 /**
  * Chunks in flight: each completed chunk asks for one more (unless the queue is full). A member
@@ -115,7 +129,7 @@ const QUEUE_LOW = 1_024;
  * Needs Nagle's algorithm off on the connection (`guardHeartbeats`), and `ChunkOrder`: chunks in
  * flight together reach the handler interleaved.
  */
-const INITIAL_CREDITS = 32;
+export const INITIAL_CREDITS = 32;
 
 /** Stream protocol response code 2: the stream does not exist. */
 const DOES_NOT_EXIST = /code 2\b|does not exist/i;
@@ -164,8 +178,10 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   let entriesInWrite = 0;
   let nextPosition = position;
   let failure: Error | undefined;
-  // Entries read and not yet applied, in stream order; the credit is held while there are many.
+  // Entries read and not yet applied, in stream order; the credit is held while there are many,
+  // or while they are large.
   const queue = new ChunkOrder();
+  const readAheadBytes = o.readAheadBytes ?? READ_AHEAD_BYTES;
   // Credits held back while the queue is full: every chunk completed then holds one, and all are
   // given back at once (one held grant would have left a single chunk in flight from then on).
   let heldCredits = 0;
@@ -211,7 +227,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
         creditPolicy: creditPolicyOf(
           (request) => {
             if (queue.chunkCompleted()) notify();
-            if (queue.waiting < QUEUE_HIGH) void request(1).catch(() => undefined);
+            if (queue.waiting < QUEUE_HIGH && queue.waitingBytes < readAheadBytes)
+              void request(1).catch(() => undefined);
             else {
               requestHeld = request;
               heldCredits++;
@@ -239,7 +256,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       if (failure !== undefined) throw failure;
       if (!o.isCurrent()) throw new RestoreAbandoned();
       const message = queue.next();
-      if (heldCredits > 0 && queue.waiting < QUEUE_LOW) grantHeld();
+      if (heldCredits > 0 && queue.waiting < QUEUE_LOW && queue.waitingBytes < readAheadBytes / 4)
+        grantHeld();
       if (message === undefined) {
         if (performance.now() >= deadline) {
           throw new DedupError(

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from '../../src/group/changelog-entry.js';
 import { changelogProducerName, partitionNamespace } from '../../src/group/consumer.js';
-import { readGenesis, restorePartition } from '../../src/group/restore.js';
+import { BYTES_PER_WRITE, INITIAL_CREDITS, readGenesis, restorePartition } from '../../src/group/restore.js';
 import { effectKeyPrefix } from '../../src/store/consumer-keys.js';
 import { FakeChangelog, type ChangelogRecordSpec } from '../support/changelog-client.js';
 
@@ -30,7 +30,7 @@ function entry(producer: string, last: bigint, base: bigint | undefined, bytes =
   };
 }
 
-function restore(changelog: FakeChangelog) {
+function restore(changelog: FakeChangelog, readAheadBytes?: number) {
   return restorePartition({
     db: changelog.db(NAMESPACE),
     sync: false,
@@ -41,6 +41,7 @@ function restore(changelog: FakeChangelog) {
     stallMs: 2_000,
     timeoutMs: 20_000,
     isCurrent: () => true,
+    readAheadBytes,
   });
 }
 
@@ -85,5 +86,23 @@ describe('group restore - whose records it reads', () => {
     ]);
     const report = await restore(changelog);
     expect(report).toMatchObject({ offset: 12n, start: 3n, read: 3, applied: 2 });
+  });
+});
+
+describe('group restore - read-ahead', () => {
+  it('holds at most its byte bound plus the chunks in flight and one write, however large the entries and slow the store', async () => {
+    // 64 KiB entries, one per chunk, a store write of 100 ms: the network is far faster than the disk.
+    const entryBytes = 64 * 1024;
+    const records: ChangelogRecordSpec[] = [genesis(OURS, 0n)];
+    for (let last = 0n; last < 600n; last++)
+      records.push(entry(OURS, last, last === 0n ? undefined : last - 1n, entryBytes));
+    const changelog = new FakeChangelog(records, { storeDelayMs: () => 100 });
+    const bound = 1024 * 1024;
+    const report = await restore(changelog, bound);
+    expect(report).toMatchObject({ offset: 599n, applied: 600 });
+    // Before: up to 4 096 entries whatever their size (measured: 35 MiB held against a 7.4 MiB ceiling).
+    const ceiling =
+      bound + INITIAL_CREDITS * changelog.largestChunkBytes + BYTES_PER_WRITE + changelog.largestChunkBytes;
+    expect(changelog.peakHeldBytes).toBeLessThanOrEqual(ceiling);
   });
 });
