@@ -46,6 +46,7 @@ import {
   restorePartition,
   RestoreStoreError,
 } from './restore.js';
+import { permanentRefusal } from './refusal.js';
 import { StallWatch } from './stall-watch.js';
 import type {
   AssignmentEvent,
@@ -369,6 +370,16 @@ export class GroupPartition {
           (err.code === 'DEDUP_CHANGELOG_INVALID' || err.code === 'DEDUP_STORE_CORRUPT')
         ) {
           this.#s.fail(err);
+        } else if (permanentRefusal(err) !== undefined) {
+          // No read permission on the changelog, say: every take-over would fail the same way.
+          this.#s.fail(
+            new DedupError(
+              'DEDUP_BROKER_REFUSED',
+              `cannot take over partition "${this.#s.partition}" from changelog "${this.#s.changelog}": ` +
+                `${permanentRefusal(err)}: ${errorText(err)}`,
+              { cause: err },
+            ),
+          );
         } else {
           this.#log.warn(
             { consumer: this.#s.consumerName, partition: this.#s.partition, err: errorText(err) },
