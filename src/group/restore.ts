@@ -47,6 +47,8 @@ export interface RestoreOptions {
   readonly isCurrent: () => boolean;
   /** The read-ahead's bound in bytes (tests lower it). @defaultValue {@link READ_AHEAD_BYTES} */
   readonly readAheadBytes?: number;
+  /** The bytes at which a store write is made early (tests lower it). @defaultValue {@link BYTES_PER_WRITE} */
+  readonly bytesPerWrite?: number;
 }
 
 /**
@@ -339,7 +341,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
         applied++;
       }
       entriesInWrite++;
-      if (entriesInWrite >= ENTRIES_PER_WRITE || bytes >= BYTES_PER_WRITE) await flush();
+      if (entriesInWrite >= ENTRIES_PER_WRITE || bytes >= (o.bytesPerWrite ?? BYTES_PER_WRITE)) await flush();
     }
     await flush();
   } finally {
