@@ -40,6 +40,7 @@ import {
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from './changelog-entry.js';
 import { ChangelogWriter, type AppendOutcome } from './changelog-writer.js';
 import {
+  ChangelogMissing,
   changelogLastId,
   firstMessage,
   readGenesis,
@@ -97,6 +98,13 @@ export interface PartitionSettings {
   /** Stops the whole member with `error` (a handler threw, a changelog is invalid). */
   readonly fail: (error: Error) => void;
 }
+
+/**
+ * How long take-overs must keep hearing that the changelog does not exist before a member that holds
+ * state from it believes it deleted and stops (DEDUP_CHANGELOG_INVALID): no member recreates it (a
+ * member with state does not write before it restored), so waiting longer only repeats the warning.
+ */
+const MISSING_CHANGELOG_MS = 30_000;
 
 /** How long the restore may wait for the next changelog entry before asking for the end again. */
 const RESTORE_STALL_MS = 5_000;
@@ -174,6 +182,8 @@ export class GroupPartition {
   #watchReader: Client | undefined;
   /** The reads that are not the subscription's (restore, genesis, watch): their own node rotation. */
   readonly #readers: EndpointRotation;
+  /** Since when every take-over heard that the changelog does not exist (this member holding state). */
+  #missingSince: number | undefined;
 
   constructor(settings: PartitionSettings) {
     this.#s = settings;
@@ -370,6 +380,16 @@ export class GroupPartition {
           (err.code === 'DEDUP_CHANGELOG_INVALID' || err.code === 'DEDUP_STORE_CORRUPT')
         ) {
           this.#s.fail(err);
+        } else if (err instanceof ChangelogMissing && this.#believeMissing()) {
+          this.#s.fail(
+            new DedupError(
+              'DEDUP_CHANGELOG_INVALID',
+              `changelog "${this.#s.changelog}" of partition "${this.#s.partition}" has not existed for ` +
+                `${MISSING_CHANGELOG_MS / 1_000} s of take-overs, but this member holds state from it: it was ` +
+                'deleted, and no member recreates it. Restore it, or clear the partition from the members’ stores',
+              { cause: err },
+            ),
+          );
         } else if (permanentRefusal(err) !== undefined) {
           // No read permission on the changelog, say: every take-over would fail the same way.
           this.#s.fail(
@@ -429,6 +449,7 @@ export class GroupPartition {
     } finally {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
     }
+    this.#missingSince = undefined;
     if (epoch !== this.#epoch || !generation.isCurrent())
       throw new PartitionMoved(this.#s.partition, 'moved');
     // The changelog writer connects while the core opens and the first batch is processed: that
@@ -711,6 +732,13 @@ export class GroupPartition {
     );
     this.#subscribed = undefined;
     this.#subscriptions.leave(generation, leaveMs);
+  }
+
+  /** A take-over heard the changelog does not exist: true once that has lasted MISSING_CHANGELOG_MS. */
+  #believeMissing(): boolean {
+    const now = performance.now();
+    this.#missingSince ??= now;
+    return now - this.#missingSince >= MISSING_CHANGELOG_MS;
   }
 
   /** Drops the partition and subscribes again (the activation then restores from the changelog). */

@@ -381,6 +381,23 @@ export function ownIdentity(
 }
 
 /**
+ * The broker says the changelog does not exist, to a member that holds state from it: not believed
+ * at once (a node back from a network partition can say it of a stream that exists); the member
+ * takes the partition over again, and believes it once it lasted (see GroupPartition).
+ *
+ * @internal
+ */
+export class ChangelogMissing extends DedupError {
+  constructor(changelog: string, cause: unknown) {
+    super(
+      'DEDUP_BROKER_UNREACHABLE',
+      `the broker says changelog "${changelog}" does not exist, but this member holds state from it: not believed`,
+      { cause },
+    );
+  }
+}
+
+/**
  * The changelog's last ID (0n for a changelog not yet written, or, when `missingMeansEmpty`, not
  * yet created; otherwise "does not exist" is an error the activation is retried after).
  *
@@ -402,11 +419,7 @@ export async function changelogLastId(
   } catch (err) {
     if (!DOES_NOT_EXIST.test(errorText(err))) throw err;
     if (missingMeansEmpty) return 0n;
-    throw new DedupError(
-      'DEDUP_BROKER_UNREACHABLE',
-      `the broker says changelog "${changelog}" does not exist, but this member holds state from it: not believed`,
-      { cause: err },
-    );
+    throw new ChangelogMissing(changelog, err);
   }
 }
 

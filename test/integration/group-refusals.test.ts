@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { changelogStreamName } from '../../src/group/consumer.js';
 import { SuperStreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { ledgerHandler, publishLedger, type Sent } from '../support/group-ledger.js';
@@ -102,4 +103,36 @@ describe.skipIf(!canAdminister)('consumer group - a changelog the broker refuses
     // One batch per partition at most (6 messages each, a planted redelivery included).
     expect(handled).toBeLessThanOrEqual(3 * 6);
   }, 60_000);
+});
+
+describe('consumer group - a changelog deleted by hand', () => {
+  it('a member that holds state from it stops with DEDUP_CHANGELOG_INVALID once take-overs kept hearing it is gone (30 s), instead of retrying for ever', async () => {
+    const name = await superStream('group-deleted', 1);
+    const [partition] = await client().queryPartitions({ superStream: name });
+    const sent = new Map<string, Sent>();
+    await publishLedger(client(), [partition!], 1, 5, sent);
+    const store = await tempDir();
+    const options = {
+      superStream: name,
+      consumerName: 'deleted',
+      store,
+      connection: STREAM_CONNECTION,
+      startFrom: 'first' as const,
+      commitLingerMs: 10,
+      handler: ledgerHandler,
+    };
+    const first = await SuperStreamVerifyingConsumer.open(options);
+    await first.waitForOffset(partition!, sent.get(partition!)!.lastOffset);
+    await first.close();
+    await client().deleteStream({ stream: changelogStreamName(partition!, 'deleted') });
+
+    const started = performance.now();
+    const error = await SuperStreamVerifyingConsumer.open(options).then(
+      (member) => member.closed(),
+      (err: unknown) => err,
+    );
+    expect(error).toMatchObject({ code: 'DEDUP_CHANGELOG_INVALID' });
+    expect((error as Error).message).toMatch(/has not existed for 30 s of take-overs/);
+    expect(performance.now() - started).toBeLessThan(60_000);
+  }, 90_000);
 });
