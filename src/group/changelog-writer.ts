@@ -55,6 +55,8 @@ export interface ChangelogWriterOptions {
   readonly appendTimeoutMs: number;
   readonly reconnect: { readonly initialDelayMs: number; readonly maxDelayMs: number };
   readonly logger: Logger;
+  /** Headers on every record (the group's settings: {@link SETTINGS_HEADER}). */
+  readonly headers?: Readonly<Record<string, string>>;
   /** The transport; by default a `StreamTransport` that creates the changelog on its first connect. */
   readonly transport?: ChangelogTransport;
 }
@@ -186,7 +188,7 @@ export class ChangelogWriter {
           );
         }
         const confirmed = new Promise<boolean>((resolve) => (this.#waiter = { id, resolve }));
-        await this.#transport.publish([{ publishingId: id, body: entry, headers: undefined }]);
+        await this.#transport.publish([{ publishingId: id, body: entry, headers: this.#options.headers }]);
         const outcome = await withTimeout(
           confirmed,
           left(),

@@ -43,9 +43,11 @@ import {
   ChangelogMissing,
   changelogLastId,
   firstMessage,
+  groupSettings,
   readGenesis,
   restorePartition,
   RestoreStoreError,
+  SETTINGS_HEADER,
 } from './restore.js';
 import { permanentRefusal } from './refusal.js';
 import { StallWatch } from './stall-watch.js';
@@ -204,6 +206,7 @@ export class GroupPartition {
       appendTimeoutMs: settings.appendTimeoutMs,
       reconnect: settings.subscription.reconnect,
       logger: this.#log,
+      headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer) },
     });
     const committed = (): bigint | undefined => this.#active?.core.committedOffset;
     this.#subscriptions = new Resubscriber<Client>({
@@ -377,7 +380,9 @@ export class GroupPartition {
           this.#s.fail(err.cause instanceof Error ? err.cause : err);
         } else if (
           err instanceof DedupError &&
-          (err.code === 'DEDUP_CHANGELOG_INVALID' || err.code === 'DEDUP_STORE_CORRUPT')
+          (err.code === 'DEDUP_CHANGELOG_INVALID' ||
+            err.code === 'DEDUP_STORE_CORRUPT' ||
+            err.code === 'DEDUP_UNSAFE_OPTIONS')
         ) {
           this.#s.fail(err);
         } else if (err instanceof ChangelogMissing && this.#believeMissing()) {
@@ -441,6 +446,7 @@ export class GroupPartition {
         namespace: this.#s.namespace,
         changelog: this.#s.changelog,
         producerName: this.#s.changelogProducer,
+        settings: groupSettings(this.#s.consumer),
         client,
         stallMs: RESTORE_STALL_MS,
         timeoutMs: this.#s.restoreTimeoutMs,
@@ -565,7 +571,9 @@ export class GroupPartition {
       if (epoch === this.#epoch) {
         if (
           err instanceof DedupError &&
-          (err.code === 'DEDUP_BROKER_REFUSED' || err.code === 'DEDUP_CHANGELOG_INVALID')
+          (err.code === 'DEDUP_BROKER_REFUSED' ||
+            err.code === 'DEDUP_CHANGELOG_INVALID' ||
+            err.code === 'DEDUP_UNSAFE_OPTIONS')
         ) {
           this.#s.fail(err);
         } else {
@@ -606,6 +614,7 @@ export class GroupPartition {
         this.#s.changelog,
         this.#s.changelogProducer,
         RESTORE_STALL_MS,
+        groupSettings(this.#s.consumer),
       );
       if (winner === start) return 'landed';
       this.#log.warn(

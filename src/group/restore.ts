@@ -37,6 +37,8 @@ export interface RestoreOptions {
   readonly changelog: string;
   /** The changelog's producer name. */
   readonly producerName: string;
+  /** This member's settings ({@link groupSettings}): a record written under others is refused. */
+  readonly settings?: string;
   /** A connected client; the restore declares one consumer on it and removes it. */
   readonly client: Client;
   /** How long the restore may wait without a new entry before asking the broker for the end again. */
@@ -288,7 +290,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       const offset = message.offset;
       if (offset === undefined) throw new Error('the stream client delivered a message without an offset');
       const where = `at offset ${offset} of "${o.changelog}"`;
-      const identity = ownIdentity(message, o.producerName, where);
+      const identity = ownIdentity(message, o.producerName, where, o.settings);
       if (identity.publishingId <= lastSeenId) {
         throw new DedupError(
           'DEDUP_CHANGELOG_INVALID',
@@ -351,6 +353,29 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
 }
 
 /**
+ * The header every changelog record carries with its writer's settings ({@link groupSettings}).
+ *
+ * @internal
+ */
+export const SETTINGS_HEADER = 'x-dedup-group-settings';
+
+/**
+ * What members of one group must agree on, as one string: the verifier policy, what is done with
+ * unidentified messages, and whether scopes are per tenant (a function cannot be compared: only
+ * whether there is one). Members that differ mix verifier histories per key in the changelog.
+ *
+ * @internal
+ */
+export function groupSettings(o: {
+  readonly policy: { readonly kind: string; readonly size?: number };
+  readonly unidentified: string;
+  readonly tenant: unknown;
+}): string {
+  const policy = o.policy.kind === 'window' ? `window:${o.policy.size}` : o.policy.kind;
+  return `policy=${policy};unidentified=${o.unidentified};tenant=${o.tenant === undefined ? 'none' : 'function'}`;
+}
+
+/**
  * The identity of changelog message `message`, which must be the group's own (`producerName`):
  * a record of another writer (another group whose changelog name was the same, under 0.5.0's
  * naming; anyone with write access) is never applied, never taken for a genesis.
@@ -364,8 +389,18 @@ export function ownIdentity(
   message: Pick<StreamMessage, 'applicationProperties'>,
   producerName: string,
   where: string,
+  settings?: string,
 ): MessageIdentity {
   const headers = message.applicationProperties;
+  const written: unknown = headers?.[SETTINGS_HEADER];
+  // Records of 0.5.0 carry none: nothing to compare.
+  if (settings !== undefined && written !== undefined && written !== settings) {
+    throw new DedupError(
+      'DEDUP_UNSAFE_OPTIONS',
+      `changelog record ${where} was written by a member with other settings (${JSON.stringify(written)}) than ` +
+        `this one's (${settings}): every member of a group must use the same policy, unidentified and tenant`,
+    );
+  }
   const identity = holdsIdentity(headers) ? parseIdentity(headers) : 'no identity headers';
   if (typeof identity === 'string') {
     throw new DedupError('DEDUP_CHANGELOG_INVALID', `changelog record ${where}: ${identity}`);
@@ -438,6 +473,7 @@ export async function readGenesis(
   changelog: string,
   producerName: string,
   timeoutMs: number,
+  settings?: string,
 ): Promise<bigint> {
   const { message, failure } = await firstMessage(client, changelog, undefined, timeoutMs);
   if (message === undefined) {
@@ -449,7 +485,7 @@ export async function readGenesis(
     );
   }
   const where = `at the head of "${changelog}"`;
-  const identity = ownIdentity(message, producerName, where);
+  const identity = ownIdentity(message, producerName, where, settings);
   const record = decodeRecord(message.content, () => false, where);
   if (record.kind !== 'genesis' || identity.publishingId !== GENESIS_ID) {
     throw new DedupError(

@@ -1,7 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from '../../src/group/changelog-entry.js';
 import { changelogProducerName, partitionNamespace } from '../../src/group/consumer.js';
-import { BYTES_PER_WRITE, INITIAL_CREDITS, readGenesis, restorePartition } from '../../src/group/restore.js';
+import {
+  BYTES_PER_WRITE,
+  groupSettings,
+  INITIAL_CREDITS,
+  readGenesis,
+  restorePartition,
+  SETTINGS_HEADER,
+} from '../../src/group/restore.js';
 import { effectKeyPrefix } from '../../src/store/consumer-keys.js';
 import { FakeChangelog, type ChangelogRecordSpec } from '../support/changelog-client.js';
 
@@ -86,6 +93,60 @@ describe('group restore - whose records it reads', () => {
     ]);
     const report = await restore(changelog);
     expect(report).toMatchObject({ offset: 12n, start: 3n, read: 3, applied: 2 });
+  });
+});
+
+describe('group restore - members with other settings', () => {
+  const settingsOf = (kind: 'highest' | 'window') =>
+    groupSettings({
+      policy: kind === 'window' ? { kind, size: 64 } : { kind },
+      unidentified: 'reject',
+      tenant: undefined,
+    });
+  const withSettings = (record: ChangelogRecordSpec, settings: string): ChangelogRecordSpec => ({
+    ...record,
+    headers: { [SETTINGS_HEADER]: settings },
+  });
+
+  it('refuses an entry written by a member with another verifier policy (DEDUP_UNSAFE_OPTIONS): their histories would mix per key', async () => {
+    const changelog = new FakeChangelog([
+      withSettings(genesis(OURS, 0n), settingsOf('highest')),
+      withSettings(entry(OURS, 9n, undefined), settingsOf('window')),
+    ]);
+    const err: unknown = await restorePartition({
+      db: changelog.db(NAMESPACE),
+      sync: false,
+      namespace: NAMESPACE,
+      changelog: 'orders-eu.west.billing.changelog',
+      producerName: OURS,
+      settings: settingsOf('highest'),
+      client: changelog.client(),
+      stallMs: 2_000,
+      timeoutMs: 20_000,
+      isCurrent: () => true,
+    }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
+    expect((err as Error).message).toContain('policy=window:64');
+  });
+
+  it('accepts records without settings (written by 0.5.0) and records with the same', async () => {
+    const changelog = new FakeChangelog([
+      genesis(OURS, 0n),
+      withSettings(entry(OURS, 9n, undefined), settingsOf('highest')),
+    ]);
+    const report = await restorePartition({
+      db: changelog.db(NAMESPACE),
+      sync: false,
+      namespace: NAMESPACE,
+      changelog: 'orders-eu.west.billing.changelog',
+      producerName: OURS,
+      settings: settingsOf('highest'),
+      client: changelog.client(),
+      stallMs: 2_000,
+      timeoutMs: 20_000,
+      isCurrent: () => true,
+    });
+    expect(report).toMatchObject({ offset: 9n, applied: 1 });
   });
 });
 

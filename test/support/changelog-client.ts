@@ -14,6 +14,8 @@ export interface ChangelogRecordSpec {
   readonly producer: string;
   readonly id: bigint;
   readonly content: () => Buffer;
+  /** More application properties (the writer's settings). */
+  readonly headers?: Readonly<Record<string, string>>;
 }
 
 interface Policy {
@@ -98,7 +100,11 @@ export class FakeChangelog {
           handler({
             content,
             offset: BigInt(offset),
-            applicationProperties: { [PRODUCER_HEADER]: record.producer, [ID_HEADER]: record.id.toString() },
+            applicationProperties: {
+              ...record.headers,
+              [PRODUCER_HEADER]: record.producer,
+              [ID_HEADER]: record.id.toString(),
+            },
           });
         }
         this.peakHeldBytes = Math.max(this.peakHeldBytes, this.#heldBytes);
