@@ -9,7 +9,9 @@ import type { StreamMessage } from '../src/transport/stream-delivery.js';
 // each chunk finishes (onChunkCompleted) after its last message, and the reader takes messages at
 // any moment. What it takes must be the stream, in order, with nothing missing at the end.
 
-const message = (offset: bigint): StreamMessage => ({ offset }) as unknown as StreamMessage;
+/** A message of `offset` whose content has `offset % 7` bytes (the read-ahead counts them). */
+const message = (offset: bigint): StreamMessage => ({ offset, content: Buffer.alloc(Number(offset % 7n)) });
+const bytesOf = (offsets: readonly bigint[]): number => offsets.reduce((n, o) => n + Number(o % 7n), 0);
 
 type Step = 'begin' | 'deliver' | 'take';
 
@@ -34,12 +36,17 @@ describe('ChunkOrder (the changelog restore with several chunks in flight)', () 
           const open: Array<{ left: bigint[] }> = [];
           let begun = 0;
           const taken: bigint[] = [];
+          const pushed: bigint[] = [];
           const take = (): void => {
             for (let m = order.next(); m !== undefined; m = order.next()) taken.push(m.offset!);
           };
           const deliver = (pick: number): void => {
             const chunk = open[pick % open.length]!;
-            if (chunk.left.length > 0) order.push(message(chunk.left.shift()!));
+            if (chunk.left.length > 0) {
+              const offset = chunk.left.shift()!;
+              pushed.push(offset);
+              order.push(message(offset));
+            }
             if (chunk.left.length === 0) {
               open.splice(open.indexOf(chunk), 1);
               order.chunkCompleted();
@@ -57,6 +64,8 @@ describe('ChunkOrder (the changelog restore with several chunks in flight)', () 
               expect(taken.slice(before)).toEqual(
                 Array.from({ length: taken.length - before }, (_, i) => BigInt(before + i)),
               );
+              // The bytes held are those of the messages received and not taken.
+              expect(order.waitingBytes).toBe(bytesOf(pushed) - bytesOf(taken));
             }
           };
           for (const s of steps) step(s);
@@ -68,6 +77,7 @@ describe('ChunkOrder (the changelog restore with several chunks in flight)', () 
           take();
           expect(taken).toEqual(chunks.flat());
           expect(order.waiting).toBe(0);
+          expect(order.waitingBytes).toBe(0);
         },
       ),
     );

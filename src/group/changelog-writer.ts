@@ -14,11 +14,12 @@
  */
 import type { Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
-import type { TransportHandlers } from '../publisher/types.js';
+import type { OutgoingMessage, TransportHandlers } from '../publisher/types.js';
 import type { Logger } from '../telemetry/logger.js';
 import { StreamTransport } from '../transport/stream-transport.js';
 import { errorText, withTimeout, type StreamConnectionOptions } from '../transport/util.js';
 import { Backoff, sleep } from '../util/backoff.js';
+import { permanentRefusal } from './refusal.js';
 
 /**
  * What an append found.
@@ -31,6 +32,19 @@ export type AppendOutcome =
   /** The changelog holds a higher ID: another member wrote past our entry, which was dropped. */
   | 'fenced';
 
+/**
+ * The part of `StreamTransport` the writer uses (tests give a model of it).
+ *
+ * @internal
+ */
+export interface ChangelogTransport {
+  connect(handlers: TransportHandlers): Promise<bigint>;
+  publish(messages: readonly OutgoingMessage[]): Promise<void>;
+  queryLastId(): Promise<bigint>;
+  close(): Promise<void>;
+  readonly maxMessageBytes: number;
+}
+
 /** @internal */
 export interface ChangelogWriterOptions {
   readonly stream: string;
@@ -41,12 +55,16 @@ export interface ChangelogWriterOptions {
   readonly appendTimeoutMs: number;
   readonly reconnect: { readonly initialDelayMs: number; readonly maxDelayMs: number };
   readonly logger: Logger;
+  /** Headers on every record (the group's settings: {@link SETTINGS_HEADER}). */
+  readonly headers?: Readonly<Record<string, string>>;
+  /** The transport; by default a `StreamTransport` that creates the changelog on its first connect. */
+  readonly transport?: ChangelogTransport;
 }
 
 /** @internal */
 export class ChangelogWriter {
   readonly #options: ChangelogWriterOptions;
-  readonly #transport: StreamTransport;
+  readonly #transport: ChangelogTransport;
   #connected = false;
   /**
    * The transport's connect under way: one at a time. A second connect tore the first one's client
@@ -75,13 +93,15 @@ export class ChangelogWriter {
 
   constructor(options: ChangelogWriterOptions) {
     this.#options = options;
-    this.#transport = new StreamTransport({
-      stream: options.stream,
-      producerName: options.producerName,
-      connection: options.connection,
-      connectTimeoutMs: options.connectTimeoutMs,
-      createStream: true,
-    } as ConstructorParameters<typeof StreamTransport>[0]);
+    this.#transport =
+      options.transport ??
+      new StreamTransport({
+        stream: options.stream,
+        producerName: options.producerName,
+        connection: options.connection,
+        connectTimeoutMs: options.connectTimeoutMs,
+        createStream: true,
+      } as ConstructorParameters<typeof StreamTransport>[0]);
   }
 
   /**
@@ -131,7 +151,8 @@ export class ChangelogWriter {
    * last ID then below ours). Gives up as soon as `isCurrent()` turns false (the partition moved).
    *
    * @throws DedupError `DEDUP_BROKER_UNREACHABLE` after `appendTimeoutMs`; `DEDUP_BROKER_REFUSED`
-   *   for an entry too large for one message; `DEDUP_CONSUMER_CLOSED` once the partition moved or
+   *   for an entry too large for one message, or at once for a permanent refusal (access refused,
+   *   a changelog that does not exist after its create: {@link permanentRefusal}); `DEDUP_CONSUMER_CLOSED` once the partition moved or
    *   the writer closed.
    */
   async append(entry: Buffer, id: bigint, isCurrent: () => boolean): Promise<AppendOutcome> {
@@ -167,7 +188,7 @@ export class ChangelogWriter {
           );
         }
         const confirmed = new Promise<boolean>((resolve) => (this.#waiter = { id, resolve }));
-        await this.#transport.publish([{ publishingId: id, body: entry, headers: undefined }]);
+        await this.#transport.publish([{ publishingId: id, body: entry, headers: this.#options.headers }]);
         const outcome = await withTimeout(
           confirmed,
           left(),
@@ -185,6 +206,20 @@ export class ChangelogWriter {
         throw new Error(`the broker confirmed changelog entry ${id} but now reports ${last} as its last ID`);
       } catch (err) {
         if (err instanceof DedupError && err.code === 'DEDUP_BROKER_REFUSED' && this.#connected) throw err;
+        // Refused for good (no write permission on the changelog, a changelog its create could not
+        // make): retrying until appendTimeoutMs only reported it as unreachable, and the member
+        // then re-ran the handler and failed again, forever. The broker's code stays in the message.
+        const refusal = permanentRefusal(err);
+        if (refusal !== undefined) {
+          this.#waiter = undefined;
+          this.#connected = false;
+          throw new DedupError(
+            'DEDUP_BROKER_REFUSED',
+            `changelog "${this.#options.stream}" cannot be written by producer ` +
+              `"${this.#options.producerName}": ${refusal}: ${errorText(err)}`,
+            { cause: err },
+          );
+        }
         lastError = err;
         this.#waiter = undefined;
         this.#connected = false;

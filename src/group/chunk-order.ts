@@ -19,6 +19,8 @@ export class ChunkOrder {
   #ready = 0;
   /** Chunks the client began handing over and has not finished. */
   #open = 0;
+  /** Content bytes of the messages received and not yet taken. */
+  #bytes = 0;
 
   /** The client began a chunk (its credit policy's `onChunkReceived`). */
   chunkStarted(): void {
@@ -28,6 +30,7 @@ export class ChunkOrder {
   /** A message of an open chunk. */
   push(message: StreamMessage): void {
     this.#queue.push(message);
+    this.#bytes += message.content.length;
   }
 
   /**
@@ -56,7 +59,8 @@ export class ChunkOrder {
   /** The next message in stream order, or `undefined` until more is released. */
   next(): StreamMessage | undefined {
     if (this.#head >= this.#ready) return undefined;
-    const message = this.#queue[this.#head++];
+    const message = this.#queue[this.#head++]!;
+    this.#bytes -= message.content.length;
     // Drop what was taken, now and then: a long restore would otherwise keep every entry.
     if (this.#head >= 1_024 && this.#head * 2 >= this.#queue.length) {
       this.#queue = this.#queue.slice(this.#head);
@@ -74,5 +78,10 @@ export class ChunkOrder {
   /** Messages received and not yet taken (released or not). */
   get waiting(): number {
     return this.#queue.length - this.#head;
+  }
+
+  /** Content bytes of those messages: what the read-ahead holds, whatever the entries' sizes. */
+  get waitingBytes(): number {
+    return this.#bytes;
   }
 }

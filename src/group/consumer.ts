@@ -36,9 +36,32 @@ export type {
 /** Stream names are queue names: at most 255 bytes. */
 const MAX_STREAM_NAME_BYTES = 255;
 
-/** The changelog stream of `partition` for group `consumerName`. */
+/**
+ * The changelog stream of `partition` for group `consumerName`. Injective only because a group's
+ * name holds no '.' ({@link checkGroupName}): the name is then the text between the last two
+ * dots, and the partition all before. With a dot allowed, group `billing` on partition
+ * `orders-eu.west` and group `west.billing` on partition `orders-eu` shared one stream.
+ */
 export function changelogStreamName(partition: string, consumerName: string): string {
   return `${partition}.${consumerName}.changelog`;
+}
+
+/**
+ * Refuses a group name that could share a changelog with another group: one with a '.'. Partition
+ * names come from the super stream and may hold dots (`<superStream>-<key>`, or any bound stream),
+ * so only the group's name can be kept free of them; refusing keeps every existing changelog name
+ * as it was (no renamed changelog left behind unread).
+ *
+ * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for a name with a '.'.
+ */
+export function checkGroupName(consumerName: string): void {
+  if (!consumerName.includes('.')) return;
+  throw new DedupError(
+    'DEDUP_UNSAFE_OPTIONS',
+    `consumerName ${JSON.stringify(consumerName)} holds a '.': a group's changelogs are named ` +
+      '<partition>.<consumerName>.changelog, and with a dot two groups could share one (group "billing" ' +
+      'on partition "orders-eu.west" and group "west.billing" on "orders-eu"); choose a name without one',
+  );
 }
 
 /** The producer name every member of group `consumerName` writes changelogs under. */
@@ -125,7 +148,7 @@ export class SuperStreamVerifyingConsumer {
    *
    * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>").
    * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for `scopeTtlMs` (an eviction would not be in the
-   *   changelog); `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
+   *   changelog) or a `consumerName` with a '.' (two groups could share a changelog); `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
    *   `DEDUP_BROKER_REFUSED` (for example a missing super stream).
    */
   static async open(options: SuperStreamVerifyingConsumerOptions): Promise<SuperStreamVerifyingConsumer> {
@@ -167,6 +190,7 @@ export class SuperStreamVerifyingConsumer {
     }
     expectOptionalFunction(options.onAssignment, 'onAssignment');
     const consumerName = consumer.consumerName;
+    checkGroupName(consumerName);
     const producer = changelogProducerName(consumerName);
     const prefixBytes = Buffer.byteLength(changelogProducerName(''), 'utf8');
     if (Buffer.byteLength(producer, 'utf8') > 256) {

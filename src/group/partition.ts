@@ -40,12 +40,16 @@ import {
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from './changelog-entry.js';
 import { ChangelogWriter, type AppendOutcome } from './changelog-writer.js';
 import {
+  ChangelogMissing,
   changelogLastId,
   firstMessage,
+  groupSettings,
   readGenesis,
   restorePartition,
   RestoreStoreError,
+  SETTINGS_HEADER,
 } from './restore.js';
+import { permanentRefusal } from './refusal.js';
 import { StallWatch } from './stall-watch.js';
 import type {
   AssignmentEvent,
@@ -96,6 +100,13 @@ export interface PartitionSettings {
   /** Stops the whole member with `error` (a handler threw, a changelog is invalid). */
   readonly fail: (error: Error) => void;
 }
+
+/**
+ * How long take-overs must keep hearing that the changelog does not exist before a member that holds
+ * state from it believes it deleted and stops (DEDUP_CHANGELOG_INVALID): no member recreates it (a
+ * member with state does not write before it restored), so waiting longer only repeats the warning.
+ */
+const MISSING_CHANGELOG_MS = 30_000;
 
 /** How long the restore may wait for the next changelog entry before asking for the end again. */
 const RESTORE_STALL_MS = 5_000;
@@ -173,6 +184,8 @@ export class GroupPartition {
   #watchReader: Client | undefined;
   /** The reads that are not the subscription's (restore, genesis, watch): their own node rotation. */
   readonly #readers: EndpointRotation;
+  /** Since when every take-over heard that the changelog does not exist (this member holding state). */
+  #missingSince: number | undefined;
 
   constructor(settings: PartitionSettings) {
     this.#s = settings;
@@ -193,6 +206,7 @@ export class GroupPartition {
       appendTimeoutMs: settings.appendTimeoutMs,
       reconnect: settings.subscription.reconnect,
       logger: this.#log,
+      headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer) },
     });
     const committed = (): bigint | undefined => this.#active?.core.committedOffset;
     this.#subscriptions = new Resubscriber<Client>({
@@ -366,9 +380,31 @@ export class GroupPartition {
           this.#s.fail(err.cause instanceof Error ? err.cause : err);
         } else if (
           err instanceof DedupError &&
-          (err.code === 'DEDUP_CHANGELOG_INVALID' || err.code === 'DEDUP_STORE_CORRUPT')
+          (err.code === 'DEDUP_CHANGELOG_INVALID' ||
+            err.code === 'DEDUP_STORE_CORRUPT' ||
+            err.code === 'DEDUP_UNSAFE_OPTIONS')
         ) {
           this.#s.fail(err);
+        } else if (err instanceof ChangelogMissing && this.#believeMissing()) {
+          this.#s.fail(
+            new DedupError(
+              'DEDUP_CHANGELOG_INVALID',
+              `changelog "${this.#s.changelog}" of partition "${this.#s.partition}" has not existed for ` +
+                `${MISSING_CHANGELOG_MS / 1_000} s of take-overs, but this member holds state from it: it was ` +
+                'deleted, and no member recreates it. Restore it, or clear the partition from the members’ stores',
+              { cause: err },
+            ),
+          );
+        } else if (permanentRefusal(err) !== undefined) {
+          // No read permission on the changelog, say: every take-over would fail the same way.
+          this.#s.fail(
+            new DedupError(
+              'DEDUP_BROKER_REFUSED',
+              `cannot take over partition "${this.#s.partition}" from changelog "${this.#s.changelog}": ` +
+                `${permanentRefusal(err)}: ${errorText(err)}`,
+              { cause: err },
+            ),
+          );
         } else {
           this.#log.warn(
             { consumer: this.#s.consumerName, partition: this.#s.partition, err: errorText(err) },
@@ -410,6 +446,7 @@ export class GroupPartition {
         namespace: this.#s.namespace,
         changelog: this.#s.changelog,
         producerName: this.#s.changelogProducer,
+        settings: groupSettings(this.#s.consumer),
         client,
         stallMs: RESTORE_STALL_MS,
         timeoutMs: this.#s.restoreTimeoutMs,
@@ -418,6 +455,7 @@ export class GroupPartition {
     } finally {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
     }
+    this.#missingSince = undefined;
     if (epoch !== this.#epoch || !generation.isCurrent())
       throw new PartitionMoved(this.#s.partition, 'moved');
     // The changelog writer connects while the core opens and the first batch is processed: that
@@ -533,7 +571,9 @@ export class GroupPartition {
       if (epoch === this.#epoch) {
         if (
           err instanceof DedupError &&
-          (err.code === 'DEDUP_BROKER_REFUSED' || err.code === 'DEDUP_CHANGELOG_INVALID')
+          (err.code === 'DEDUP_BROKER_REFUSED' ||
+            err.code === 'DEDUP_CHANGELOG_INVALID' ||
+            err.code === 'DEDUP_UNSAFE_OPTIONS')
         ) {
           this.#s.fail(err);
         } else {
@@ -569,7 +609,13 @@ export class GroupPartition {
     if (epoch !== this.#epoch) return outcome;
     const client = await this.#connectReader();
     try {
-      const winner = await readGenesis(client, this.#s.changelog, RESTORE_STALL_MS);
+      const winner = await readGenesis(
+        client,
+        this.#s.changelog,
+        this.#s.changelogProducer,
+        RESTORE_STALL_MS,
+        groupSettings(this.#s.consumer),
+      );
       if (winner === start) return 'landed';
       this.#log.warn(
         {
@@ -695,6 +741,13 @@ export class GroupPartition {
     );
     this.#subscribed = undefined;
     this.#subscriptions.leave(generation, leaveMs);
+  }
+
+  /** A take-over heard the changelog does not exist: true once that has lasted MISSING_CHANGELOG_MS. */
+  #believeMissing(): boolean {
+    const now = performance.now();
+    this.#missingSince ??= now;
+    return now - this.#missingSince >= MISSING_CHANGELOG_MS;
   }
 
   /** Drops the partition and subscribes again (the activation then restores from the changelog). */

@@ -8,7 +8,7 @@
  */
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
-import { holdsIdentity, parseIdentity } from '../identity/headers.js';
+import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/headers.js';
 import {
   changelogPositionKey,
   decodeOffset,
@@ -37,6 +37,8 @@ export interface RestoreOptions {
   readonly changelog: string;
   /** The changelog's producer name. */
   readonly producerName: string;
+  /** This member's settings ({@link groupSettings}): a record written under others is refused. */
+  readonly settings?: string;
   /** A connected client; the restore declares one consumer on it and removes it. */
   readonly client: Client;
   /** How long the restore may wait without a new entry before asking the broker for the end again. */
@@ -45,6 +47,10 @@ export interface RestoreOptions {
   readonly timeoutMs: number;
   /** False once the partition moved on: the restore stops before its next write. */
   readonly isCurrent: () => boolean;
+  /** The read-ahead's bound in bytes (tests lower it). @defaultValue {@link READ_AHEAD_BYTES} */
+  readonly readAheadBytes?: number;
+  /** The bytes at which a store write is made early (tests lower it). @defaultValue {@link BYTES_PER_WRITE} */
+  readonly bytesPerWrite?: number;
 }
 
 /**
@@ -102,11 +108,23 @@ async function stored<T>(op: () => Promise<T>): Promise<T> {
 
 /** Entries per LevelDB batch while restoring, and the bytes at which a batch is written early. */
 const ENTRIES_PER_WRITE = 512;
-const BYTES_PER_WRITE = 4 * 1024 * 1024;
+/** @internal */
+export const BYTES_PER_WRITE = 4 * 1024 * 1024;
 
 /** Entries read ahead of the writes above which no more chunks are asked for, and below which they are again. */
 const QUEUE_HIGH = 4_096;
 const QUEUE_LOW = 1_024;
+
+/**
+ * Bytes read ahead of the writes (entries' contents) at or above which no more chunks are asked
+ * for; they are again below a quarter of it. Entries are bounded by the frame size, not small: 4 096
+ * entries near a 1 MiB frame held 4 GiB when the disk was slower than the network. The chunks
+ * already asked for still come (at most {@link INITIAL_CREDITS}), so the read-ahead holds at most
+ * this plus 32 chunks, and the write being prepared {@link BYTES_PER_WRITE} more.
+ *
+ * @internal
+ */
+export const READ_AHEAD_BYTES = 32 * 1024 * 1024;
 
 /**
  * Chunks in flight: each completed chunk asks for one more (unless the queue is full). A member
@@ -115,7 +133,7 @@ const QUEUE_LOW = 1_024;
  * Needs Nagle's algorithm off on the connection (`guardHeartbeats`), and `ChunkOrder`: chunks in
  * flight together reach the handler interleaved.
  */
-const INITIAL_CREDITS = 32;
+export const INITIAL_CREDITS = 32;
 
 /** Stream protocol response code 2: the stream does not exist. */
 const DOES_NOT_EXIST = /code 2\b|does not exist/i;
@@ -164,8 +182,10 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   let entriesInWrite = 0;
   let nextPosition = position;
   let failure: Error | undefined;
-  // Entries read and not yet applied, in stream order; the credit is held while there are many.
+  // Entries read and not yet applied, in stream order; the credit is held while there are many,
+  // or while they are large.
   const queue = new ChunkOrder();
+  const readAheadBytes = o.readAheadBytes ?? READ_AHEAD_BYTES;
   // Credits held back while the queue is full: every chunk completed then holds one, and all are
   // given back at once (one held grant would have left a single chunk in flight from then on).
   let heldCredits = 0;
@@ -211,7 +231,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
         creditPolicy: creditPolicyOf(
           (request) => {
             if (queue.chunkCompleted()) notify();
-            if (queue.waiting < QUEUE_HIGH) void request(1).catch(() => undefined);
+            if (queue.waiting < QUEUE_HIGH && queue.waitingBytes < readAheadBytes)
+              void request(1).catch(() => undefined);
             else {
               requestHeld = request;
               heldCredits++;
@@ -239,7 +260,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       if (failure !== undefined) throw failure;
       if (!o.isCurrent()) throw new RestoreAbandoned();
       const message = queue.next();
-      if (heldCredits > 0 && queue.waiting < QUEUE_LOW) grantHeld();
+      if (heldCredits > 0 && queue.waiting < QUEUE_LOW && queue.waitingBytes < readAheadBytes / 4)
+        grantHeld();
       if (message === undefined) {
         if (performance.now() >= deadline) {
           throw new DedupError(
@@ -268,12 +290,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       const offset = message.offset;
       if (offset === undefined) throw new Error('the stream client delivered a message without an offset');
       const where = `at offset ${offset} of "${o.changelog}"`;
-      const identity = holdsIdentity(message.applicationProperties)
-        ? parseIdentity(message.applicationProperties)
-        : 'no identity headers';
-      if (typeof identity === 'string') {
-        throw new DedupError('DEDUP_CHANGELOG_INVALID', `changelog entry ${where}: ${identity}`);
-      }
+      const identity = ownIdentity(message, o.producerName, where, o.settings);
       if (identity.publishingId <= lastSeenId) {
         throw new DedupError(
           'DEDUP_CHANGELOG_INVALID',
@@ -326,13 +343,93 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
         applied++;
       }
       entriesInWrite++;
-      if (entriesInWrite >= ENTRIES_PER_WRITE || bytes >= BYTES_PER_WRITE) await flush();
+      if (entriesInWrite >= ENTRIES_PER_WRITE || bytes >= (o.bytesPerWrite ?? BYTES_PER_WRITE)) await flush();
     }
     await flush();
   } finally {
     await withTimeout(o.client.closeConsumer(consumer.extendedId), 5_000, 'closing').catch(() => undefined);
   }
   return { offset: local, start, read, applied, changelogLastId: lastId };
+}
+
+/**
+ * The header every changelog record carries with its writer's settings ({@link groupSettings}).
+ *
+ * @internal
+ */
+export const SETTINGS_HEADER = 'x-dedup-group-settings';
+
+/**
+ * What members of one group must agree on, as one string: the verifier policy, what is done with
+ * unidentified messages, and whether scopes are per tenant (a function cannot be compared: only
+ * whether there is one). Members that differ mix verifier histories per key in the changelog.
+ *
+ * @internal
+ */
+export function groupSettings(o: {
+  readonly policy: { readonly kind: string; readonly size?: number };
+  readonly unidentified: string;
+  readonly tenant: unknown;
+}): string {
+  const policy = o.policy.kind === 'window' ? `window:${o.policy.size}` : o.policy.kind;
+  return `policy=${policy};unidentified=${o.unidentified};tenant=${o.tenant === undefined ? 'none' : 'function'}`;
+}
+
+/**
+ * The identity of changelog message `message`, which must be the group's own (`producerName`):
+ * a record of another writer (another group whose changelog name was the same, under 0.5.0's
+ * naming; anyone with write access) is never applied, never taken for a genesis.
+ *
+ * @throws DedupError `DEDUP_CHANGELOG_INVALID` for missing or malformed identity headers, or
+ *   another producer's.
+ *
+ * @internal
+ */
+export function ownIdentity(
+  message: Pick<StreamMessage, 'applicationProperties'>,
+  producerName: string,
+  where: string,
+  settings?: string,
+): MessageIdentity {
+  const headers = message.applicationProperties;
+  const written: unknown = headers?.[SETTINGS_HEADER];
+  // Records of 0.5.0 carry none: nothing to compare.
+  if (settings !== undefined && written !== undefined && written !== settings) {
+    throw new DedupError(
+      'DEDUP_UNSAFE_OPTIONS',
+      `changelog record ${where} was written by a member with other settings (${JSON.stringify(written)}) than ` +
+        `this one's (${settings}): every member of a group must use the same policy, unidentified and tenant`,
+    );
+  }
+  const identity = holdsIdentity(headers) ? parseIdentity(headers) : 'no identity headers';
+  if (typeof identity === 'string') {
+    throw new DedupError('DEDUP_CHANGELOG_INVALID', `changelog record ${where}: ${identity}`);
+  }
+  if (identity.producerName !== producerName) {
+    throw new DedupError(
+      'DEDUP_CHANGELOG_INVALID',
+      `changelog record ${where} was written by ${JSON.stringify(identity.producerName)}, not by this ` +
+        `group's ${JSON.stringify(producerName)}: another writer shares the changelog`,
+    );
+  }
+  return identity;
+}
+
+/**
+ * The broker says the changelog does not exist, to a member that holds state from it: not believed
+ * at once (a node back from a network partition can say it of a stream that exists); the member
+ * takes the partition over again, and believes it once it lasted (see GroupPartition).
+ *
+ * @internal
+ */
+export class ChangelogMissing extends DedupError {
+  constructor(changelog: string, cause: unknown) {
+    super(
+      'DEDUP_BROKER_UNREACHABLE',
+      `the broker says changelog "${changelog}" does not exist, but this member holds state from it: not believed`,
+      { cause },
+    );
+  }
 }
 
 /**
@@ -357,11 +454,7 @@ export async function changelogLastId(
   } catch (err) {
     if (!DOES_NOT_EXIST.test(errorText(err))) throw err;
     if (missingMeansEmpty) return 0n;
-    throw new DedupError(
-      'DEDUP_BROKER_UNREACHABLE',
-      `the broker says changelog "${changelog}" does not exist, but this member holds state from it: not believed`,
-      { cause: err },
-    );
+    throw new ChangelogMissing(changelog, err);
   }
 }
 
@@ -375,7 +468,13 @@ export async function changelogLastId(
  *
  * @internal
  */
-export async function readGenesis(client: Client, changelog: string, timeoutMs: number): Promise<bigint> {
+export async function readGenesis(
+  client: Client,
+  changelog: string,
+  producerName: string,
+  timeoutMs: number,
+  settings?: string,
+): Promise<bigint> {
   const { message, failure } = await firstMessage(client, changelog, undefined, timeoutMs);
   if (message === undefined) {
     const cause = failure ?? new Error(`nothing arrived within ${timeoutMs} ms`);
@@ -386,9 +485,9 @@ export async function readGenesis(client: Client, changelog: string, timeoutMs: 
     );
   }
   const where = `at the head of "${changelog}"`;
-  const identity = parseIdentity(message.applicationProperties ?? {});
+  const identity = ownIdentity(message, producerName, where, settings);
   const record = decodeRecord(message.content, () => false, where);
-  if (record.kind !== 'genesis' || typeof identity === 'string' || identity.publishingId !== GENESIS_ID) {
+  if (record.kind !== 'genesis' || identity.publishingId !== GENESIS_ID) {
     throw new DedupError(
       'DEDUP_CHANGELOG_INVALID',
       `changelog "${changelog}" does not begin with its genesis`,

@@ -61,7 +61,8 @@ export interface SuperStreamVerifyingConsumerOptions
   /**
    * The group's name: every member of one group uses the same. It is the single-active-consumer
    * reference on each partition, part of each partition's changelog name
-   * (`<partition>.<consumerName>.changelog`) and of the keys in the member's store.
+   * (`<partition>.<consumerName>.changelog`) and of the keys in the member's store. It may not
+   * hold a '.' (`DEDUP_UNSAFE_OPTIONS`): with one, two groups could share a changelog.
    */
   readonly consumerName: string;
   /** The handler, applied once per new message of the partitions this member holds. */

@@ -1,0 +1,91 @@
+import { describe, expect, it } from 'vitest';
+import { ChangelogWriter, type ChangelogTransport } from '../../src/group/changelog-writer.js';
+import { DedupError } from '../../src/errors.js';
+import type { TransportHandlers } from '../../src/publisher/types.js';
+import { silentLogger } from '../../src/telemetry/logger.js';
+import { StreamDoesNotExistError, StreamNotAvailableError } from '../../src/transport/util.js';
+
+/** What the stream transport throws when the broker refuses the producer's declaration. */
+function refusedDeclare(cause: Error): DedupError {
+  return new DedupError(
+    'DEDUP_BROKER_REFUSED',
+    `the broker refused producer "stream-dedup.changelog.billing" on stream "orders-0.billing.changelog": ${cause.message}`,
+    { cause },
+  );
+}
+
+/** A transport whose connects answer `outcomes` in turn (then succeed), and confirms every publish. */
+function modelTransport(outcomes: Array<Error | undefined>): ChangelogTransport & { connects: number } {
+  let handlers: TransportHandlers | undefined;
+  let lastId = 0n;
+  const transport = {
+    connects: 0,
+    maxMessageBytes: 1 << 20,
+    connect(h: TransportHandlers): Promise<bigint> {
+      const outcome = outcomes[transport.connects++];
+      if (outcome !== undefined) return Promise.reject(outcome);
+      handlers = h;
+      return Promise.resolve(lastId);
+    },
+    publish(messages: readonly { publishingId: bigint }[]): Promise<void> {
+      for (const m of messages) if (m.publishingId > lastId) lastId = m.publishingId;
+      queueMicrotask(() => handlers?.confirmed(messages.map((m) => m.publishingId)));
+      return Promise.resolve();
+    },
+    queryLastId: () => Promise.resolve(lastId),
+    close: () => Promise.resolve(),
+  };
+  return transport;
+}
+
+function writer(transport: ChangelogTransport, appendTimeoutMs = 2_000): ChangelogWriter {
+  return new ChangelogWriter({
+    stream: 'orders-0.billing.changelog',
+    producerName: 'stream-dedup.changelog.billing',
+    connection: undefined,
+    connectTimeoutMs: 1_000,
+    appendTimeoutMs,
+    reconnect: { initialDelayMs: 1, maxDelayMs: 5 },
+    logger: silentLogger,
+    transport,
+  });
+}
+
+describe('changelog writer - permanent refusals', () => {
+  it('rejects with DEDUP_BROKER_REFUSED at the first refused connect, keeping the broker response code (was DEDUP_BROKER_UNREACHABLE after appendTimeoutMs)', async () => {
+    const accessRefused = new Error('Declare Publisher command returned error with code 16 - Access Refused');
+    const transport = modelTransport(Array<Error>(1_000).fill(refusedDeclare(accessRefused)));
+    const started = performance.now();
+    const err: unknown = await writer(transport)
+      .append(Buffer.from('entry'), 2n, () => true)
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
+    expect((err as Error).message).toMatch(/access refused \(broker response code 16\)/);
+    expect((err as Error).cause).toBeInstanceOf(DedupError);
+    expect(transport.connects).toBe(1);
+    expect(performance.now() - started).toBeLessThan(1_000);
+  });
+
+  it('rejects with DEDUP_BROKER_REFUSED when the changelog does not exist after its create (the create was refused)', async () => {
+    const missing = new StreamDoesNotExistError('the stream does not exist', {
+      cause: new Error('Declare Publisher command returned error with code 2 - Stream does not exist'),
+    });
+    const transport = modelTransport(Array<Error>(1_000).fill(refusedDeclare(missing)));
+    const err: unknown = await writer(transport)
+      .append(Buffer.from('entry'), 2n, () => true)
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
+    expect((err as Error).message).toMatch(/does not exist \(broker response code 2\)/);
+    expect(transport.connects).toBe(1);
+  });
+
+  it('retries failures that pass (a leader election, a node that does not answer) and lands the entry', async () => {
+    const election = refusedDeclare(
+      new StreamNotAvailableError('the stream has no leader available right now'),
+    );
+    const down = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5552'), { code: 'ECONNREFUSED' });
+    const transport = modelTransport([election, down, election]);
+    await expect(writer(transport).append(Buffer.from('entry'), 2n, () => true)).resolves.toBe('landed');
+    expect(transport.connects).toBe(4);
+  });
+});

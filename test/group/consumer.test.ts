@@ -1,0 +1,52 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  changelogStreamName,
+  checkGroupName,
+  SuperStreamVerifyingConsumer,
+} from '../../src/group/consumer.js';
+import { memoryStore } from '../support/memory-store.js';
+
+/** True when `open()`'s name check lets the group name through. */
+function accepted(consumerName: string): boolean {
+  try {
+    checkGroupName(consumerName);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('consumer group names - one changelog per (partition, group)', () => {
+  it("refuses a group name with a '.' before any I/O (DEDUP_UNSAFE_OPTIONS): it could share another group's changelog", async () => {
+    const store = await memoryStore();
+    // Port 1: nothing listens. Any I/O would fail otherwise (DEDUP_BROKER_UNREACHABLE).
+    const err: unknown = await SuperStreamVerifyingConsumer.open({
+      superStream: 'orders',
+      consumerName: 'west.billing',
+      store,
+      handler: () => undefined,
+      connection: { hostname: '127.0.0.1', port: 1 },
+    }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
+    expect((err as Error).message).toContain('west.billing');
+    await store.close();
+  });
+
+  it('maps distinct (partition, group) pairs it accepts to distinct changelogs, dots in partition names included', () => {
+    const name = fc.string({ unit: fc.constantFrom('a', 'b', '.', '-'), minLength: 1, maxLength: 8 });
+    fc.assert(
+      fc.property(name, name, (partition, group) => {
+        fc.pre(accepted(group));
+        // Every other (partition, group) whose changelog has this name: a split at another '.'.
+        const stem = changelogStreamName(partition, group).slice(0, -'.changelog'.length);
+        for (let i = stem.indexOf('.'); i !== -1; i = stem.indexOf('.', i + 1)) {
+          const other = { partition: stem.slice(0, i), group: stem.slice(i + 1) };
+          if (other.partition === '' || other.group === '' || !accepted(other.group)) continue;
+          expect(other).toEqual({ partition, group });
+        }
+      }),
+      { numRuns: 1_000 },
+    );
+  });
+});
