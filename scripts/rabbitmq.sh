@@ -13,6 +13,7 @@
 #                                 e.g. `streams node2 list_stream_group_consumers --stream s --reference r`
 #   scripts/rabbitmq.sh coordinator-to N   move the cluster's stream coordinator (its Raft leader)
 #                                 to node N (1..3), wait until it is there, print the leader
+#   scripts/rabbitmq.sh ctl ARGS…   rabbitmqctl ARGS on the single node (root), e.g. `ctl add_user u p`
 #   scripts/rabbitmq.sh tls-dir   print the folder of the test CA and certificates (ca.pem,
 #                                 server.pem, client.pem, client-key.pem: its passphrase is in
 #                                 client-key.passphrase), made with openssl in the chroot
@@ -443,6 +444,12 @@ main() {
       rm -rf "$ROOT/var/lib/stream-dedup" "$ROOT$TLS_IN_ROOT"
       ;;
     tls-dir) echo "$ROOT$TLS_IN_ROOT" ;;
+    ctl)
+      # rabbitmqctl ARGS… on the single node of this line (root: the chroot's tools and cookie).
+      need_root
+      [ -d "$ROOT/usr/lib/rabbitmq/bin" ] || die "ctl: no RabbitMQ $LINE chroot in $ROOT (run \`up\` first)"
+      as_rabbit rabbitmqctl -q -n "$NODE@localhost" "${@:2}"
+      ;;
     streams)
       [ -n "${2:-}" ] || die "streams: which node (rabbit, node1, node2, node3)?"
       # The CLI finds the stream plugin's commands through the node's enabled-plugins file and
