@@ -6,6 +6,7 @@
  * restores before it applies anything.
  */
 import { DedupError } from '../errors.js';
+import { producerNameProblem } from '../identity/producer-name.js';
 import {
   nonEmptyString,
   resolveSubscriptionOptions,
@@ -196,6 +197,15 @@ export class SuperStreamVerifyingConsumer {
     if (Buffer.byteLength(producer, 'utf8') > 256) {
       throw new RangeError(
         `Expected consumerName to be at most ${256 - prefixBytes} UTF-8 bytes, got ${Buffer.byteLength(consumerName, 'utf8')}`,
+      );
+    }
+    // The changelog's readers accept only records whose producer name readIdentity takes: a group
+    // name it would call malformed (a control character, U+FFFD) wrote changelogs that every
+    // take-over then refused.
+    const problem = producerNameProblem(producer);
+    if (problem !== undefined) {
+      throw new TypeError(
+        `Expected consumerName to be a valid producer name, but its changelog producer name ${problem}`,
       );
     }
 

@@ -33,6 +33,24 @@ describe('consumer group names - one changelog per (partition, group)', () => {
     await store.close();
   });
 
+  it('refuses, before any I/O, a group name whose changelog producer name its own readers would call malformed', async () => {
+    // A C1 control character, U+FFFD: 0.6.0's readers take such a name as malformed, so a group
+    // under it wrote changelogs that every take-over refused (hostile review of the merged change).
+    const store = await memoryStore();
+    for (const consumerName of ['billing\u0085eu', 'caf\uFFFD', 'tab\there']) {
+      const err: unknown = await SuperStreamVerifyingConsumer.open({
+        superStream: 'orders',
+        consumerName,
+        store,
+        handler: () => undefined,
+        connection: { hostname: '127.0.0.1', port: 1 },
+      }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(TypeError);
+      expect((err as Error).message).toMatch(/^Expected consumerName to be a valid producer name/);
+    }
+    await store.close();
+  });
+
   it('maps distinct (partition, group) pairs it accepts to distinct changelogs, dots in partition names included', () => {
     const name = fc.string({ unit: fc.constantFrom('a', 'b', '.', '-'), minLength: 1, maxLength: 8 });
     fc.assert(
