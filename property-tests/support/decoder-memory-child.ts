@@ -109,6 +109,44 @@ const manyFrame = deliverFrame(
 );
 await measure('chunk of 40 gzip batches of 1 MiB', manyFrame, () => decodeDeliverFrame(manyFrame, 4));
 
+// 4b. Inflated bytes buying values (hostile review of the merged change): one gzip batch of 15
+//     records of 1 MB under the inflate ceiling, each an array of 1 M list0 (zero width, a fresh []
+//     each) padded with a data section of zeros that earns the message's allowance: a 15 KB frame
+//     that retained ~570 MiB. And the same without zero-width elements: arrays of 500 000 empty
+//     map8 (2 bytes each, one {} each), ~460 MiB. The chunk's value budget refuses both.
+function propertiesWith(array: Buffer, body: Buffer): Buffer {
+  const key = Buffer.from([0xa1, 1, 0x61]); // sym "a"
+  const map = Buffer.concat([Buffer.from([0xd1]), u32(4 + key.length + array.length + body.length), u32(2)]);
+  return Buffer.concat([Buffer.from([0x00, 0x53, 0x74]), map, key, array, body]);
+}
+const ELEMENTS = 1_000_000;
+const list0Message = Buffer.concat([
+  propertiesWith(
+    Buffer.concat([Buffer.from([0xf0]), u32(5), u32(ELEMENTS), Buffer.from([0x45])]),
+    Buffer.alloc(0),
+  ),
+  Buffer.from([0x00, 0x53, 0x75, 0xb0]),
+  u32(ELEMENTS),
+  Buffer.alloc(ELEMENTS),
+]);
+const list0Frame = deliverFrame(
+  encodeChunk([{ records: new Array<Buffer>(15).fill(list0Message), codec: 1 }]),
+);
+await measure('gzip batch of 15 records of 1 M list0 each', list0Frame, () =>
+  decodeDeliverFrame(list0Frame, 4),
+);
+const MAPS = 500_000;
+const emptyMaps = Buffer.alloc(2 * MAPS);
+for (let i = 0; i < MAPS; i++) emptyMaps[2 * i] = 1; // map8: size 1, count 0
+const mapsMessage = propertiesWith(
+  Buffer.concat([Buffer.from([0xf0]), u32(5 + emptyMaps.length), u32(MAPS), Buffer.from([0xc1])]),
+  emptyMaps,
+);
+const mapsFrame = deliverFrame(encodeChunk([{ records: new Array<Buffer>(15).fill(mapsMessage), codec: 1 }]));
+await measure('gzip batch of 15 records of 500 000 empty maps each', mapsFrame, () =>
+  decodeDeliverFrame(mapsFrame, 4),
+);
+
 // 5. Hostile structured messages (nested zero-width arrays of up to 200 000 announced elements,
 //    lying counts) and chunks of gzip bombs up to 8 MiB each, several per chunk.
 const seed = Number(process.env.FC_SEED ?? Date.now());

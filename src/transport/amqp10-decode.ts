@@ -114,6 +114,13 @@ export interface Cursor {
    * nested: {@link readMessage} sets it to the message's length in bytes.
    */
   allowance: number;
+  /**
+   * Values a whole chunk may still decode into, shared by every cursor of the chunk (its compressed
+   * batches' included): set by the chunk decoder from the chunk's bytes as they arrived, so that
+   * inflated bytes cannot buy values (a 15 KB frame of gzip'd empty maps once decoded into 458 MiB
+   * of heap). Absent outside a chunk, where every value costs bytes that arrived.
+   */
+  values?: { left: number };
 }
 
 /** Compound values (list, map, array, described) nested deeper than this are refused: a stack bomb. */
@@ -193,6 +200,12 @@ export function readValue(c: Cursor, depth: number): unknown {
 /** Reads the body of a value whose type code is `code` (already read). */
 function readBody(c: Cursor, code: number, depth: number): unknown {
   const buf = c.buf;
+  if (c.values !== undefined && --c.values.left < 0) {
+    throw new ChunkDecodeError(
+      `value at byte ${c.pos}: the chunk decodes into more values than its bytes allow ` +
+        '(16 per byte that arrived, at least 65 536)',
+    );
+  }
   switch (code) {
     case 0x00: {
       // A described value: the descriptor (a symbol or ulong) is not kept.

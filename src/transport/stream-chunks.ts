@@ -66,6 +66,17 @@ export const DEFAULT_MAX_INFLATED_BYTES: number = 16 * 1_048_576;
  */
 export const INFLATE_RATIO = 64;
 
+/**
+ * A chunk decodes into at most this many values per byte of its data as it arrived (and at least
+ * {@link MIN_CHUNK_VALUES}): a value costs ~40 bytes of heap and gzip inflates ~1 000×, so a bound
+ * on inflated bytes alone let a 15 KB frame of gzip'd empty maps decode into 458 MiB. Ordinary data
+ * decodes into a few values per byte that arrived (a message's headers compress well; its body is
+ * one value).
+ */
+export const VALUES_PER_BYTE = 16;
+/** The fewest values a chunk may decode into, whatever its size. */
+export const MIN_CHUNK_VALUES = 65_536;
+
 /** Ceilings of the chunk decoder. */
 export interface ChunkLimits {
   /**
@@ -176,6 +187,8 @@ export function decodeChunk(
   let next = firstOffset;
   const budget = Math.max(limits.maxInflatedBytes, INFLATE_RATIO * dataLength);
   const inflate = { left: budget, limit: budget };
+  // Values, like inflated bytes, are paid for with the bytes that arrived, not the inflated ones.
+  c.values = { left: Math.max(MIN_CHUNK_VALUES, VALUES_PER_BYTE * dataLength) };
   for (let entry = 0; entry < numEntries; entry++) {
     if (c.pos >= dataEnd) {
       throw new ChunkDecodeError(
@@ -236,7 +249,7 @@ function readSubEntries(
   // Uncompressed, the records are read where they lie; a codec gives a buffer of their own.
   let inner: Cursor;
   if (codec === 0) {
-    inner = { buf: bytes, pos: start, end: start + length, allowance: 0 };
+    inner = { buf: bytes, pos: start, end: start + length, allowance: 0, values: c.values };
   } else {
     // Before inflating anything: the announced length is the most the inflate may produce.
     if (uncompressed > inflate.left) {
@@ -249,7 +262,7 @@ function readSubEntries(
     }
     inflate.left -= uncompressed;
     const data = decompress(codec, bytes.subarray(start, start + length), uncompressed, next);
-    inner = { buf: data, pos: 0, end: data.length, allowance: 0 };
+    inner = { buf: data, pos: 0, end: data.length, allowance: 0, values: c.values };
   }
   if (inner.end - inner.pos !== uncompressed) {
     throw new ChunkDecodeError(
