@@ -65,9 +65,9 @@ export function resolveAmqpPublisherOptions(
 ): ResolvedAmqpPublisherOptions {
   expectObject(options, 'options');
   const queue: unknown = options.queue;
-  const what = 'a non-empty string of at most 255 characters';
+  const what = 'a non-empty string of at most 255 UTF-8 bytes';
   if (typeof queue !== 'string') typeMismatch('queue', what, queue);
-  if (queue.length === 0 || queue.length > 255) outOfRange('queue', what, queue);
+  if (queue.length === 0 || Buffer.byteLength(queue, 'utf8') > 255) outOfRange('queue', what, queue);
   const url: unknown = options.url;
   if (typeof url !== 'string' && (typeof url !== 'object' || url === null || Array.isArray(url))) {
     typeMismatch('url', 'an AMQP URL or amqplib connect options', url);

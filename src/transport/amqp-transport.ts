@@ -37,8 +37,12 @@ export class AmqpTransport implements PublishTransport {
   readonly #returned = new Set<string>();
 
   constructor(options: AmqpDedupPublisherOptions) {
-    if (typeof options.queue !== 'string' || options.queue.length === 0 || options.queue.length > 255) {
-      throw new RangeError('queue must be a non-empty string of at most 255 characters');
+    if (
+      typeof options.queue !== 'string' ||
+      options.queue.length === 0 ||
+      Buffer.byteLength(options.queue, 'utf8') > 255
+    ) {
+      throw new RangeError('queue must be a non-empty string of at most 255 UTF-8 bytes');
     }
     if (typeof options.url !== 'string' && (typeof options.url !== 'object' || options.url === null)) {
       throw new TypeError('url must be an AMQP URL or amqplib connect options');

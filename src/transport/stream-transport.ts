@@ -70,8 +70,12 @@ export class StreamTransport implements PublishTransport {
   readonly #subEntry: ResolvedSubEntry;
 
   constructor(options: StreamDedupPublisherOptions) {
-    if (typeof options.stream !== 'string' || options.stream.length === 0 || options.stream.length > 255) {
-      throw new RangeError('stream must be a non-empty string of at most 255 characters');
+    if (
+      typeof options.stream !== 'string' ||
+      options.stream.length === 0 ||
+      Buffer.byteLength(options.stream, 'utf8') > 255
+    ) {
+      throw new RangeError('stream must be a non-empty string of at most 255 UTF-8 bytes');
     }
     this.target = options.stream;
     this.#subEntry = resolveSubEntry(options.subEntry);

@@ -66,13 +66,21 @@ describe('AMQP publisher options - refused before any I/O', () => {
       'queue',
       { queue: '' },
       RangeError,
-      'Expected queue to be a non-empty string of at most 255 characters, got ""',
+      'Expected queue to be a non-empty string of at most 255 UTF-8 bytes, got ""',
+    ],
+    [
+      'queue',
+      // 200 characters, 400 UTF-8 bytes: AMQP 0-9-1 counts bytes (a shortstr), so amqplib refused
+      // it only after the store folder was made and the broker dialled (hostile review).
+      { queue: '\u00e9'.repeat(200) },
+      RangeError,
+      'Expected queue to be a non-empty string of at most 255 UTF-8 bytes, got "\u00e9\u00e9',
     ],
     [
       'queue',
       { queue: 42 },
       TypeError,
-      'Expected queue to be a non-empty string of at most 255 characters, got 42',
+      'Expected queue to be a non-empty string of at most 255 UTF-8 bytes, got 42',
     ],
     ['url', { url: 42 }, TypeError, 'Expected url to be an AMQP URL or amqplib connect options, got 42'],
     ['declareQueue', { declareQueue: 'yes' }, TypeError, 'Expected declareQueue to be a boolean, got "yes"'],
