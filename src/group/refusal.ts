@@ -4,7 +4,6 @@
  * not drop its batch, take the partition over again and re-run the handler, forever, with
  * warnings only.
  */
-import { StreamDoesNotExistError } from '../transport/util.js';
 
 /**
  * Stream protocol response codes that no retry changes: 8 authentication failure, 12 virtual host
@@ -20,9 +19,9 @@ const PERMANENT_CODES: ReadonlyMap<number, string> = new Map([
 const RESPONSE_CODE = /returned error with code (\d+)\b/;
 
 /**
- * Why `err` is a permanent refusal (its broker response code, or a stream that does not exist
- * although the writer's connect creates it), or `undefined` when it may pass (a timeout, a lost
- * node, a leader election). Looks through the whole cause chain and aggregated errors.
+ * Why `err` is a permanent refusal (its broker response code, its own or that of the create a
+ * "does not exist" came after), or `undefined` when it may pass (a timeout, a lost node, a leader
+ * election, a stream not there yet). Looks through the whole cause chain and aggregated errors.
  *
  * @internal
  */
@@ -31,10 +30,10 @@ export function permanentRefusal(err: unknown): string | undefined {
   const visit = (e: unknown): string | undefined => {
     if (!(e instanceof Error) || seen.has(e)) return undefined;
     seen.add(e);
-    // Believed only once heard twice, through two nodes or 2 s apart (MissingStreamCheck).
-    if (e instanceof StreamDoesNotExistError) {
-      return 'the stream does not exist (broker response code 2), and creating it did not succeed';
-    }
+    // "Does not exist" alone may pass: the writer's create can fail for a moment (a coordinator
+    // election in a rolling restart) and the next connect creates it. It is permanent only when the
+    // create itself was refused for good: the transport puts the create's error in its cause chain
+    // (an AggregateError), where the response code below finds it.
     const match = RESPONSE_CODE.exec(e.message);
     const code = match === null ? undefined : Number(match[1]);
     const name = code === undefined ? undefined : PERMANENT_CODES.get(code);

@@ -153,6 +153,7 @@ export class StreamTransport implements PublishTransport {
         connection_closed: () => undefined,
       }));
     this.#client = client;
+    let createError: unknown;
     try {
       this.#maxFrameSize = client.maxFrameSize > 0 ? client.maxFrameSize : this.#maxFrameSize;
       // Only at open(): a stream deleted while the publisher runs must stop it (below), not come
@@ -163,11 +164,16 @@ export class StreamTransport implements PublishTransport {
         // reports a stream that really is missing.
         // Bounded: the client never rejects a request whose connection went, and a connect that
         // hangs here held up whatever waited for it (found for the changelog writer's warm-up).
-        await withTimeout(
+        // Kept, not thrown: a "does not exist" from the declaration below then carries why the
+        // create failed (a refusal for good, access refused, or a passing one, a leader election).
+        createError = await withTimeout(
           client.createStream({ stream: this.target, arguments: {} }),
           this.#connectTimeoutMs,
           `creating stream "${this.target}"`,
-        ).catch(() => undefined);
+        ).then(
+          () => undefined,
+          (err: unknown) => err,
+        );
       }
       const publisher = await withTimeout(
         client.declarePublisher({
@@ -210,8 +216,15 @@ export class StreamTransport implements PublishTransport {
         `querying the last publishing ID of "${this.#producerName}" on stream "${this.target}"`,
       );
     } catch (caught) {
+      let explained = await explainDeclareFailure(client, this.target, caught);
+      if (explained instanceof StreamDoesNotExistError && createError !== undefined) {
+        explained = new StreamDoesNotExistError(
+          `the stream does not exist, and creating it failed: ${errorText(createError)}`,
+          { cause: new AggregateError([explained.cause, createError], 'declaration and create failed') },
+        );
+      }
       const err = this.#missing.judge(
-        await explainDeclareFailure(client, this.target, caught),
+        explained,
         this.#shared === undefined ? this.#address() : 'the shared client',
       );
       await this.#teardown();

@@ -66,17 +66,34 @@ describe('changelog writer - permanent refusals', () => {
     expect(performance.now() - started).toBeLessThan(1_000);
   });
 
-  it('rejects with DEDUP_BROKER_REFUSED when the changelog does not exist after its create (the create was refused)', async () => {
-    const missing = new StreamDoesNotExistError('the stream does not exist', {
-      cause: new Error('Declare Publisher command returned error with code 2 - Stream does not exist'),
+  it('rejects with DEDUP_BROKER_REFUSED when the changelog does not exist because its create was refused', async () => {
+    // As StreamTransport reports it: the declaration's "does not exist", and the create's own error.
+    const declare = new Error('Declare Publisher command returned error with code 2 - Stream does not exist');
+    const create = new Error('Create Stream command returned error with code 16 - access refused');
+    const missing = new StreamDoesNotExistError('the stream does not exist, and creating it failed', {
+      cause: new AggregateError([declare, create]),
     });
     const transport = modelTransport(Array<Error>(1_000).fill(refusedDeclare(missing)));
     const err: unknown = await writer(transport)
       .append(Buffer.from('entry'), 2n, () => true)
       .catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
-    expect((err as Error).message).toMatch(/does not exist \(broker response code 2\)/);
+    expect((err as Error).message).toMatch(/access refused \(broker response code 16\)/);
     expect(transport.connects).toBe(1);
+  });
+
+  it('retries a changelog that does not exist yet because its create failed for a moment (a coordinator election), and lands the entry', async () => {
+    // A rolling restart: the create times out, the declaration truthfully says "does not exist";
+    // the next connect creates it. Stopping the member here stopped healthy groups (hostile review).
+    const missing = new StreamDoesNotExistError('the stream does not exist, and creating it failed', {
+      cause: new AggregateError([
+        new Error('Declare Publisher command returned error with code 2 - Stream does not exist'),
+        new Error('timed out creating stream "orders-0.billing.changelog"'),
+      ]),
+    });
+    const transport = modelTransport([refusedDeclare(missing), refusedDeclare(missing)]);
+    await expect(writer(transport).append(Buffer.from('entry'), 2n, () => true)).resolves.toBe('landed');
+    expect(transport.connects).toBe(3);
   });
 
   it('retries failures that pass (a leader election, a node that does not answer) and lands the entry', async () => {
