@@ -360,6 +360,8 @@ export class GroupPartition {
       // members then reported partitions correctly) left a partition without a consumer for good
       // in one CI run of the cluster test — the broker seems to act on the activation's late
       // answer — and the member then reports a partition it may not be delivered (docs §12).
+      // The partition is another member's: a run of "changelog does not exist" hearings ends here.
+      this.#missingSince = undefined;
       if (this.#active?.generation === generation) this.#lose('was given to another member');
       // The broker activates the next member once we answer: let a commit under way end first, so
       // that its restore finds our last entry (ours is dropped locally either way).
@@ -373,6 +375,10 @@ export class GroupPartition {
     try {
       return await this.#activate(epoch, generation);
     } catch (err) {
+      // Only consecutive take-overs that each heard "does not exist" count towards believing it.
+      if (!(err instanceof ChangelogMissing) || epoch !== this.#epoch || !generation.isCurrent()) {
+        this.#missingSince = undefined;
+      }
       if (epoch === this.#epoch && generation.isCurrent()) {
         if (err instanceof RestoreStoreError) {
           // As a failed commit's write: the store is not usable, and a take-over tried again would
