@@ -176,6 +176,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   let applied = 0;
   let start: bigint | undefined;
   let lastSeenId = 0n;
+  // Whether a record of this member's settings came yet: one of other settings after it is refused.
+  const settingsSeen = { ownSettings: false };
   let target = lastId;
   let ops: Op[] = [];
   let bytes = 0;
@@ -290,7 +292,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       const offset = message.offset;
       if (offset === undefined) throw new Error('the stream client delivered a message without an offset');
       const where = `at offset ${offset} of "${o.changelog}"`;
-      const identity = ownIdentity(message, o.producerName, where, o.settings);
+      const identity = ownIdentity(message, o.producerName, where, o.settings, settingsSeen);
       if (identity.publishingId <= lastSeenId) {
         throw new DedupError(
           'DEDUP_CHANGELOG_INVALID',
@@ -390,11 +392,21 @@ export function ownIdentity(
   producerName: string,
   where: string,
   settings?: string,
+  seen?: { ownSettings: boolean },
 ): MessageIdentity {
   const headers = message.applicationProperties;
   const written: unknown = headers?.[SETTINGS_HEADER];
-  // Records of 0.5.0 carry none: nothing to compare.
-  if (settings !== undefined && written !== undefined && written !== settings) {
+  // Records of 0.5.0 carry none: nothing to compare. Records of other settings *before* any of
+  // this member's settings are a group that changed its settings while stopped (they stay in the
+  // changelog for good: refusing them refused every later take-over); after one of ours, two
+  // members live with different settings (hostile review of issue 32's change).
+  if (settings !== undefined && written === settings && seen !== undefined) seen.ownSettings = true;
+  if (
+    settings !== undefined &&
+    written !== undefined &&
+    written !== settings &&
+    (seen?.ownSettings ?? true)
+  ) {
     throw new DedupError(
       'DEDUP_UNSAFE_OPTIONS',
       `changelog record ${where} was written by a member with other settings (${JSON.stringify(written)}) than ` +
@@ -485,7 +497,8 @@ export async function readGenesis(
     );
   }
   const where = `at the head of "${changelog}"`;
-  const identity = ownIdentity(message, producerName, where, settings);
+  // The genesis comes before everything: a group that changed its settings since is not refused.
+  const identity = ownIdentity(message, producerName, where, settings, { ownSettings: false });
   const record = decodeRecord(message.content, () => false, where);
   if (record.kind !== 'genesis' || identity.publishingId !== GENESIS_ID) {
     throw new DedupError(

@@ -129,6 +129,29 @@ describe('group restore - members with other settings', () => {
     expect((err as Error).message).toContain('policy=window:64');
   });
 
+  it('accepts a group that changed its settings together: older records of other settings before the first of ours', async () => {
+    // Every member stopped, switched, started again: the changelog keeps the older records for
+    // good, and refusing them refused every later take-over (hostile review of issue 32's change).
+    const changelog = new FakeChangelog([
+      withSettings(genesis(OURS, 0n), settingsOf('window')),
+      withSettings(entry(OURS, 9n, undefined), settingsOf('window')),
+      withSettings(entry(OURS, 12n, 9n), settingsOf('highest')),
+    ]);
+    const report = await restorePartition({
+      db: changelog.db(NAMESPACE),
+      sync: false,
+      namespace: NAMESPACE,
+      changelog: 'orders-eu.west.billing.changelog',
+      producerName: OURS,
+      settings: settingsOf('highest'),
+      client: changelog.client(),
+      stallMs: 2_000,
+      timeoutMs: 20_000,
+      isCurrent: () => true,
+    });
+    expect(report).toMatchObject({ offset: 12n, applied: 2 });
+  });
+
   it('accepts records without settings (written by 0.5.0) and records with the same', async () => {
     const changelog = new FakeChangelog([
       genesis(OURS, 0n),
