@@ -19,6 +19,7 @@ import {
 } from '../test/support/chunks.js';
 import {
   bombEntry,
+  FIXED,
   encodeMessage as encodeModelMessage,
   messageNode,
   mutatedFields,
@@ -91,37 +92,6 @@ function sized(small: number, wide: number, elements: readonly Buffer[], count: 
   head.writeUInt32BE(count, 5);
   return Buffer.concat([head, body]);
 }
-
-/** Fixed-width type codes and their widths (AMQP 1.0 part 1). */
-const FIXED: ReadonlyArray<readonly [number, number]> = [
-  [0x40, 0],
-  [0x41, 0],
-  [0x42, 0],
-  [0x43, 0],
-  [0x44, 0],
-  [0x45, 0],
-  [0x56, 1],
-  [0x50, 1],
-  [0x51, 1],
-  [0x52, 1],
-  [0x53, 1],
-  [0x54, 1],
-  [0x55, 1],
-  [0x60, 2],
-  [0x61, 2],
-  [0x70, 4],
-  [0x71, 4],
-  [0x72, 4],
-  [0x73, 4],
-  [0x74, 4],
-  [0x80, 8],
-  [0x81, 8],
-  [0x82, 8],
-  [0x83, 8],
-  [0x84, 8],
-  [0x94, 16],
-  [0x98, 16],
-];
 
 /** One well-formed encoded AMQP 1.0 value of any type, nested up to a few levels. */
 const amqpValue: fc.Arbitrary<Buffer> = fc.letrec<{ value: Buffer }>((tie) => ({
