@@ -37,13 +37,14 @@ function entry(producer: string, last: bigint, base: bigint | undefined, bytes =
   };
 }
 
-function restore(changelog: FakeChangelog, readAheadBytes?: number) {
+function restore(changelog: FakeChangelog, readAheadBytes?: number, settings?: string) {
   return restorePartition({
     db: changelog.db(NAMESPACE),
     sync: false,
     namespace: NAMESPACE,
     changelog: 'orders-eu.west.billing.changelog',
     producerName: OURS,
+    ...(settings === undefined ? {} : { settings }),
     client: changelog.client(),
     stallMs: 2_000,
     timeoutMs: 20_000,
@@ -113,18 +114,7 @@ describe('group restore - members with other settings', () => {
       withSettings(genesis(OURS, 0n), settingsOf('highest')),
       withSettings(entry(OURS, 9n, undefined), settingsOf('window')),
     ]);
-    const err: unknown = await restorePartition({
-      db: changelog.db(NAMESPACE),
-      sync: false,
-      namespace: NAMESPACE,
-      changelog: 'orders-eu.west.billing.changelog',
-      producerName: OURS,
-      settings: settingsOf('highest'),
-      client: changelog.client(),
-      stallMs: 2_000,
-      timeoutMs: 20_000,
-      isCurrent: () => true,
-    }).catch((e: unknown) => e);
+    const err: unknown = await restore(changelog, undefined, settingsOf('highest')).catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
     expect((err as Error).message).toContain('policy=window:64');
   });
@@ -137,18 +127,7 @@ describe('group restore - members with other settings', () => {
       withSettings(entry(OURS, 9n, undefined), settingsOf('window')),
       withSettings(entry(OURS, 12n, 9n), settingsOf('highest')),
     ]);
-    const report = await restorePartition({
-      db: changelog.db(NAMESPACE),
-      sync: false,
-      namespace: NAMESPACE,
-      changelog: 'orders-eu.west.billing.changelog',
-      producerName: OURS,
-      settings: settingsOf('highest'),
-      client: changelog.client(),
-      stallMs: 2_000,
-      timeoutMs: 20_000,
-      isCurrent: () => true,
-    });
+    const report = await restore(changelog, undefined, settingsOf('highest'));
     expect(report).toMatchObject({ offset: 12n, applied: 2 });
   });
 
@@ -157,18 +136,7 @@ describe('group restore - members with other settings', () => {
       genesis(OURS, 0n),
       withSettings(entry(OURS, 9n, undefined), settingsOf('highest')),
     ]);
-    const report = await restorePartition({
-      db: changelog.db(NAMESPACE),
-      sync: false,
-      namespace: NAMESPACE,
-      changelog: 'orders-eu.west.billing.changelog',
-      producerName: OURS,
-      settings: settingsOf('highest'),
-      client: changelog.client(),
-      stallMs: 2_000,
-      timeoutMs: 20_000,
-      isCurrent: () => true,
-    });
+    const report = await restore(changelog, undefined, settingsOf('highest'));
     expect(report).toMatchObject({ offset: 9n, applied: 1 });
   });
 });
