@@ -10,8 +10,10 @@
 #      (root), then the first line is started again. STREAM_DEDUP_OTHER_LINES overrides which lines
 #      (space-separated); set it empty to test only the broker you point the tests at (a broker of
 #      your own without root, say).
-# Every step runs even when one before it failed; the run ends with one line that adds up every
-# vitest run, `tests: N passed, N failed, N skipped`, and exits non-zero if anything failed.
+# Every step runs even when one before it failed; the run ends with one line that adds up the
+# vitest runs of steps 3 and 4, `tests: N passed, N failed, N skipped` (a step that fails without a
+# test failing — hygiene, Node 22/24, a broker that does not start — counts as one failure), and
+# exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
