@@ -97,6 +97,10 @@ export class StreamTransport implements PublishTransport {
     return this.#subEntry.size;
   }
 
+  get maxBatchBytes(): number {
+    return this.#subEntry.maxUncompressedBytes;
+  }
+
   /**
    * Connects and declares the producer. The first connection (at `open()`) goes round the
    * endpoints past a node that does not answer, and waits out a leader election; reconnections
