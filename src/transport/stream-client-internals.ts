@@ -364,3 +364,69 @@ function prepareConnection(connection: unknown): void {
   // Its timer calls `this.heartbeat()`: this property, from now on.
   heartbeat.heartbeat = () => beat().catch(() => undefined);
 }
+
+/**
+ * Publisher and subscription IDs one connection can issue: each is a u8 on the wire, and RabbitMQ
+ * 4.3.5+ refuses the 257th live one of a connection with response code 17 (measured on 4.3.6:
+ * test/integration/broker-limits.test.ts).
+ */
+export const MAX_IDS_PER_CONNECTION = 256;
+
+interface PoolShape {
+  getConnection(
+    entityType: string,
+    streamName: string,
+    vhost: string,
+    host: string,
+    create: () => Promise<unknown>,
+  ): Promise<unknown>;
+  getCacheKey(streamName: string, vhost: string, host: string, entityType: string): string;
+  cacheConnection(key: string, connection: unknown): void;
+  connectionsMap: Map<string, unknown[]>;
+}
+
+const splitPools = new WeakSet<object>();
+
+/**
+ * Makes the client open another connection where its pool would hand out one that has issued
+ * all 256 publisher (or subscription) IDs. The client (1.0: `client.pool`) shares a connection
+ * among up to 256 publishers of a stream, but numbers them from a counter it never winds back
+ * (`connection.publisherId`, `consumerId`): once a connection has issued 256, every later declare
+ * on it throws RangeError ERR_OUT_OF_RANGE inside the client (measured: 256 declares on one
+ * connection, then any declare while one of them is still open), and the application's
+ * publisher on the same stream keeps that connection alive — so an application's client that
+ * opens and closes producers on a stream stopped opening them for good. With
+ * `MAX_SHARED_CLIENT_INSTANCES` above 256 the same holds for the 257th live one. For the
+ * application's own `Client` (`connection: client`), on which stream-dedup declares its producers.
+ *
+ * @throws DedupError `DEDUP_BROKER_REFUSED` when this client version has no such pool.
+ */
+export function splitFullConnections(client: Client): void {
+  const pool = (client as unknown as { pool?: Partial<PoolShape> }).pool;
+  if (
+    typeof pool?.getConnection !== 'function' ||
+    typeof pool.getCacheKey !== 'function' ||
+    typeof pool.cacheConnection !== 'function' ||
+    !(pool.connectionsMap instanceof Map)
+  ) {
+    throw unsupportedClient(
+      "the client's connection pool, whose connections stream-dedup keeps below 256 IDs",
+    );
+  }
+  if (splitPools.has(pool)) return;
+  splitPools.add(pool);
+  const p = pool as PoolShape;
+  const getConnection = p.getConnection.bind(p);
+  p.getConnection = async (entityType, streamName, vhost, host, create) => {
+    const key = p.getCacheKey(streamName, vhost, host, entityType);
+    const last = p.connectionsMap.get(key)?.at(-1) as
+      { publisherId?: unknown; consumerId?: unknown } | undefined;
+    const issued = entityType === 'publisher' ? last?.publisherId : last?.consumerId;
+    if (typeof issued === 'number' && issued >= MAX_IDS_PER_CONNECTION) {
+      const connection = await create();
+      p.cacheConnection(key, connection);
+      return connection;
+    }
+    return getConnection(entityType, streamName, vhost, host, create);
+  };
+}

@@ -1,9 +1,12 @@
+import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import type { Client } from 'rabbitmq-stream-js-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { StreamDedupPublisher } from '../../src/transport/stream-publisher.js';
 import { uniqueName } from '../support/broker.js';
 import { RawStreamConnection } from '../support/raw-stream.js';
 import { connectClient } from '../support/stream.js';
+import { useTempDir } from '../support/tmp.js';
 
 // The RabbitMQ 4.3 limits (issue 33, item 6), measured on the broker the run points at with bare
 // stream-protocol frames: what the broker answers at the 257th publisher and subscription of one
@@ -25,6 +28,8 @@ afterAll(async () => {
   await client.deleteStream({ stream });
   await client.close();
 });
+
+const tempDir = useTempDir();
 
 function report(limit: string, seen: string): void {
   console.log(`[broker-limit] ${limit} on RabbitMQ ${version}: ${seen}`);
@@ -111,6 +116,44 @@ describe('broker limits (RabbitMQ 4.3)', () => {
       expect(next.confirmed).toBe(true);
     } finally {
       c.close();
+    }
+  });
+
+  it('through the application’s client: a publisher opened and closed 300 times beside a long-lived one keeps opening', async () => {
+    // The client numbers a connection's publishers from a counter it never winds back (a u8 on
+    // the wire), and the long-lived publisher keeps that connection in its pool: before, the
+    // 256th open threw ERR_OUT_OF_RANGE inside the client (measured: 255 of 300 opened), for good.
+    const shared = await connectClient();
+    const store = join(await tempDir(), 'store');
+    try {
+      // Holds the pooled connection for the whole test, as an application's own publisher would.
+      await shared.declarePublisher({ stream });
+      let opened = 0;
+      let failure: unknown;
+      try {
+        for (; opened < 300; opened++) {
+          const pub = await StreamDedupPublisher.open({
+            producerName: 'cycling',
+            stream,
+            store,
+            connection: shared,
+          });
+          await pub.close();
+        }
+      } catch (err) {
+        failure = err;
+      }
+      report(
+        'producers opened through one shared client',
+        `${opened} of 300 opened beside a long-lived publisher` +
+          (failure instanceof Error
+            ? `; then: ${(failure.cause as Error | undefined)?.message ?? failure.message}`
+            : ''),
+      );
+      expect(failure).toBeUndefined();
+      expect(opened).toBe(300);
+    } finally {
+      await shared.close();
     }
   });
 
