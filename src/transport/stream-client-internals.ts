@@ -397,7 +397,9 @@ const splitPools = new WeakSet<object>();
  * publisher on the same stream keeps that connection alive — so an application's client that
  * opens and closes producers on a stream stopped opening them for good. With
  * `MAX_SHARED_CLIENT_INSTANCES` above 256 the same holds for the 257th live one. For the
- * application's own `Client` (`connection: client`), on which stream-dedup declares its producers.
+ * application's own `Client` (`connection: client`), on which stream-dedup declares its producers;
+ * the application's own declares on that client then get a new connection there too, where the
+ * client would have thrown.
  *
  * @throws DedupError `DEDUP_BROKER_REFUSED` when this client version has no such pool.
  */

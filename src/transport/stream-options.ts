@@ -41,8 +41,9 @@ export interface SubEntryOptions {
    * re-sent as it was first cut, so batches are cut below it; a message above it by itself is sent
    * as an entry of its own. Batches are also cut to the frame size (1 MiB by default), so the cap
    * only cuts batches when it is below the frame size or the frame size is raised above it. An
-   * integer from 1 to 4 294 967 295 (the u32 the protocol declares it in). @defaultValue 67108864
-   * (64 MiB, the broker's default) @remarks Since 0.6.0
+   * integer from 1 to 4 294 967 295 (the u32 the protocol declares it in).
+   * @defaultValue 67108864 (64 MiB, the broker's default)
+   * @remarks Since 0.6.0
    */
   readonly maxUncompressedBytes?: number;
 }
@@ -56,7 +57,9 @@ export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
    * publisher connections dial the host the broker advertises (`stream.advertised_host`) unless
    * `addressResolver` is set. With a `Client` the producer is declared on that client (its
    * connection may carry the application's own publishers: confirms are told apart by producer
-   * id), reconnections go through that client's locator connection, and `close()` leaves the
+   * id; once that pooled connection has issued 256 producer IDs, which the client never reuses, the
+   * producer goes on a new connection of the client), reconnections go through that client's
+   * locator connection, and `close()` leaves the
    * client open — it stays the application's to close. When the shared client's own connection is
    * gone, reconnection waits for it (for example the application's `client.restart()`) until
    * `reconnect.giveUpAfterMs`, then closes with `DEDUP_BROKER_UNREACHABLE`; the outbox keeps what
