@@ -419,16 +419,43 @@ export function splitFullConnections(client: Client): void {
   splitPools.add(pool);
   const p = pool as PoolShape;
   const getConnection = p.getConnection.bind(p);
+  // IDs issued or promised per connection and kind: the client takes its ID only after
+  // getConnection's promise resolves, so two declares resolved together would both be handed a
+  // connection with one ID left. A handout is reserved before anything is awaited, and every
+  // handout is followed by exactly one ID.
+  const promised = new WeakMap<object, { publisher: number; consumer: number }>();
+  const counted = (connection: object, kind: 'publisher' | 'consumer'): number => {
+    const counter = (connection as { publisherId?: unknown; consumerId?: unknown })[`${kind}Id`];
+    return Math.max(promised.get(connection)?.[kind] ?? 0, typeof counter === 'number' ? counter : 0);
+  };
+  const reserve = (connection: unknown, kind: 'publisher' | 'consumer', delta: 1 | -1): void => {
+    if (typeof connection !== 'object' || connection === null) return;
+    const entry = promised.get(connection) ?? { publisher: 0, consumer: 0 };
+    entry[kind] = delta === 1 ? counted(connection, kind) + 1 : entry[kind] - 1;
+    promised.set(connection, entry);
+  };
   p.getConnection = async (entityType, streamName, vhost, host, create) => {
+    const kind = entityType === 'publisher' ? 'publisher' : 'consumer';
     const key = p.getCacheKey(streamName, vhost, host, entityType);
-    const last = p.connectionsMap.get(key)?.at(-1) as
-      { publisherId?: unknown; consumerId?: unknown } | undefined;
-    const issued = entityType === 'publisher' ? last?.publisherId : last?.consumerId;
-    if (typeof issued === 'number' && issued >= MAX_IDS_PER_CONNECTION) {
+    const last = p.connectionsMap.get(key)?.at(-1);
+    if (typeof last === 'object' && last !== null && counted(last, kind) >= MAX_IDS_PER_CONNECTION) {
       const connection = await create();
       p.cacheConnection(key, connection);
+      reserve(connection, kind, 1);
       return connection;
     }
-    return getConnection(entityType, streamName, vhost, host, create);
+    reserve(last, kind, 1);
+    let connection: unknown;
+    try {
+      connection = await getConnection(entityType, streamName, vhost, host, create);
+    } catch (err) {
+      reserve(last, kind, -1);
+      throw err;
+    }
+    if (connection !== last) {
+      reserve(last, kind, -1);
+      reserve(connection, kind, 1);
+    }
+    return connection;
   };
 }

@@ -76,6 +76,17 @@ describe('shared client connections below 256 IDs', () => {
     expect(created()).toBe(0);
   });
 
+  it('two declares at once on a connection with one ID left: the second goes on a new connection', async () => {
+    const { client, get, created } = clientWith(
+      { name: 'last-id', publisherId: 255, consumerId: 0, refCount: 1 },
+      'publisher',
+    );
+    splitFullConnections(client);
+    const [a, b] = await Promise.all([get(), get()]);
+    expect([a.name, b.name]).toEqual(['last-id', 'new-1']);
+    expect(created()).toBe(1);
+  });
+
   it('a client without that pool is refused with a clear message', () => {
     let thrown: unknown;
     try {
