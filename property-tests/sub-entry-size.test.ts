@@ -192,4 +192,37 @@ describe('sub-entry size model', () => {
       { runs: 500, timeLimitMs: 90_000 },
     );
   });
+
+  it('sub-entry - no batch declares more uncompressed bytes than the cap (issue 33, item 6)', async () => {
+    // The broker's `stream.max_uncompressed_sub_entry_batch_size` against the frame size: a cap
+    // below it (lowered by an operator) or above it (frame_max raised), whatever the codec.
+    await checkWithin(
+      'sub-entry: declared uncompressed bytes within the cap',
+      fc.asyncProperty(
+        scenario,
+        fc.integer({ min: 4_096, max: 1_200_000 }),
+        fc.integer({ min: 1, max: 1_500_000 }),
+        async (s, maxFrameSize, cap) => {
+          const maxBytes = maxFrameSize - FRAME_OVERHEAD;
+          const entries = entriesOf(s).filter((e) => estimate(e, s.producerName) <= maxBytes);
+          fc.pre(entries.length >= 2);
+          formBatches(entries, 100, maxBytes, stampBytesOf(s.producerName), 0n, undefined, cap);
+          const encoder = new PublishFrameEncoder(1, s.producerName, maxFrameSize, s.codec);
+          for (const frame of encoder.encode(entries)) {
+            for (let o = FRAME_HEADER, n = frame.readUInt32BE(9); n > 0; n--) {
+              if ((frame[o + 8]! & 0x80) === 0) {
+                o += 12 + frame.readUInt32BE(o + 8);
+                continue;
+              }
+              const declared = frame.readUInt32BE(o + 11);
+              expect(declared, `${s.codec} batch of ${frame.readUInt16BE(o + 9)}`).toBeLessThanOrEqual(cap);
+              o += SUB_ENTRY_HEADER + frame.readUInt32BE(o + 15);
+            }
+          }
+          await Promise.resolve();
+        },
+      ),
+      { runs: 500, timeLimitMs: 90_000 },
+    );
+  });
 });

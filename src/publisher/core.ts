@@ -162,7 +162,16 @@ export class DedupPublisherCore {
       this.#keyed,
       this.#pending,
       subEntrySize > 1
-        ? (batch) => formBatches(batch, subEntrySize, transport.maxMessageBytes, this.#stampBytes, aloneUpTo)
+        ? (batch) =>
+            formBatches(
+              batch,
+              subEntrySize,
+              transport.maxMessageBytes,
+              this.#stampBytes,
+              aloneUpTo,
+              undefined,
+              transport.maxBatchBytes,
+            )
         : undefined,
     );
     this.#reconnector = new Reconnector(transport, opts.reconnect, {

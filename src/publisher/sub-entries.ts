@@ -10,6 +10,15 @@
 import type { Entry } from './entry.js';
 import { headersSize } from './message.js';
 
+/**
+ * The most uncompressed bytes a sub-entry batch may declare: RabbitMQ's
+ * `stream.max_uncompressed_sub_entry_batch_size` default (4.3.5 on). The broker refuses a batch
+ * declaring more with publish error 17 (measured on 4.3.6: test/integration/broker-limits.test.ts),
+ * and a batch is re-sent as it was cut (an outbox segment keeps its cut): over the cap it would be
+ * refused at every re-send.
+ */
+export const DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES = 67_108_864;
+
 /** How a sub-entry batch's data may be compressed ('none': written as it is). */
 export type BatchCodec = 'none' | 'gzip' | 'zstd';
 
@@ -30,8 +39,11 @@ export function compressedBound(raw: number, codec?: BatchCodec): number {
 /**
  * Cuts one group commit into runs of at most `size` consecutive messages whose bytes (bodies,
  * headers, `stampBytes` of identity stamps and framing each: an upper bound of the encoding,
- * compressed with `codec` — by default whichever compresses worst) fit `maxBytes`, and ties each
- * message to its run. A batch never spans two group commits.
+ * compressed with `codec` — by default whichever compresses worst) fit `maxBytes`, and whose
+ * uncompressed bytes (the same estimate: at least the length the encoder declares) fit
+ * `maxUncompressedBytes`, and ties each message to its run. A batch never spans two group commits.
+ * A message above `maxUncompressedBytes` by itself goes alone: an entry of its own, which the
+ * broker does not hold to the sub-entry cap.
  *
  * A message whose ID is at or below `aloneUpTo` goes alone: the ceiling an earlier `reserve` life
  * left (docs/design.md §10). Its frames may still be on their way, one message per entry or cut
@@ -48,6 +60,7 @@ export function formBatches(
   stampBytes: number,
   aloneUpTo = 0n,
   codec?: BatchCodec,
+  maxUncompressedBytes: number = DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
 ): number[] | undefined {
   const sizes: number[] = [];
   let batched = false;
@@ -58,7 +71,8 @@ export function formBatches(
     while (end < batch.length && end - start < limit) {
       const m = batch[end]!;
       const b = m.body.length + headersSize(m.headers) + stampBytes;
-      if (end > start && compressedBound(bytes + b, codec) > maxBytes) break;
+      if (end > start && (compressedBound(bytes + b, codec) > maxBytes || bytes + b > maxUncompressedBytes))
+        break;
       bytes += b;
       end++;
     }

@@ -50,6 +50,11 @@ export interface PublishTransport {
    */
   readonly subEntrySize?: number;
   /**
+   * The most uncompressed bytes one sub-entry batch may declare (the broker's
+   * `stream.max_uncompressed_sub_entry_batch_size`); absent: 64 MiB, the broker's default.
+   */
+  readonly maxBatchBytes?: number;
+  /**
    * True when a sub-entry batch (`OutgoingMessage.batch`) leaves as one entry that the broker
    * stores or drops whole and confirms by its last member's ID (the stream protocol, whatever
    * `subEntrySize` is now). Absent or false (AMQP 0-9-1): every message is an entry of its own,

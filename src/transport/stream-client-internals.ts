@@ -364,3 +364,98 @@ function prepareConnection(connection: unknown): void {
   // Its timer calls `this.heartbeat()`: this property, from now on.
   heartbeat.heartbeat = () => beat().catch(() => undefined);
 }
+
+/**
+ * Publisher and subscription IDs one connection can issue: each is a u8 on the wire, and RabbitMQ
+ * 4.3.5+ refuses the 257th live one of a connection with response code 17 (measured on 4.3.6:
+ * test/integration/broker-limits.test.ts).
+ */
+export const MAX_IDS_PER_CONNECTION = 256;
+
+interface PoolShape {
+  getConnection(
+    entityType: string,
+    streamName: string,
+    vhost: string,
+    host: string,
+    create: () => Promise<unknown>,
+  ): Promise<unknown>;
+  getCacheKey(streamName: string, vhost: string, host: string, entityType: string): string;
+  cacheConnection(key: string, connection: unknown): void;
+  connectionsMap: Map<string, unknown[]>;
+}
+
+const splitPools = new WeakSet<object>();
+
+/**
+ * Makes the client open another connection where its pool would hand out one that has issued
+ * all 256 publisher (or subscription) IDs. The client (1.0: `client.pool`) shares a connection
+ * among up to 256 publishers of a stream, but numbers them from a counter it never winds back
+ * (`connection.publisherId`, `consumerId`): once a connection has issued 256, every later declare
+ * on it throws RangeError ERR_OUT_OF_RANGE inside the client (measured: 256 declares on one
+ * connection, then any declare while one of them is still open), and the application's
+ * publisher on the same stream keeps that connection alive — so an application's client that
+ * opens and closes producers on a stream stopped opening them for good. With
+ * `MAX_SHARED_CLIENT_INSTANCES` above 256 the same holds for the 257th live one. For the
+ * application's own `Client` (`connection: client`), on which stream-dedup declares its producers;
+ * the application's own declares on that client then get a new connection there too, where the
+ * client would have thrown.
+ *
+ * @throws DedupError `DEDUP_BROKER_REFUSED` when this client version has no such pool.
+ */
+export function splitFullConnections(client: Client): void {
+  const pool = (client as unknown as { pool?: Partial<PoolShape> }).pool;
+  if (
+    typeof pool?.getConnection !== 'function' ||
+    typeof pool.getCacheKey !== 'function' ||
+    typeof pool.cacheConnection !== 'function' ||
+    !(pool.connectionsMap instanceof Map)
+  ) {
+    throw unsupportedClient(
+      "the client's connection pool, whose connections stream-dedup keeps below 256 IDs",
+    );
+  }
+  if (splitPools.has(pool)) return;
+  splitPools.add(pool);
+  const p = pool as PoolShape;
+  const getConnection = p.getConnection.bind(p);
+  // IDs issued or promised per connection and kind: the client takes its ID only after
+  // getConnection's promise resolves, so two declares resolved together would both be handed a
+  // connection with one ID left. A handout is reserved before anything is awaited, and every
+  // handout is followed by exactly one ID.
+  const promised = new WeakMap<object, { publisher: number; consumer: number }>();
+  const counted = (connection: object, kind: 'publisher' | 'consumer'): number => {
+    const counter = (connection as { publisherId?: unknown; consumerId?: unknown })[`${kind}Id`];
+    return Math.max(promised.get(connection)?.[kind] ?? 0, typeof counter === 'number' ? counter : 0);
+  };
+  const reserve = (connection: unknown, kind: 'publisher' | 'consumer', delta: 1 | -1): void => {
+    if (typeof connection !== 'object' || connection === null) return;
+    const entry = promised.get(connection) ?? { publisher: 0, consumer: 0 };
+    entry[kind] = delta === 1 ? counted(connection, kind) + 1 : entry[kind] - 1;
+    promised.set(connection, entry);
+  };
+  p.getConnection = async (entityType, streamName, vhost, host, create) => {
+    const kind = entityType === 'publisher' ? 'publisher' : 'consumer';
+    const key = p.getCacheKey(streamName, vhost, host, entityType);
+    const last = p.connectionsMap.get(key)?.at(-1);
+    if (typeof last === 'object' && last !== null && counted(last, kind) >= MAX_IDS_PER_CONNECTION) {
+      const connection = await create();
+      p.cacheConnection(key, connection);
+      reserve(connection, kind, 1);
+      return connection;
+    }
+    reserve(last, kind, 1);
+    let connection: unknown;
+    try {
+      connection = await getConnection(entityType, streamName, vhost, host, create);
+    } catch (err) {
+      reserve(last, kind, -1);
+      throw err;
+    }
+    if (connection !== last) {
+      reserve(last, kind, -1);
+      reserve(connection, kind, 1);
+    }
+    return connection;
+  };
+}

@@ -3,6 +3,7 @@
  * stream protocol's.
  */
 import type { Client } from 'rabbitmq-stream-js-client';
+import { DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES } from '../publisher/sub-entries.js';
 import type { DedupPublisherOptions } from '../publisher/types.js';
 import { MAX_SUB_ENTRY_SIZE } from '../store/codec.js';
 import { absent, choiceOption, expectObject, integerOption, outOfRange } from '../util/options.js';
@@ -33,6 +34,18 @@ export interface SubEntryOptions {
    * consumer and `audit` decode all three. @defaultValue 'none'
    */
   readonly compression?: SubEntryCompression;
+  /**
+   * The most uncompressed bytes one entry's messages may add up to: set it to the broker's
+   * `stream.max_uncompressed_sub_entry_batch_size` (RabbitMQ 4.3.5 and later) when that is not
+   * the default. The broker refuses a batch declaring more (publish error 17), and a batch is
+   * re-sent as it was first cut, so batches are cut below it; a message above it by itself is sent
+   * as an entry of its own. Batches are also cut to the frame size (1 MiB by default), so the cap
+   * only cuts batches when it is below the frame size or the frame size is raised above it. An
+   * integer from 1 to 4 294 967 295 (the u32 the protocol declares it in).
+   * @defaultValue 67108864 (64 MiB, the broker's default)
+   * @remarks Since 0.6.0
+   */
+  readonly maxUncompressedBytes?: number;
 }
 
 /** Options of {@link StreamDedupPublisher.open}. */
@@ -44,7 +57,9 @@ export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
    * publisher connections dial the host the broker advertises (`stream.advertised_host`) unless
    * `addressResolver` is set. With a `Client` the producer is declared on that client (its
    * connection may carry the application's own publishers: confirms are told apart by producer
-   * id), reconnections go through that client's locator connection, and `close()` leaves the
+   * id; once that pooled connection has issued 256 producer IDs, which the client never reuses, the
+   * producer goes on a new connection of the client), reconnections go through that client's
+   * locator connection, and `close()` leaves the
    * client open — it stays the application's to close. When the shared client's own connection is
    * gone, reconnection waits for it (for example the application's `client.restart()`) until
    * `reconnect.giveUpAfterMs`, then closes with `DEDUP_BROKER_UNREACHABLE`; the outbox keeps what
@@ -68,10 +83,15 @@ export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
 export interface ResolvedSubEntry {
   readonly size: number;
   readonly compression: SubEntryCompression;
+  readonly maxUncompressedBytes: number;
 }
 
 /** Sub-entry batching off. @internal */
-export const NO_SUB_ENTRIES: ResolvedSubEntry = Object.freeze({ size: 1, compression: 'none' });
+export const NO_SUB_ENTRIES: ResolvedSubEntry = Object.freeze({
+  size: 1,
+  compression: 'none',
+  maxUncompressedBytes: DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
+});
 
 /**
  * Checks `subEntry` before any I/O.
@@ -99,7 +119,14 @@ export function resolveSubEntry(value: unknown, name = 'subEntry'): ResolvedSubE
       compression,
     );
   }
-  return Object.freeze({ size, compression });
+  const maxUncompressedBytes = integerOption(
+    value.maxUncompressedBytes,
+    `${name}.maxUncompressedBytes`,
+    DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
+    1,
+    0xffff_ffff,
+  );
+  return Object.freeze({ size, compression, maxUncompressedBytes });
 }
 
 /**

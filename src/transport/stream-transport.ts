@@ -9,7 +9,7 @@ import type { Client, ClientParams, Publisher } from 'rabbitmq-stream-js-client'
 import { DedupError } from '../errors.js';
 import { targetDeletedError } from '../publisher/errors.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../publisher/types.js';
-import { publisherConnection, publisherSocket } from './stream-client-internals.js';
+import { publisherConnection, publisherSocket, splitFullConnections } from './stream-client-internals.js';
 import { PublishFrameEncoder } from './stream-frames.js';
 import {
   resolveSubEntry,
@@ -97,6 +97,10 @@ export class StreamTransport implements PublishTransport {
     return this.#subEntry.size;
   }
 
+  get maxBatchBytes(): number {
+    return this.#subEntry.maxUncompressedBytes;
+  }
+
   /**
    * Connects and declares the producer. The first connection (at `open()`) goes round the
    * endpoints past a node that does not answer, and waits out a leader election; reconnections
@@ -155,6 +159,8 @@ export class StreamTransport implements PublishTransport {
     this.#client = client;
     let createError: unknown;
     try {
+      // The application's client would declare on a connection that has issued its 256 IDs.
+      if (client === this.#shared) splitFullConnections(client);
       this.#maxFrameSize = client.maxFrameSize > 0 ? client.maxFrameSize : this.#maxFrameSize;
       // Only at open(): a stream deleted while the publisher runs must stop it (below), not come
       // back empty under the same name with IDs that continue where the old one ended.

@@ -11,11 +11,17 @@ import { SuperStreamDedupPublisher } from '../../src/superstream/publisher.js';
 // `subEntry` is checked before any I/O, with the options' one message shape (docs/design.md §10).
 describe('subEntry option', () => {
   it('defaults to off, and fills in the codec', () => {
-    expect(resolveSubEntry(undefined)).toEqual({ size: 1, compression: 'none' });
-    expect(resolveSubEntry({ size: 100 })).toEqual({ size: 100, compression: 'none' });
-    expect(resolveSubEntry({ size: 65_535, compression: 'gzip' })).toEqual({
+    const cap = 67_108_864;
+    expect(resolveSubEntry(undefined)).toEqual({ size: 1, compression: 'none', maxUncompressedBytes: cap });
+    expect(resolveSubEntry({ size: 100 })).toEqual({
+      size: 100,
+      compression: 'none',
+      maxUncompressedBytes: cap,
+    });
+    expect(resolveSubEntry({ size: 65_535, compression: 'gzip', maxUncompressedBytes: 1 })).toEqual({
       size: 65_535,
       compression: 'gzip',
+      maxUncompressedBytes: 1,
     });
   });
 
@@ -30,6 +36,21 @@ describe('subEntry option', () => {
       { size: 10, compression: 'lz4' },
       RangeError,
       `Expected subEntry.compression to be one of 'none', 'gzip', 'zstd', got "lz4"`,
+    ],
+    [
+      { size: 10, maxUncompressedBytes: 0 },
+      RangeError,
+      'Expected subEntry.maxUncompressedBytes to be an integer from 1 to 4294967295, got 0',
+    ],
+    [
+      { size: 10, maxUncompressedBytes: 2 ** 32 },
+      RangeError,
+      'Expected subEntry.maxUncompressedBytes to be an integer from 1 to 4294967295, got 4294967296',
+    ],
+    [
+      { size: 10, maxUncompressedBytes: '64m' },
+      TypeError,
+      'Expected subEntry.maxUncompressedBytes to be an integer from 1 to 4294967295, got "64m"',
     ],
   ];
   for (const [value, type, message] of bad) {
@@ -71,6 +92,9 @@ describe('subEntry option', () => {
         subEntry: { size: 3 },
       }),
     ).rejects.toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
+    await expect(
+      StreamDedupPublisher.open({ ...common, stream: 's', subEntry: { size: 3, maxUncompressedBytes: 0.5 } }),
+    ).rejects.toThrow(RangeError);
     expect(existsSync(store)).toBe(false);
   });
 });
