@@ -37,6 +37,7 @@ interface Manifest {
 }
 
 let work = '';
+let clone = '';
 let app = '';
 let installed: Manifest;
 const timings: Record<string, number> = {};
@@ -53,7 +54,7 @@ async function timed<T>(step: string, f: () => Promise<T>): Promise<T> {
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'stream-dedup-install-'));
-  const clone = join(work, 'clone');
+  clone = join(work, 'clone');
   const head = (await sh('git', ['rev-parse', 'HEAD'], root)).trim();
   await timed('clone', async () => {
     await sh('git', ['clone', '--quiet', '--no-checkout', root, clone], work);
@@ -100,9 +101,9 @@ function entries(): string[] {
     .map((key) => (key === '.' ? 'stream-dedup' : `stream-dedup/${key.slice(2)}`));
 }
 
-/** The runtime names each entry exports, from the API report (types and interfaces have none). */
+/** The runtime names each entry exports, from the packed commit's API report (types have none). */
 async function reportedValues(): Promise<Record<string, string[]>> {
-  const report = JSON.parse(await readFile(join(root, 'api', 'exports.json'), 'utf8')) as Record<
+  const report = JSON.parse(await readFile(join(clone, 'api', 'exports.json'), 'utf8')) as Record<
     string,
     Record<string, string>
   >;
