@@ -5,6 +5,7 @@ import { StreamDedupPublisher, SuperStreamDedupPublisher } from '../transport/st
 import type { Durability } from '../publisher/types.js';
 import { silentLogger } from '../telemetry/logger.js';
 import type { SubEntryOptions } from '../transport/stream-options.js';
+import type { SuperStreamDedupPublisherOptions } from '../superstream/options.js';
 import { amqpSocketOptionsFromEnv, amqpUrlFromEnv, connectionFromEnv } from './env.js';
 
 /** Options of the producer process that the demo and the crash tests kill and restart. */
@@ -91,6 +92,8 @@ export async function produce(o: ProduceOptions): Promise<void> {
     if (o.superStream !== undefined) {
       if (o.transport !== 'stream')
         throw new TypeError('a super stream is published over the stream transport');
+      // The flags reach open() as given: --keyed with --durability reserve is refused there
+      // (DEDUP_UNSAFE_OPTIONS), which the types would refuse for a literal.
       const pub = await SuperStreamDedupPublisher.open({
         ...common,
         connection: connectionFromEnv(),
@@ -100,7 +103,7 @@ export async function produce(o: ProduceOptions): Promise<void> {
         ...(o.keyed
           ? {}
           : { routing: { kind: 'hash', key: (_body, headers) => headers?.[ROUTE_HEADER] as string } }),
-      });
+      } as SuperStreamDedupPublisherOptions);
       const reports = [...pub.openReports.values()];
       return {
         send: (label) =>

@@ -50,8 +50,13 @@ export type SuperStreamRouting =
   | { readonly kind: 'hash'; readonly key?: RoutingKeyFunction }
   | { readonly kind: 'key'; readonly key: RoutingKeyFunction };
 
-/** Options of `SuperStreamDedupPublisher.open`. */
-export interface SuperStreamDedupPublisherOptions extends DedupPublisherOptions {
+/**
+ * The options of `SuperStreamDedupPublisher.open` whatever the `idMode`: see
+ * {@link SuperStreamDedupPublisherOptions}, which adds `routing`.
+ *
+ * @remarks Since 0.6.0 (before, these were all of `SuperStreamDedupPublisherOptions`).
+ */
+export interface SuperStreamPublisherCommonOptions extends DedupPublisherOptions {
   /**
    * Connection parameters (as for `StreamDedupPublisher`), or an existing `Client` to share. With
    * parameters every partition has its own connections and reconnects them by itself, and one
@@ -61,11 +66,6 @@ export interface SuperStreamDedupPublisherOptions extends DedupPublisherOptions 
   readonly connection?: StreamConnectionOptions | Client;
   /** The super stream (its exchange's name); its partitions are discovered at `open()`. */
   readonly superStream: string;
-  /**
-   * How a message finds its partition. Required, except with `idMode: 'keyed'`, where the domain
-   * key routes by hash (`{ kind: 'hash' }`, the default there).
-   */
-  readonly routing?: SuperStreamRouting;
   /** How long one connection attempt or query may take, in ms. @defaultValue 10000 */
   readonly connectTimeoutMs?: number;
   /**
@@ -74,6 +74,46 @@ export interface SuperStreamDedupPublisherOptions extends DedupPublisherOptions 
    */
   readonly subEntry?: SubEntryOptions;
 }
+
+/**
+ * Automatic or explicit IDs: `routing` is required.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface SuperStreamRoutedPublisherOptions extends SuperStreamPublisherCommonOptions {
+  /** `'auto'` (the default) or `'explicit'`; `'keyed'` is {@link SuperStreamKeyedPublisherOptions}. */
+  readonly idMode?: 'auto' | 'explicit';
+  /** How a message finds its partition. */
+  readonly routing: SuperStreamRouting;
+}
+
+/**
+ * Keyed IDs: the domain key (`send()`'s `key`) routes by hash, so `routing` is left out (or
+ * `{ kind: 'hash' }` without a `key`), and `durability` is `'outbox'` (`'reserve'` is refused
+ * with `DEDUP_UNSAFE_OPTIONS`, as for every publisher).
+ *
+ * @remarks Since 0.6.0
+ */
+export interface SuperStreamKeyedPublisherOptions extends SuperStreamPublisherCommonOptions {
+  /** Keyed IDs. */
+  readonly idMode: 'keyed';
+  /** Only `'outbox'`. @defaultValue 'outbox' */
+  readonly durability?: 'outbox';
+  /** Left out, or `{ kind: 'hash' }`: the domain key is the routing key. @defaultValue `{ kind: 'hash' }` */
+  readonly routing?: { readonly kind: 'hash'; readonly key?: undefined };
+}
+
+/**
+ * Options of `SuperStreamDedupPublisher.open`. `routing` is required unless `idMode` is
+ * `'keyed'`, where the domain key routes by hash: the types say what `open()` checks at run time
+ * (a TypeError or RangeError for a caller the types do not reach).
+ *
+ * @remarks A union of {@link SuperStreamRoutedPublisherOptions} and
+ *   {@link SuperStreamKeyedPublisherOptions} since 0.6.0; before, one interface in which `routing`
+ *   was optional.
+ */
+export type SuperStreamDedupPublisherOptions =
+  SuperStreamRoutedPublisherOptions | SuperStreamKeyedPublisherOptions;
 
 /** What a resolved `send()` of a super stream publisher tells. */
 export interface SuperStreamSendResult extends SendResult {

@@ -16,6 +16,9 @@ export { SuperStreamDedupPublisher } from '../superstream/publisher.js';
 export type {
   RoutingKeyFunction,
   SuperStreamDedupPublisherOptions,
+  SuperStreamKeyedPublisherOptions,
+  SuperStreamPublisherCommonOptions,
+  SuperStreamRoutedPublisherOptions,
   SuperStreamRouting,
   SuperStreamSendResult,
 } from '../superstream/options.js';

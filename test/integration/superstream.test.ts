@@ -32,7 +32,8 @@ async function setup(
       store,
       routing: { kind: 'hash', key: (body) => Buffer.from(body).toString() },
       ...extra,
-    },
+      // `extra` may switch to keyed IDs (routing undefined): open() checks the mix at run time.
+    } as SuperStreamDedupPublisherOptions,
   };
 }
 
