@@ -149,10 +149,12 @@ export function resolveSuperStreamOptions(
 ): ResolvedSuperStreamOptions {
   expectObject(options, 'options');
   const superStream: unknown = options.superStream;
-  const what = `a non-empty string of at most ${MAX_NAME} characters`;
+  const what = `a non-empty string of at most ${MAX_NAME} UTF-8 bytes`;
   if (typeof superStream !== 'string') typeMismatch('superStream', what, superStream);
-  if (superStream.length === 0 || superStream.length > MAX_NAME) outOfRange('superStream', what, superStream);
-  if (measureUtf8(superStream).loneSurrogate) {
+  // The broker bounds names in bytes (a short string); 255 characters of 'é' are 510 bytes.
+  const measured = measureUtf8(superStream);
+  if (superStream.length === 0 || measured.bytes > MAX_NAME) outOfRange('superStream', what, superStream);
+  if (measured.loneSurrogate) {
     outOfRange('superStream', 'a string without lone UTF-16 surrogates', superStream);
   }
   // A super stream publisher has no `stream`: refuse one rather than let it look used.

@@ -40,19 +40,25 @@ const bad: Bad[] = [
     'superStream missing',
     { superStream: undefined },
     TypeError,
-    'Expected superStream to be a non-empty string of at most 255 characters, got undefined',
+    'Expected superStream to be a non-empty string of at most 255 UTF-8 bytes, got undefined',
   ],
   [
     'superStream empty',
     { superStream: '' },
     RangeError,
-    'Expected superStream to be a non-empty string of at most 255 characters, got ""',
+    'Expected superStream to be a non-empty string of at most 255 UTF-8 bytes, got ""',
   ],
   [
     'superStream too long',
     { superStream: 'x'.repeat(256) },
     RangeError,
-    'Expected superStream to be a non-empty string of at most 255 characters',
+    'Expected superStream to be a non-empty string of at most 255 UTF-8 bytes',
+  ],
+  [
+    'superStream of 128 two-byte characters (256 UTF-8 bytes)',
+    { superStream: 'é'.repeat(128) },
+    RangeError,
+    'Expected superStream to be a non-empty string of at most 255 UTF-8 bytes',
   ],
   [
     'superStream lone surrogate',
