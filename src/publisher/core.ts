@@ -205,7 +205,10 @@ export class DedupPublisherCore {
     const store = ownedStore ?? (opts.store as DedupStore);
     let state: ProducerState | undefined;
     // The handlers reach the core once it exists: nothing is sent before, so no confirm is missed.
+    // A connection lost before then is kept and handed to the core as soon as it exists: dropped,
+    // the publisher would believe itself connected until the confirm watchdog noticed.
     let core: DedupPublisherCore | undefined;
+    let lostBeforeCore: Error | undefined;
     try {
       state = store.claimProducer(transport.target, opts.producerName);
       const startup = await startUp(state, transport, opts, {
@@ -214,9 +217,11 @@ export class DedupPublisherCore {
         },
         disconnected: (err) => {
           if (core !== undefined) core.#onDisconnected(err, 0);
+          else lostBeforeCore ??= err;
         },
       });
       core = new DedupPublisherCore(transport, state, ownedStore, opts, startup);
+      if (lostBeforeCore !== undefined) core.#onDisconnected(lostBeforeCore, 0);
       if (startup.plan.kind === 'adopt') await core.#reassign(startup.segments);
       else core.#recover(startup.segments);
       core.#start();
