@@ -24,7 +24,7 @@ import {
   unreachableError,
 } from './errors.js';
 import { KeyedIds } from './keyed.js';
-import { assertBody, assertFits, idOf, validateHeaders, withoutSkip } from './message.js';
+import { assertBody, assertFits, idOf, stampBytesOf, validateHeaders, withoutSkip } from './message.js';
 import { assertSubEntriesSafe, resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
 import type { PendingQueue } from './pending.js';
 import { Reconnector } from './reconnect.js';
@@ -134,7 +134,7 @@ export class DedupPublisherCore {
     this.report = startup.report;
     this.#transport = transport;
     // Name and ID stamps, AMQP overhead, and a skip declaration on the rare message that has one.
-    this.#stampBytes = Buffer.byteLength(opts.producerName) + 104;
+    this.#stampBytes = stampBytesOf(opts.producerName);
     this.#log = opts.logger;
     this.#state = state;
     this.#ownedStore = ownedStore;
@@ -155,6 +155,9 @@ export class DedupPublisherCore {
     const subEntrySize = transport.subEntrySize ?? 1;
     // IDs an earlier reserve life may have on the wire go alone (docs/design.md §10).
     const aloneUpTo = startup.plan.reservedUpTo;
+    // The transport's codec bounds a batch's bytes ('none': exactly the estimate, 0.3–0.4 % more
+    // small messages per full batch than the worst codec's bound).
+    const codec = transport.subEntryCompression;
     this.#commits = new GroupCommitter(
       state,
       opts,
@@ -163,7 +166,8 @@ export class DedupPublisherCore {
       this.#keyed,
       this.#pending,
       subEntrySize > 1
-        ? (batch) => formBatches(batch, subEntrySize, transport.maxMessageBytes, this.#stampBytes, aloneUpTo)
+        ? (batch) =>
+            formBatches(batch, subEntrySize, transport.maxMessageBytes, this.#stampBytes, aloneUpTo, codec)
         : undefined,
     );
     this.#reconnector = new Reconnector(transport, opts.reconnect, {

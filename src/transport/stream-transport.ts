@@ -14,6 +14,7 @@ import { PublishFrameEncoder } from './stream-frames.js';
 import {
   resolveSubEntry,
   type ResolvedSubEntry,
+  type SubEntryCompression,
   type StreamDedupPublisherOptions,
 } from './stream-options.js';
 import { connectStreamClient } from './stream-probe.js';
@@ -95,6 +96,10 @@ export class StreamTransport implements PublishTransport {
 
   get subEntrySize(): number {
     return this.#subEntry.size;
+  }
+
+  get subEntryCompression(): SubEntryCompression {
+    return this.#subEntry.compression;
   }
 
   /**

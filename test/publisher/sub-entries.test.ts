@@ -254,3 +254,19 @@ describe('an outbox written with subEntry, re-sent over AMQP 0-9-1 (issue 32, it
     await core.close();
   });
 });
+
+describe("sub-entry batches cut by the transport's codec (issue 32)", () => {
+  it("cuts batches by the transport's codec: 'none' fills an entry to the estimate, not to the worst codec's bound", async () => {
+    // 1 000-byte bodies and producer 'p': 1 105 bytes each by the estimate, maxMessageBytes 1 000 000.
+    // 'none': 904 fit (998 920 bytes); the worst codec's bound (zstd, +0.4 %) let only 901 in.
+    class NoneTransport extends ModelTransport {
+      readonly subEntryCompression = 'none' as const;
+    }
+    const broker = new ModelBroker();
+    const transport = new NoneTransport(broker, 'orders', 'p', 65_535);
+    const core = await DedupPublisherCore.open(transport, { producerName: 'p', store: await memoryStore() });
+    await Promise.all(Array.from({ length: 1_000 }, () => core.send(Buffer.alloc(1_000))));
+    expect(transport.entries.map((e) => e.length)).toEqual([904, 96]);
+    await core.close();
+  });
+});
