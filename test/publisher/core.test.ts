@@ -303,6 +303,42 @@ describe('aborting parked sends (issue 32, item 9)', () => {
     expect((await core.send(body('next'))).publishingId).toBe(BigInt(survivors.length + 2));
     await core.close();
   });
+  it('parked sends written to the outbox at close take their final IDs even after the head skipped the aborted ones', async () => {
+    // Found by the keyed publisher model in a first version of the lazy deletion: the head skipped
+    // the aborted send, nothing was left to compact at close, and c and d went to the outbox as 4
+    // and 5 — a hole at 3 in the stream after the next open.
+    const { broker, disk, transport, core } = await setup({ maxInFlight: 1, closeTimeoutMs: 0 });
+    transport.faults.holdConfirms = true;
+    const first = core.send(body('first'));
+    const other = new AbortController();
+    const aborted = new AbortController();
+    const later = [
+      core.send(body('a'), { signal: other.signal }),
+      core.send(body('b'), { signal: aborted.signal }),
+      core.send(body('c')),
+      core.send(body('d')),
+    ];
+    for (const p of later) p.catch(() => undefined);
+    while (transport.published.length < 1) await new Promise((r) => setImmediate(r));
+    aborted.abort();
+    await Promise.resolve();
+    // Room for one: a leaves parking (ID 2), the head skips b and stops at c.
+    transport.releaseConfirms();
+    await first;
+    await core.close();
+    const next = new ModelTransport(broker, 'orders', 'p');
+    const reopened = await DedupPublisherCore.open(next, {
+      producerName: 'p',
+      store: await memoryStore(disk),
+    });
+    await reopened.close();
+    expect(broker.messages('orders').map((m) => `${m.publishingId}:${m.body}`)).toEqual([
+      '1:first',
+      '2:a',
+      '3:c',
+      '4:d',
+    ]);
+  });
 });
 
 describe('explicit ids in reserve durability', () => {
