@@ -254,4 +254,22 @@ describe('AMQP verifying consumer connect - one bound', () => {
     },
     5_000,
   );
+
+  it('a consume and a close that are never answered: open() rejects at connectTimeoutMs, not 2 s later', async () => {
+    // Before: the failed subscribe waited up to 2 s for the close the silent broker never answers.
+    scripts = [{ consume: 'never', close: 'never' }];
+    const started = performance.now();
+    const opening = AmqpVerifyingConsumer.open({
+      url: 'amqp://localhost',
+      queue: 'orders',
+      consumerName: 'projection',
+      store: await memoryStore(),
+      handler: () => undefined,
+      connectTimeoutMs: 30,
+      logger: silentLogger,
+    });
+    await expect(opening).rejects.toMatchObject({ code: 'DEDUP_BROKER_UNREACHABLE' });
+    expect(performance.now() - started).toBeLessThan(1_000);
+    expect(models[0]!.closes).toBe(1);
+  }, 5_000);
 });
