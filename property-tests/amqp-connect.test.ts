@@ -10,6 +10,8 @@ import { checkWithin } from './support/runs.js';
 // vitest's fake one. Whatever the delays, connect() settles by connectTimeoutMs; it succeeds when
 // the steps together fit in the bound and fails with DEDUP_BROKER_UNREACHABLE when they do not;
 // after a failure every connection and every channel that opened (in time or late) is closed.
+// The connection's close answers after any delay too, or never (a broker that fell silent does
+// not answer it): a failed connect must not wait for it beyond the bound (it waited 5 s).
 
 /** A step's delay in ms, or undefined: it never answers. */
 type Delay = number | undefined;
@@ -18,11 +20,13 @@ interface Steps {
   readonly handshake: Delay;
   readonly channel: Delay;
   readonly queue: Delay;
+  /** The connection's close: when the broker answers it. */
+  readonly close: Delay;
 }
 
 /** What the fake amqplib made in one run. */
 const made = {
-  steps: { handshake: 0, channel: 0, queue: 0 } as Steps,
+  steps: { handshake: 0, channel: 0, queue: 0, close: 0 } as Steps,
   models: [] as FakeModel[],
   channels: [] as FakeChannel[],
 };
@@ -49,7 +53,6 @@ class FakeChannel extends EventEmitter {
 }
 
 class FakeModel extends EventEmitter {
-  closes = 0;
   createConfirmChannel(): Promise<FakeChannel> {
     return after(made.steps.channel, () => {
       const channel = new FakeChannel();
@@ -57,9 +60,16 @@ class FakeModel extends EventEmitter {
       return channel;
     });
   }
+  /** Calls of close(), answered or not. */
+  closes = 0;
+  #closeAnswered = false;
   close(): Promise<void> {
-    if (this.closes++ === 0) this.emit('close');
-    return Promise.resolve();
+    this.closes++;
+    return after(made.steps.close, () => {
+      if (this.#closeAnswered) return;
+      this.#closeAnswered = true;
+      this.emit('close');
+    });
   }
 }
 
@@ -84,7 +94,7 @@ describe('AMQP connect model', () => {
     await checkWithin(
       'amqp connect: one bound',
       fc.asyncProperty(
-        fc.record({ handshake: delay, channel: delay, queue: delay }),
+        fc.record({ handshake: delay, channel: delay, queue: delay, close: delay }),
         fc.integer({ min: 1, max: 150 }),
         fc.boolean(),
         async (steps, timeoutMs, declareQueue) => {
@@ -147,7 +157,10 @@ async function run(steps: Steps, timeoutMs: number, declareQueue: boolean): Prom
     expect((err as DedupError).code).toBe('DEDUP_BROKER_UNREACHABLE');
   }
   if (err === undefined) {
-    await transport.close();
+    // close() keeps its own bound (5 s) for a close the broker does not answer.
+    const closing = transport.close();
+    await vi.advanceTimersByTimeAsync(5_001);
+    await closing;
   } else {
     for (const m of made.models) expect(m.closes, 'every connection closed').toBeGreaterThan(0);
     // A channel opened after the bound is closed itself; one opened in time goes with its

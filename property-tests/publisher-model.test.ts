@@ -5,7 +5,7 @@ import { auditRecords, type AuditReport } from '../src/cli/audit.js';
 import { DedupError } from '../src/errors.js';
 import { checkHistory, formatReport } from '../src/history/checker.js';
 import { DedupPublisherCore } from '../src/publisher/core.js';
-import type { Durability } from '../src/publisher/types.js';
+import type { Durability, SendResult } from '../src/publisher/types.js';
 import { identityHeaders, SKIP_HEADER } from '../src/identity/headers.js';
 import { decodeScopeKey } from '../src/identity/scope-key.js';
 import { DedupStore } from '../src/store/store.js';
@@ -1374,18 +1374,26 @@ describe('publisher time and settlement bounds (issue 32)', () => {
     console.log(`[per-member acks] ${settledTotal} settlements in life 2, ${cuts} channels cut`);
   });
 
-  it('time - one signal aborting k of n parked sends costs O(n + k) queue operations (counted, not timed), one listener, and the survivors take consecutive IDs', async () => {
+  it('time - aborting k of n parked sends costs O(n + k) queue operations (counted, not timed), with one shared signal or one signal per send, sends in between; one listener per signal, and the survivors take consecutive IDs in send order', async () => {
     // Counted: every parked entry the send queue visits or moves (SendQueue.work). A splice and a
-    // renumbering per abort (the code before issue 32, item 9) costs about k·n/2.
+    // renumbering per abort (the code before issue 32, item 9) costs about k·n/2, and so does a
+    // compaction per abort when each send has its own signal (AbortSignal.timeout per send).
     let largest = 0;
+    let ownAborts = 0;
     await assertProperty(
       'abort cost',
       fc.asyncProperty(
         fc.integer({ min: 1, max: 4 }),
-        // Per send: which signal it waits on (0: none, 1: the aborted one, 2: another).
-        fc.array(fc.constantFrom(0, 1, 1, 1, 2), { minLength: 1, maxLength: 400, size: 'max' }),
+        // Per send: which signal it waits on (0: none, 1: the shared aborted one, 2: another that
+        // is never aborted, 3: its own, aborted on its own).
+        fc.array(fc.constantFrom(0, 1, 1, 1, 2, 3, 3, 3), { minLength: 1, maxLength: 400, size: 'max' }),
         fc.constantFrom<ProducerIdMode>('auto', 'keyed'),
-        async (maxInFlight, signals, idMode) => {
+        // The order of the own-signal aborts, and after which of them a new send (no signal) comes.
+        fc.array(fc.nat(), { maxLength: 400 }),
+        fc.array(fc.boolean(), { maxLength: 400 }),
+        // Where among the own-signal aborts the shared signal aborts.
+        fc.nat(),
+        async (maxInFlight, signals, idMode, order, sendAfter, sharedAt) => {
           const network = new SimNetwork();
           const transport = network.transport('orders', 'p');
           transport.connectPolicy = 'immediate';
@@ -1397,22 +1405,49 @@ describe('publisher time and settlement bounds (issue 32)', () => {
           });
           const aborted = new AbortController();
           const other = new AbortController();
-          const sends = signals.map((s, i) => {
-            const signal = s === 1 ? aborted.signal : s === 2 ? other.signal : undefined;
+          const own: AbortController[] = [];
+          const bodies: string[] = [];
+          const sends: Promise<SendResult>[] = [];
+          const send = (name: string, signal: AbortSignal | undefined): void => {
             const sent = core.send(
-              Buffer.from(`m${i}`),
-              idMode === 'keyed' ? { key: `k${i}`, signal } : { signal },
+              Buffer.from(name),
+              idMode === 'keyed' ? { key: `k-${name}`, signal } : { signal },
             );
             sent.catch(() => undefined);
-            return sent;
+            bodies.push(name);
+            sends.push(sent);
+          };
+          signals.forEach((s, i) => {
+            let signal: AbortSignal | undefined;
+            if (s === 1) signal = aborted.signal;
+            else if (s === 2) signal = other.signal;
+            else if (s === 3) own.push(new AbortController());
+            send(`m${i}`, s === 3 ? own[own.length - 1]!.signal : signal);
           });
           const listeners = getEventListeners(aborted.signal, 'abort').length;
           if (signals.includes(1) && listeners !== 1) throw new Error(`${listeners} listeners on one signal`);
-          const parked = Math.max(0, signals.length - maxInFlight);
-          const k = signals.filter((s) => s === 1).length;
+          let parked = Math.max(0, signals.length - maxInFlight);
+          const k = signals.filter((s) => s === 1 || s === 3).length;
+          const ownOrder = own
+            .map((c, i) => ({ c, key: order[i] ?? i }))
+            .sort((a, b) => a.key - b.key)
+            .map((x) => x.c);
           const before = core.queueWork;
-          aborted.abort();
-          await Promise.resolve();
+          const sharedTurn = sharedAt % (ownOrder.length + 1);
+          for (let j = 0; j <= ownOrder.length; j++) {
+            if (j === sharedTurn) {
+              aborted.abort();
+              await Promise.resolve();
+            }
+            if (j === ownOrder.length) break;
+            ownOrder[j]!.abort();
+            ownAborts++;
+            await Promise.resolve();
+            if (sendAfter[j] === true) {
+              send(`l${j}`, undefined);
+              parked++;
+            }
+          }
           const work = core.queueWork - before;
           largest = Math.max(largest, work);
           if (work > parked + k)
@@ -1425,15 +1460,20 @@ describe('publisher time and settlement bounds (issue 32)', () => {
             transport.connection!.confirmAll();
           }
           const results = await Promise.allSettled(sends);
-          const resolved = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.publishingId] : []));
-          const stored = network.broker.messages('orders').map((m) => m.publishingId);
+          const stored = network.broker.messages('orders');
           await core.close();
-          expect(stored).toEqual(stored.map((_, i) => BigInt(i + 1)));
-          for (const id of resolved) expect(stored).toContain(id);
+          expect(stored.map((m) => m.publishingId)).toEqual(stored.map((_, i) => BigInt(i + 1)));
+          const resolved = results.flatMap((r, i) =>
+            r.status === 'fulfilled' ? [{ id: r.value.publishingId, body: bodies[i]! }] : [],
+          );
+          // Each resolved send's ID holds its own body, and the stream keeps the order of the sends.
+          for (const { id, body } of resolved) expect(stored[Number(id) - 1]?.body).toBe(body);
+          const positions = stored.map((m) => bodies.indexOf(m.body));
+          expect(positions).toEqual([...positions].sort((a, b) => a - b));
         },
       ),
       { numRuns: 200 },
     );
-    console.log(`[abort cost] largest count ${largest}`);
+    console.log(`[abort cost] largest count ${largest}, ${ownAborts} own-signal aborts`);
   });
 });

@@ -180,8 +180,8 @@ describe('sub-entry size model', () => {
         // What send() takes: each message fits alone (assertFits, with the same estimate).
         const entries = entriesOf(s).filter((e) => estimate(e, s.producerName) <= maxBytes);
         fc.pre(entries.length >= 2);
-        // As the core cuts a group commit (it does not tell formBatches the codec).
-        formBatches(entries, 100, maxBytes, stampBytesOf(s.producerName));
+        // As the core cuts a group commit: with the transport's codec.
+        formBatches(entries, 100, maxBytes, stampBytesOf(s.producerName), 0n, s.codec);
         for (const frame of new PublishFrameEncoder(1, s.producerName, maxFrameSize, s.codec).encode(
           entries,
         )) {

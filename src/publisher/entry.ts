@@ -79,7 +79,7 @@ export interface EntryExtra {
   prevAssigned?: bigint | undefined;
   /** It waits for room under `maxInFlight` (set for entries with a signal: only they abort). */
   parked?: boolean | undefined;
-  /** Aborted while parked: the send queue takes it out at its next compaction. */
+  /** Aborted while parked: the send queue skips it at its head or takes it out when it compacts. */
   dropped?: boolean | undefined;
 }
 

@@ -1,18 +1,24 @@
 /**
  * The messages between `send()` and the confirm, in ID order through four stages: parked (no
- * room under `maxInFlight`: unwritten, unsent, renumbered after an abort), batched (the next group
+ * room under `maxInFlight`: unwritten, unsent, renumbered after an abort: a parked send's final
+ * ID is given as it leaves parking), batched (the next group
  * commit), committing (the group commit being written), pending (written and sent, unconfirmed).
  */
 import type { Entry } from './entry.js';
 import { PendingQueue } from './pending.js';
 
-/** What the queue tells its owner when it renumbers parked sends after aborts. */
+/** What the queue tells its owner when parked sends are aborted. */
 export interface ParkedRenumbering {
   /**
    * Aborted parked sends renumber the later ones (automatic and keyed IDs: no hole), or keep every
    * ID (explicit IDs: the caller's).
    */
   readonly renumber: boolean;
+  /**
+   * The owner's last assigned ID (renumbering only). The live parked sends hold the IDs just
+   * below and up to it, in order: the owner lowers it by one at each abort of a parked send.
+   */
+  lastAssigned(): bigint;
   /** An aborted send had `abortedId`; `heir` (if any) has that ID now. */
   moved(abortedId: bigint, heir: Entry | undefined): void;
 }
@@ -20,13 +26,14 @@ export interface ParkedRenumbering {
 export class SendQueue {
   /** Written and sent, waiting for the confirm. */
   readonly pending: PendingQueue<Entry> = new PendingQueue<Entry>();
-  /** Parked sends, from #parkedHead on (a queue without O(n) shifts). */
+  /** Parked sends, from #parkedHead on (a queue without O(n) shifts); aborted ones among them. */
   #parked: Entry[] = [];
   #parkedHead = 0;
   /**
-   * Parked sends aborted and still in `#parked`: taken out, and the later ones renumbered, by one
-   * pass ({@link SendQueue.compact}) however many were aborted, so that one signal aborting k of n
-   * parked sends costs O(n + k), not O(n) per abort.
+   * Parked sends aborted and still in `#parked` (lazy deletion): skipped when the head reaches
+   * them, or taken out by one pass ({@link SendQueue.compact}) once they are at least as many as
+   * the live ones. Each aborted entry is thus visited O(1) times, so aborting k of n parked sends
+   * costs O(n + k) whether one signal aborts them all or each has its own (issue 32, item 9).
    */
   #dropped = 0;
   #batch: Entry[] = [];
@@ -45,16 +52,14 @@ export class SendQueue {
     this.#renumbering = renumbering;
   }
 
+  /** Parked sends not aborted. */
+  get #liveParked(): number {
+    return this.#parked.length - this.#parkedHead - this.#dropped;
+  }
+
   /** Messages accepted and not yet confirmed. */
   get inFlight(): number {
-    return (
-      this.#parked.length -
-      this.#parkedHead -
-      this.#dropped +
-      this.#batch.length +
-      this.#committing +
-      this.pending.size
-    );
+    return this.#liveParked + this.#batch.length + this.#committing + this.pending.size;
   }
 
   /** Whether the next group commit has messages. */
@@ -63,12 +68,20 @@ export class SendQueue {
   }
 
   /**
+   * Before the owner assigns a new ID: when every parked send was aborted, the aborted ones are
+   * taken out (each once), so that a skip declaration one of them carried goes to the new send.
+   */
+  beforeAssign(): void {
+    if (this.#dropped > 0 && this.#liveParked === 0) this.compact();
+  }
+
+  /**
    * Queues an accepted message for the next group commit, or parks it while others are parked or
    * there is no room. Returns true when it joined the batch.
    */
   add(entry: Entry): boolean {
-    this.compact();
-    if (this.#parked.length > this.#parkedHead || this.inFlight >= this.#maxInFlight) {
+    this.beforeAssign();
+    if (this.#liveParked > 0 || this.inFlight >= this.#maxInFlight) {
       if (entry.extra !== undefined) entry.extra.parked = true;
       this.#parked.push(entry);
       return false;
@@ -91,20 +104,39 @@ export class SendQueue {
     if (written) for (const e of batch) this.pending.push(e);
   }
 
-  /** Moves parked sends into the batch while there is room; true when any moved. */
+  /**
+   * Moves parked sends into the batch while there is room; true when any moved. Aborted ones at
+   * the head are skipped; a renumbered send gets its ID here, as it leaves parking: the one after
+   * the last ID outside parking.
+   */
   refill(): boolean {
-    this.compact();
+    const { renumber } = this.#renumbering;
     let moved = false;
-    while (
-      this.#parked.length > this.#parkedHead &&
-      this.#batch.length + this.#committing + this.pending.size < this.#maxInFlight
-    ) {
-      const e = this.#parked[this.#parkedHead++]!;
+    let nextId = renumber ? this.#renumbering.lastAssigned() - BigInt(this.#liveParked) + 1n : 0n;
+    /** An aborted send met at the head: the next live one inherits its ID (and a skip it declared). */
+    let orphan = false;
+    while (this.#parked.length > this.#parkedHead) {
+      const e = this.#parked[this.#parkedHead]!;
+      if (e.extra?.dropped === true) {
+        this.#parkedHead++;
+        this.#dropped--;
+        this.work++;
+        orphan = renumber;
+        continue;
+      }
+      if (orphan) {
+        this.#renumbering.moved(nextId, e);
+        orphan = false;
+      }
+      if (this.#batch.length + this.#committing + this.pending.size >= this.#maxInFlight) break;
+      this.#parkedHead++;
+      if (renumber) this.#assign(e, nextId++);
       if (e.extra !== undefined) e.extra.parked = false;
       this.#batch.push(e);
       this.work++;
       moved = true;
     }
+    if (orphan) this.#renumbering.moved(nextId, undefined);
     if (this.#parkedHead > 1024 && this.#parkedHead * 2 > this.#parked.length) {
       this.work += this.#parked.length - this.#parkedHead;
       this.#parked = this.#parked.slice(this.#parkedHead);
@@ -113,14 +145,21 @@ export class SendQueue {
     return moved;
   }
 
+  /** A renumbered parked send's ID (unwritten, unsent, unseen by any caller). */
+  #assign(e: Entry, id: bigint): void {
+    if (e.publishingId === id) return;
+    e.publishingId = id;
+    if (e.keyRecord !== undefined && e.keyRecord.inFlight === e) e.keyRecord.publishingId = id;
+  }
+
   /** Whether an entry (one with a signal: its `extra` says) waits for room. */
   isParked(entry: Entry): boolean {
     return entry.extra?.parked === true;
   }
 
   /**
-   * Marks a parked entry aborted, in O(1): the next {@link SendQueue.compact} takes it out (and
-   * renumbers the later ones). The owner lowers its last assigned ID at once.
+   * Marks a parked entry aborted, in O(1): it stays in place until the head reaches it or a
+   * compaction takes it out. The owner lowers its last assigned ID at once.
    */
   drop(entry: Entry): void {
     const extra = entry.extra!;
@@ -129,54 +168,47 @@ export class SendQueue {
     this.#dropped++;
   }
 
-  /** Whether aborted entries wait for {@link SendQueue.compact}. */
-  get hasDropped(): boolean {
-    return this.#dropped > 0;
+  /** Compacts when the aborted parked entries are at least as many as the live ones (amortised O(1) per abort). */
+  compactIfWorthIt(): void {
+    if (this.#dropped > 0 && this.#dropped >= this.#liveParked) this.compact();
   }
 
   /**
-   * Takes the aborted parked entries out in one pass and closes the holes their IDs leave: each
-   * later parked entry (unwritten, unsent, unseen by any caller) moves down by the number of
-   * aborted ones before it. Runs before anything reads a parked ID or assigns a new one.
+   * Takes the aborted parked entries out in one pass and gives each live one its ID: the later
+   * ones move down by the number of aborted ones before them, so an abort leaves no hole.
+   * `always`: even with no aborted entry left in the queue (the head may have skipped them, and
+   * the live ones still hold the IDs they had when parked).
    */
-  compact(): void {
-    if (this.#dropped === 0) return;
+  compact(always = false): void {
+    if (this.#dropped === 0 && !always) return;
     const { renumber } = this.#renumbering;
+    let nextId = renumber ? this.#renumbering.lastAssigned() - BigInt(this.#liveParked) + 1n : 0n;
     const parked = this.#parked;
     const kept: Entry[] = [];
-    let removed = 0n;
-    /** Effective IDs of aborted entries waiting for the next survivor, which inherits them. */
-    let orphans: bigint[] | undefined;
+    let orphan = false;
     for (let i = this.#parkedHead; i < parked.length; i++) {
       const e = parked[i]!;
       this.work++;
       if (e.extra?.dropped === true) {
-        if (renumber) {
-          (orphans ??= []).push(e.publishingId - removed);
-          removed++;
-        }
+        orphan = renumber;
         continue;
       }
-      if (removed > 0n) {
-        const id = e.publishingId - removed;
-        e.publishingId = id;
-        if (e.keyRecord !== undefined && e.keyRecord.inFlight === e) e.keyRecord.publishingId = id;
+      if (orphan) {
+        this.#renumbering.moved(nextId, e);
+        orphan = false;
       }
-      if (orphans !== undefined) {
-        for (const id of orphans) this.#renumbering.moved(id, e);
-        orphans = undefined;
-      }
+      if (renumber) this.#assign(e, nextId++);
       kept.push(e);
     }
-    if (orphans !== undefined) for (const id of orphans) this.#renumbering.moved(id, undefined);
+    if (orphan) this.#renumbering.moved(nextId, undefined);
     this.#parked = kept;
     this.#parkedHead = 0;
     this.#dropped = 0;
   }
 
-  /** Takes the parked messages out of the queue. */
+  /** Takes the parked messages out of the queue (aborted ones left out, the others with their IDs). */
   takeParked(): Entry[] {
-    this.compact();
+    this.compact(true);
     const taken = this.#parked.slice(this.#parkedHead);
     for (const e of taken) if (e.extra !== undefined) e.extra.parked = false;
     this.#parked = [];

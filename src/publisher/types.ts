@@ -1,6 +1,7 @@
 import type { Headers } from '../store/codec.js';
 import type { DedupStore } from '../store/store.js';
 import type { Logger } from '../telemetry/logger.js';
+import type { BatchCodec } from './sub-entries.js';
 
 /**
  * A message for a transport to put on the wire. The transport stamps the identity
@@ -54,6 +55,11 @@ export interface PublishTransport {
    * `stream.max_uncompressed_sub_entry_batch_size`); absent: 64 MiB, the broker's default.
    */
   readonly maxBatchBytes?: number;
+  /**
+   * How the transport compresses a sub-entry batch: the cut's size bound is that codec's, not the
+   * worst one's (absent: the worst).
+   */
+  readonly subEntryCompression?: BatchCodec;
   /**
    * True when a sub-entry batch (`OutgoingMessage.batch`) leaves as one entry that the broker
    * stores or drops whole and confirms by its last member's ID (the stream protocol, whatever

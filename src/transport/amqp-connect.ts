@@ -23,6 +23,11 @@ export class ConnectBudget {
     this.#deadline = performance.now() + timeoutMs;
   }
 
+  /** What is left of the bound, in whole ms (0 or less: nothing). */
+  get leftMs(): number {
+    return Math.ceil(this.#deadline - performance.now());
+  }
+
   /**
    * `work` within what is left of the bound. What it yields after the bound ran out goes to
    * `late` (a channel or a connection to close), never to the caller.
@@ -31,7 +36,7 @@ export class ConnectBudget {
    *   failure: a reconnect tries again).
    */
   step<T>(work: Promise<T>, what: string, late?: (value: T) => void): Promise<T> {
-    const left = Math.ceil(this.#deadline - performance.now());
+    const left = this.leftMs;
     let timedOut = false;
     work.then(
       (value) => {

@@ -161,7 +161,11 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
         'stream-dedup: verifying consumer subscribed',
       );
     } catch (err) {
-      await withTimeout(model.close(), 2_000, 'closing').catch(() => undefined);
+      // The close within what is left of the bound: after a step that ran out of it (a broker gone
+      // silent, which will not answer the close either), not waited for at all (it waited 2 s).
+      const left = Math.min(budget.leftMs, 2_000);
+      if (left > 0) await withTimeout(model.close(), left, 'closing').catch(() => undefined);
+      else model.close().catch(() => undefined);
       // A step that ran out of the bound: transient, the next attempt tries again.
       if (err instanceof DedupError) throw err;
       throw new DedupError(

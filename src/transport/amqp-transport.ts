@@ -14,6 +14,9 @@ import { closeLate, ConnectBudget, connectAmqp, type AmqpSocketOptions } from '.
 import type { AmqpDedupPublisherOptions } from './amqp-options.js';
 import { assertTlsOptions, errorText, withTimeout } from './util.js';
 
+/** How long close() waits for the broker to answer the connection's close. */
+const CLOSE_TIMEOUT_MS = 5_000;
+
 /** RabbitMQ 4's default `max_message_size` (16 MiB). */
 const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 
@@ -109,7 +112,9 @@ export class AmqpTransport implements PublishTransport {
       this.#connected = true;
       return undefined;
     } catch (err) {
-      await this.#teardown();
+      // The close, too, within what is left of the bound: after a step that ran out of it (a
+      // broker gone silent, which will not answer the close either), none, and the socket goes.
+      await this.#teardown(budget.leftMs);
       // A step that ran out of the bound: transient, a reconnect tries again.
       if (err instanceof DedupError) throw err;
       if (this.#connected && (err as { code?: unknown } | null)?.code === 404) {
@@ -175,7 +180,8 @@ export class AmqpTransport implements PublishTransport {
     await this.#teardown();
   }
 
-  async #teardown(): Promise<void> {
+  /** Closes the connection, waiting up to `closeWithinMs` for the broker's answer (then the socket is destroyed). */
+  async #teardown(closeWithinMs = CLOSE_TIMEOUT_MS): Promise<void> {
     this.#generation++;
     this.#returned.clear();
     this.#markLost?.(new Error('connection closed by the publisher'));
@@ -192,7 +198,12 @@ export class AmqpTransport implements PublishTransport {
       socket.destroy();
       return;
     }
-    const closed = await withTimeout(model.close(), 5_000, 'closing').then(
+    if (closeWithinMs <= 0) {
+      model.close().catch(() => undefined);
+      socket?.destroy();
+      return;
+    }
+    const closed = await withTimeout(model.close(), closeWithinMs, 'closing').then(
       () => true,
       () => false,
     );

@@ -14,6 +14,7 @@ import { PublishFrameEncoder } from './stream-frames.js';
 import {
   resolveSubEntry,
   type ResolvedSubEntry,
+  type SubEntryCompression,
   type StreamDedupPublisherOptions,
 } from './stream-options.js';
 import { connectStreamClient } from './stream-probe.js';
@@ -99,6 +100,10 @@ export class StreamTransport implements PublishTransport {
 
   get maxBatchBytes(): number {
     return this.#subEntry.maxUncompressedBytes;
+  }
+
+  get subEntryCompression(): SubEntryCompression {
+    return this.#subEntry.compression;
   }
 
   /**

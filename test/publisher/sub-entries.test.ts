@@ -6,7 +6,7 @@ import { formBatches } from '../../src/publisher/sub-entries.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../../src/publisher/types.js';
 import { DedupStore } from '../../src/store/store.js';
 import { memoryDisk, memoryStore } from '../support/memory-store.js';
-import { ModelBroker, ModelTransport } from '../support/model-broker.js';
+import { LossyTransport, ModelBroker, ModelTransport } from '../support/model-broker.js';
 
 const body = (s: string): Buffer => Buffer.from(s);
 const ids = (entries: readonly bigint[][]): number[][] => entries.map((e) => e.map(Number));
@@ -251,6 +251,74 @@ describe('an outbox written with subEntry, re-sent over AMQP 0-9-1 (issue 32, it
     expect(core.inFlight).toBe(3);
     handlers!.confirmed([3n]);
     expect((await Promise.all(sends)).map((r) => r.publishingId)).toEqual([1n, 2n, 3n]);
+    await core.close();
+  });
+});
+
+describe('a store used stream (subEntry) → AMQP 0-9-1 → stream (issue 32)', () => {
+  it('member 1, stored alone over AMQP, is stored again inside its recorded batch [1..3] by the next stream life: one duplicate (p, 1), nothing lost', async () => {
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    // Life 1, stream with batches of 3: [1..3] cut, written to the outbox, lost on the way.
+    const stream = new LossyTransport(broker, 'orders', 'p', 3);
+    stream.losing = true;
+    const first = await DedupPublisherCore.open(stream, {
+      producerName: 'p',
+      store: await memoryStore(disk),
+      closeTimeoutMs: 0,
+    });
+    const sends = ['1', '2', '3'].map((s) => first.send(body(s)));
+    for (const s of sends) s.catch(() => undefined);
+    while (stream.lost < 3) await new Promise((r) => setImmediate(r));
+    await first.close();
+
+    // Life 2, AMQP 0-9-1 (no broker-side deduplication, no last ID): 1 reaches the queue and is
+    // acked, the channel dies before 2 and 3 do. The segment [1..3] stays in the outbox whole.
+    const amqp = new PerMessageTransport();
+    const second = await DedupPublisherCore.open(amqp, {
+      producerName: 'p',
+      store: await memoryStore(disk),
+      closeTimeoutMs: 0,
+      reconnect: { initialDelayMs: 60_000 },
+    });
+    while (amqp.published.length < 3) await new Promise((r) => setImmediate(r));
+    const overAmqp = [{ producerName: 'p', publishingId: 1n, body: '1' }];
+    amqp.ack(1n);
+    amqp.cut();
+    await second.close();
+
+    // Life 3, stream again: the broker's last ID for 'p' is 0 (AMQP 0-9-1 publishes set none),
+    // and the outbox's recorded batch [1..3] goes out as one entry, member 1 included.
+    const third = new ModelTransport(broker, 'orders', 'p', 3);
+    const reopened = await DedupPublisherCore.open(third, {
+      producerName: 'p',
+      store: await memoryStore(disk),
+    });
+    expect(reopened.report).toMatchObject({ brokerLastId: 0n, resent: 3 });
+    await reopened.close();
+    expect(ids(third.entries)).toEqual([[1, 2, 3]]);
+    const queue = [...overAmqp, ...broker.messages('orders')];
+    expect(queue.map((m) => `${m.producerName}/${m.publishingId}:${m.body}`)).toEqual([
+      'p/1:1',
+      'p/1:1',
+      'p/2:2',
+      'p/3:3',
+    ]);
+  });
+});
+
+describe("sub-entry batches cut by the transport's codec (issue 32)", () => {
+  it("cuts batches by the transport's codec: 'none' fills an entry to the estimate, not to the worst codec's bound", async () => {
+    // 1 000-byte bodies and producer 'p': 1 105 bytes each by the estimate, maxMessageBytes 1 000 000.
+    // 'none': 904 fit (998 920 bytes); the worst codec's bound (zstd, +0.4 %) let only 901 in.
+    class NoneTransport extends ModelTransport {
+      readonly subEntryCompression = 'none' as const;
+    }
+    const broker = new ModelBroker();
+    const transport = new NoneTransport(broker, 'orders', 'p', 65_535);
+    const core = await DedupPublisherCore.open(transport, { producerName: 'p', store: await memoryStore() });
+    await Promise.all(Array.from({ length: 1_000 }, () => core.send(Buffer.alloc(1_000))));
+    expect(transport.entries.map((e) => e.length)).toEqual([904, 96]);
     await core.close();
   });
 });

@@ -32,6 +32,8 @@ interface Script {
   channel?: Deferred<FakeChannel> | 'never';
   queueCheck?: 'never';
   consume?: 'never';
+  /** The connection's close: never answered (a broker gone silent). */
+  close?: 'never';
 }
 
 let scripts: Script[] = [];
@@ -86,6 +88,10 @@ class FakeModel extends EventEmitter {
     return this.#channel();
   }
   close(): Promise<void> {
+    if (this.script.close === 'never') {
+      this.closes++;
+      return never();
+    }
     if (this.closes++ === 0) this.emit('close');
     return Promise.resolve();
   }
@@ -147,6 +153,19 @@ describe('AMQP connect - one bound for the whole connect', () => {
     expect((err as Error).message).toContain(
       'opening a confirm channel did not complete within connectTimeoutMs (50 ms)',
     );
+    expect(models[0]!.closes).toBe(1);
+  });
+
+  it('a broker that answers neither the queue check nor the close: connect() rejects at connectTimeoutMs, not 5 s later', async () => {
+    // Before: the failed connect's teardown waited up to 5 s for the close the silent broker
+    // never answers, so open() and each reconnect attempt took connectTimeoutMs + 5 s.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    scripts = [{ queueCheck: 'never', close: 'never' }];
+    const connecting = transport(50).connect(handlers);
+    connecting.catch(() => undefined);
+    expect(await stateAfter(connecting, 49)).toBe('pending');
+    expect(await stateAfter(connecting, 1)).toBe('settled');
+    expect(await connecting.catch((e: unknown) => e)).toMatchObject({ code: 'DEDUP_BROKER_UNREACHABLE' });
     expect(models[0]!.closes).toBe(1);
   });
 
@@ -235,4 +254,22 @@ describe('AMQP verifying consumer connect - one bound', () => {
     },
     5_000,
   );
+
+  it('a consume and a close that are never answered: open() rejects at connectTimeoutMs, not 2 s later', async () => {
+    // Before: the failed subscribe waited up to 2 s for the close the silent broker never answers.
+    scripts = [{ consume: 'never', close: 'never' }];
+    const started = performance.now();
+    const opening = AmqpVerifyingConsumer.open({
+      url: 'amqp://localhost',
+      queue: 'orders',
+      consumerName: 'projection',
+      store: await memoryStore(),
+      handler: () => undefined,
+      connectTimeoutMs: 30,
+      logger: silentLogger,
+    });
+    await expect(opening).rejects.toMatchObject({ code: 'DEDUP_BROKER_UNREACHABLE' });
+    expect(performance.now() - started).toBeLessThan(1_000);
+    expect(models[0]!.closes).toBe(1);
+  }, 5_000);
 });
