@@ -2,7 +2,7 @@
  * `stream-dedup audit`: what a stream's messages say about their producers. The analysis is pure
  * (records in, report out) so it is tested without a broker; `main.ts` reads the stream.
  */
-import { readIdentity } from '../identity/headers.js';
+import { AMQP091_TRANSPORT, readIdentity, TRANSPORT_HEADER } from '../identity/headers.js';
 import type { IdRange } from '../verifier/types.js';
 
 // The text and JSON forms live in audit-format.ts; importers of the engine find them here too.
@@ -57,9 +57,19 @@ export interface ProducerAudit {
   /** The offsets of the producer's first and last message in the stream. */
   readonly firstOffset: bigint;
   readonly lastOffset: bigint;
-  /** Extra copies: messages whose ID this producer already had earlier in the stream. */
+  /**
+   * Extra copies: messages whose ID this producer already had earlier in the stream, sent by a
+   * stream-protocol publisher (whose copies the broker should have dropped): a defect.
+   */
   readonly duplicates: number;
   readonly duplicateSamples: readonly DuplicateSample[];
+  /**
+   * Extra copies marked `x-dedup-transport: amqp091`: an AMQP 0-9-1 publisher's outbox re-sends
+   * after a crash or reconnect. Expected (the broker does not deduplicate AMQP 0-9-1; verifying
+   * consumers drop them), so they do not fail the audit.
+   */
+  readonly expectedCopies: number;
+  readonly expectedCopySamples: readonly DuplicateSample[];
   /**
    * IDs between {@link ProducerAudit.firstId} and {@link ProducerAudit.lastId} that never appear
    * and that no skip declares: possibly lost.
@@ -114,6 +124,8 @@ export interface UnidentifiedAudit {
 /** The counts an audit sums, over the producers of a stream (or over a super stream's partitions). */
 export interface AuditSums {
   readonly duplicates: number;
+  /** AMQP 0-9-1 re-send copies: reported, never a failure. */
+  readonly expectedCopies: number;
   readonly missingIds: bigint;
   readonly gaps: number;
   readonly skippedIds: bigint;
@@ -144,6 +156,8 @@ interface ProducerAcc {
   lastOffset: bigint;
   duplicates: number;
   readonly duplicateSamples: DuplicateSample[];
+  expectedCopies: number;
+  readonly expectedCopySamples: DuplicateSample[];
   outOfOrder: number;
   readonly outOfOrderSamples: OutOfOrderSample[];
   /** Declared skips in stream order, with the offset of the declaring message. */
@@ -199,6 +213,8 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
         lastOffset: record.offset,
         duplicates: 0,
         duplicateSamples: [],
+        expectedCopies: 0,
+        expectedCopySamples: [],
         outOfOrder: 0,
         outOfOrderSamples: [],
         declared: [],
@@ -233,9 +249,17 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     }
     const firstOffset = p.firstOffsets.get(id);
     if (firstOffset !== undefined) {
-      p.duplicates++;
-      if (p.duplicateSamples.length < maxSamples) {
-        p.duplicateSamples.push({ publishingId: id, offset: record.offset, firstOffset });
+      // The copy's own mark decides: an AMQP 0-9-1 re-send is expected, any other copy is not.
+      if (isAmqp091(record)) {
+        p.expectedCopies++;
+        if (p.expectedCopySamples.length < maxSamples) {
+          p.expectedCopySamples.push({ publishingId: id, offset: record.offset, firstOffset });
+        }
+      } else {
+        p.duplicates++;
+        if (p.duplicateSamples.length < maxSamples) {
+          p.duplicateSamples.push({ publishingId: id, offset: record.offset, firstOffset });
+        }
       }
       continue;
     }
@@ -288,6 +312,8 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
       lastOffset: p.lastOffset,
       duplicates: p.duplicates,
       duplicateSamples: p.duplicateSamples,
+      expectedCopies: p.expectedCopies,
+      expectedCopySamples: p.expectedCopySamples,
       missingIds,
       gaps,
       gapRanges,
@@ -301,6 +327,7 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
   }
   audits.sort((a, b) => (a.producerName < b.producerName ? -1 : a.producerName > b.producerName ? 1 : 0));
   const duplicates = sum(audits.map((a) => a.duplicates));
+  const expectedCopies = sum(audits.map((a) => a.expectedCopies));
   const gaps = sum(audits.map((a) => a.gaps));
   const outOfOrder = sum(audits.map((a) => a.outOfOrder));
   const missingIds = audits.reduce((s, a) => s + a.missingIds, 0n);
@@ -311,6 +338,7 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     producers: audits,
     unidentified: { count: missing + malformed, missing, malformed, samples: unidentifiedSamples },
     duplicates,
+    expectedCopies,
     missingIds,
     gaps,
     skippedIds,
@@ -318,6 +346,17 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     contradictions,
     ok: duplicates === 0 && gaps === 0 && outOfOrder === 0 && contradictions === 0,
   };
+}
+
+/**
+ * Whether a message carries the AMQP 0-9-1 publisher's mark. Over the stream protocol RabbitMQ 4
+ * hands AMQP 0-9-1 `x-` headers over as message annotations; an AMQP 0-9-1 reader sees headers.
+ */
+function isAmqp091(record: AuditRecord): boolean {
+  return (
+    record.messageAnnotations?.[TRANSPORT_HEADER] === AMQP091_TRANSPORT ||
+    record.applicationProperties?.[TRANSPORT_HEADER] === AMQP091_TRANSPORT
+  );
 }
 
 /** Sorted, overlapping or touching ranges joined. */

@@ -18,20 +18,30 @@ import { auditExitCode, auditRecords, formatAuditJson, formatAuditReport } from 
 import { demo } from './demo.js';
 import { connectionFromEnv } from './env.js';
 import { formatInspection, formatInspectionJson, inspectStore, selectProducer } from './inspect.js';
-import { CliError, plural, progressReporter } from './output.js';
+import { describeRange, parseAuditRange, type AuditRange } from './audit-range.js';
+import { CliError, plural, progressReporter, runningCount } from './output.js';
 import { produce } from './produce.js';
 import { packageVersion } from './version.js';
 
 const USAGE = `stream-dedup — producer-side deduplication for RabbitMQ Streams
 
 Usage:
-  stream-dedup audit <stream> [--json]          read the stream from its first message and report per
+  stream-dedup audit <stream> [--json] [--from OFFSET | --since TIME]
+                                                read the stream from its first message and report per
                                                 producer name: messages, duplicates (an id seen again),
                                                 gaps (missing id ranges), out-of-order ids, first/last id;
-                                                and the messages without identity
+                                                and the messages without identity. Copies marked by an
+                                                AMQP 0-9-1 publisher (its outbox re-sends after a crash:
+                                                the broker does not deduplicate AMQP 0-9-1) are counted
+                                                apart as expected copies and do not fail it.
+                                                --from reads from an offset, --since from the first chunk
+                                                at or after an ISO time; a range cannot see earlier ids,
+                                                so a copy of an earlier message is not a duplicate there
   stream-dedup audit <super-stream> [--json]    the same for each partition of a super stream (recognised
                                                 by the broker's partitions query), then the sums; a name
-                                                that is both needs --stream or --super-stream
+                                                that is both needs --stream or --super-stream; --since
+                                                applies to each partition (--from does not: offsets are
+                                                per partition)
   stream-dedup inspect <store-folder> [--json] [--producer NAME]
                                                 list a LevelDB store: producers (ids, outbox), super
                                                 stream producers (the same per partition), verifying
@@ -201,14 +211,24 @@ async function audit(args: string[]): Promise<number> {
     'audit',
     args,
     'stream',
-    { stream: { type: 'boolean' }, 'super-stream': { type: 'boolean' } },
-    ' [--stream | --super-stream]',
+    {
+      stream: { type: 'boolean' },
+      'super-stream': { type: 'boolean' },
+      from: { type: 'string' },
+      since: { type: 'string' },
+    },
+    ' [--stream | --super-stream] [--from OFFSET | --since TIME]',
   );
   if (parsed === 'help') return help();
   if (parsed === undefined) return 2;
   const { target: name, json, values } = parsed;
   if (values.stream === true && values['super-stream'] === true) {
     console.error('audit: --stream and --super-stream exclude each other');
+    return 2;
+  }
+  const range = parseAuditRange(values.from, values.since);
+  if (typeof range === 'string') {
+    console.error(`audit: ${range}`);
     return 2;
   }
   const forced: ForcedKind | undefined =
@@ -221,7 +241,14 @@ async function audit(args: string[]): Promise<number> {
       forced === 'stream'
         ? ({ kind: 'stream', stream: name } as const)
         : chooseAuditTarget(name, await lookUpName(connection, name), forced);
-    if (target.kind === 'stream') return await auditStream(name, json, connection, progress);
+    if (target.kind === 'stream') return await auditStream(name, json, connection, progress, range);
+    if (range !== undefined && 'from' in range) {
+      console.error(
+        `audit: --from takes an offset of one stream, and "${name}" is a super stream whose partitions ` +
+          `each have their own offsets: use --since, or audit a partition with --from`,
+      );
+      return 2;
+    }
     const { partitions } = target;
     progress(
       `audit: super stream "${name}" has ${plural(partitions.length, 'partition')}: ${partitions.join(', ')}`,
@@ -231,35 +258,47 @@ async function audit(args: string[]): Promise<number> {
       partitions,
       async (partition) => {
         progress(`audit: reading partition "${partition}" …`);
-        return readStreamToEnd(connection, partition);
+        return readStreamToEnd(connection, partition, {
+          ...(range === undefined ? {} : { from: range.since }),
+          onProgress: runningCount(progress, (n) => `audit: ${partition}: ${plural(n, 'message')} read …`),
+        });
       },
       {
         onPartition: ({ partition, report: r }) =>
           progress(`audit: ${partition}: ${plural(r.messages, 'message')}, ${r.ok ? 'ok' : 'FAILED'}`),
       },
     );
-    console.log(json ? formatSuperStreamAuditJson(report) : formatSuperStreamAuditReport(report));
+    console.log(
+      json ? formatSuperStreamAuditJson(report, range) : formatSuperStreamAuditReport(report, range),
+    );
     return report.ok ? 0 : 1;
   } catch (err) {
     return reportError(err);
   }
 }
 
-/** `audit <stream>`: one stream, read from its first message. */
+/** `audit <stream>`: one stream, read from its first message or from the range's start. */
 async function auditStream(
   stream: string,
   json: boolean,
   connection: ReturnType<typeof connectionFromEnv>,
   progress: (line: string) => void,
+  range: AuditRange | undefined,
 ): Promise<number> {
-  progress(`audit: reading stream "${stream}" from ${connection.hostname}:${connection.port} …`);
+  progress(
+    `audit: reading stream "${stream}"${range === undefined ? '' : ` ${describeRange(range)}`} ` +
+      `from ${connection.hostname}:${connection.port} …`,
+  );
   const started = performance.now();
-  const records = await readStreamToEnd(connection, stream);
+  const records = await readStreamToEnd(connection, stream, {
+    ...(range === undefined ? {} : { from: 'from' in range ? range.from : range.since }),
+    onProgress: runningCount(progress, (n) => `audit: ${plural(n, 'message')} read …`),
+  });
   progress(
     `audit: read ${plural(records.length, 'message')} in ${((performance.now() - started) / 1000).toFixed(1)} s`,
   );
   const report = auditRecords(records);
-  console.log(json ? formatAuditJson(stream, report) : formatAuditReport(stream, report));
+  console.log(json ? formatAuditJson(stream, report, range) : formatAuditReport(stream, report, range));
   return auditExitCode(report);
 }
 
