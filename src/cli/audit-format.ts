@@ -19,6 +19,12 @@ export function formatAuditReport(stream: string, report: AuditReport, range?: A
       `${plural(report.producers.length, 'producer')}, ${report.unidentified.count} without identity`,
   );
   if (range !== undefined) lines.push(RANGE_NOTE);
+  if (report.beforeRange > 0) {
+    lines.push(
+      `${plural(report.beforeRange, 'message')} below its producer's first id in the range, not judged ` +
+        `(its first copy may be before the range)`,
+    );
+  }
   if (report.producers.length > 0) {
     lines.push('');
     lines.push(

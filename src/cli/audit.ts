@@ -24,6 +24,13 @@ export interface AuditRecord {
 export interface AuditOptions {
   /** How many examples of each problem (duplicates, gap ranges, …) the report keeps. @defaultValue 10 */
   readonly maxSamples?: number;
+  /**
+   * The records start mid-stream (`audit --from/--since`): a message whose ID is below its
+   * producer's first ID in the records, and not seen before in them, may be a copy of a message
+   * before the range (an AMQP 0-9-1 re-send) as well as one out of order. It cannot be judged and
+   * is counted in {@link AuditReport.beforeRange} only. @defaultValue false
+   */
+  readonly partial?: boolean;
 }
 
 /** A message whose (producer, ID) was already in the stream. */
@@ -136,6 +143,11 @@ export interface AuditSums {
 export interface AuditReport extends AuditSums {
   /** Every message read. */
   readonly messages: number;
+  /**
+   * With `partial`: messages below their producer's first ID in the range, never seen in it (see
+   * {@link AuditOptions.partial}); not judged, not a failure. 0 for a whole stream.
+   */
+  readonly beforeRange: number;
   /** Per producer name, sorted by name. */
   readonly producers: readonly ProducerAudit[];
   readonly unidentified: UnidentifiedAudit;
@@ -152,6 +164,8 @@ interface ProducerAcc {
   readonly firstOffsets: Map<bigint, bigint>;
   maxId: bigint;
   minId: bigint;
+  /** The ID of the producer's first message in the records. */
+  readonly rangeFloor: bigint;
   firstOffset: bigint;
   lastOffset: bigint;
   duplicates: number;
@@ -183,6 +197,8 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     throw new RangeError(`maxSamples must be an integer ≥ 0, got ${maxSamples}`);
   }
   const producers = new Map<string, ProducerAcc>();
+  const partial = options.partial === true;
+  let beforeRange = 0;
   let messages = 0;
   let missing = 0;
   let malformed = 0;
@@ -209,6 +225,7 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
         firstOffsets: new Map(),
         maxId: id,
         minId: id,
+        rangeFloor: id,
         firstOffset: record.offset,
         lastOffset: record.offset,
         duplicates: 0,
@@ -226,6 +243,10 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     }
     p.messages++;
     p.lastOffset = record.offset;
+    if (partial && id < p.rangeFloor && !p.firstOffsets.has(id)) {
+      beforeRange++;
+      continue;
+    }
     if (id <= p.declaredTop) {
       for (const d of p.declared) {
         if (id >= d.range.from && id <= d.range.to) {
@@ -335,6 +356,7 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
   const contradictions = sum(audits.map((a) => a.contradictions));
   return {
     messages,
+    beforeRange,
     producers: audits,
     unidentified: { count: missing + malformed, missing, malformed, samples: unidentifiedSamples },
     duplicates,

@@ -291,6 +291,7 @@ async function audit(args: string[]): Promise<number> {
         });
       },
       {
+        partial: range !== undefined,
         onPartition: ({ partition, report: r }) =>
           progress(`audit: ${partition}: ${plural(r.messages, 'message')}, ${r.ok ? 'ok' : 'FAILED'}`),
       },
@@ -324,7 +325,7 @@ async function auditStream(
   progress(
     `audit: read ${plural(records.length, 'message')} in ${((performance.now() - started) / 1000).toFixed(1)} s`,
   );
-  const report = auditRecords(records);
+  const report = auditRecords(records, { partial: range !== undefined });
   console.log(json ? formatAuditJson(stream, report, range) : formatAuditReport(stream, report, range));
   return auditExitCode(report);
 }
