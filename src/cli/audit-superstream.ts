@@ -148,6 +148,8 @@ export interface SuperStreamAuditReport extends AuditSums {
   readonly partitions: readonly PartitionAudit[];
   /** Sums over the partitions, under the names a stream's report uses. */
   readonly messages: number;
+  /** Messages not judged in a range (see `AuditReport.beforeRange`), summed. */
+  readonly beforeRange: number;
   readonly unidentified: { readonly count: number; readonly missing: number; readonly malformed: number };
   /** Per producer name, sorted by name. */
   readonly producerTotals: readonly ProducerTotal[];
@@ -214,6 +216,7 @@ export function summarizeSuperStream(
     superStream,
     partitions,
     messages: sum((r) => r.messages),
+    beforeRange: sum((r) => r.beforeRange),
     unidentified: {
       count: sum((r) => r.unidentified.count),
       missing: sum((r) => r.unidentified.missing),
@@ -264,6 +267,12 @@ export function formatSuperStreamAuditReport(report: SuperStreamAuditReport, ran
       `${plural(report.messages, 'message')}, ${plural(report.producerTotals.length, 'producer')}, ` +
       `${report.unidentified.count} without identity`,
     ...(range === undefined ? [] : [RANGE_NOTE]),
+    ...(report.beforeRange > 0
+      ? [
+          `${plural(report.beforeRange, 'message')} below its producer's first id in the range of its partition, ` +
+            `not judged (its first copy may be before the range)`,
+        ]
+      : []),
     '',
   ];
   const counts = (r: {

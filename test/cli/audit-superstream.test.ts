@@ -181,6 +181,18 @@ describe('cli audit - a super stream', () => {
     expect(summarizeSuperStream('s', [])).toMatchObject({ ok: true, messages: 0, producerTotals: [] });
   });
 
+  it('a range: the messages not judged in each partition are summed and named (--since)', () => {
+    const partial = auditRecords(records(...ids('p', 3, 2, 4)), { partial: true });
+    const report = summarizeSuperStream('s', [
+      { partition: 's-0', report: partial },
+      { partition: 's-1', report: partial },
+    ]);
+    expect(report).toMatchObject({ beforeRange: 2, outOfOrder: 0, ok: true });
+    expect(formatSuperStreamAuditReport(report, { since: new Date(0) })).toContain(
+      "2 messages below its producer's first id in the range of its partition, not judged",
+    );
+  });
+
   it('the human report: partitions with a total row, (partition, producer) rows with totals, problems by partition, the failing partitions', async () => {
     const report = await auditSuperStream(
       'orders',
