@@ -1,8 +1,10 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { StreamDedupPublisher } from '../../src/transport/stream.js';
-import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
-import { runCliOnBroker as cli } from '../support/cli.js';
+import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
+import { CLI_FROM_SOURCE, runCliOnBroker as cli } from '../support/cli.js';
 import { useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
 
@@ -13,6 +15,32 @@ const tempDir = useTempDir();
 async function exists(stream: string): Promise<boolean> {
   const [m] = await client().queryMetadata({ streams: [stream] });
   return m !== undefined && m.responseCode !== 2;
+}
+
+/**
+ * Runs the CLI on a terminal (util-linux `script` gives it a pseudo-terminal) with `answer` typed in;
+ * resolves with what the terminal showed and the exit code. No `script`: the spawn fails loudly.
+ */
+async function cliOnTerminal(
+  args: readonly string[],
+  answer: string,
+): Promise<{ code: number | null; out: string }> {
+  const quote = (a: string): string => `'${a.replaceAll("'", "'\\''")}'`;
+  const child = spawn('script', ['-qec', [...CLI_FROM_SOURCE, ...args].map(quote).join(' '), '/dev/null'], {
+    env: {
+      ...process.env,
+      RABBITMQ_HOST: BROKER.host,
+      RABBITMQ_STREAM_PORT: String(BROKER.streamPort),
+      RABBITMQ_USER: BROKER.username,
+      RABBITMQ_PASSWORD: BROKER.password,
+    },
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout.setEncoding('utf8').on('data', (s: string) => (out += s));
+  child.stdin.end(answer);
+  const [code] = (await once(child, 'close')) as [number | null];
+  return { code, out };
 }
 
 // Issue 36, item 6: create, list and delete what the library makes, over the stream protocol only.
@@ -112,6 +140,26 @@ describe('cli - create-super-stream, list, delete', () => {
       await client()
         .deleteSuperStream({ streamName: name })
         .catch(() => undefined);
+      await client()
+        .deleteStream({ stream })
+        .catch(() => undefined);
+    }
+  }, 120_000);
+
+  it('delete asks on a terminal: no keeps the stream (exit 1), yes deletes it (exit 0)', async () => {
+    const stream = uniqueName('cli-ask');
+    await client().createStream({ stream, arguments: {} });
+    try {
+      const no = await cliOnTerminal(['delete', stream], 'n\n');
+      expect(no.out).toContain(`delete stream "${stream}"? [y/N]`);
+      expect(no.out).toContain('nothing deleted');
+      expect(no.code).toBe(1);
+      expect(await exists(stream)).toBe(true);
+      const yes = await cliOnTerminal(['delete', stream], 'y\n');
+      expect(yes.out).toContain(`deleted stream "${stream}"`);
+      expect(yes.code).toBe(0);
+      expect(await exists(stream)).toBe(false);
+    } finally {
       await client()
         .deleteStream({ stream })
         .catch(() => undefined);
