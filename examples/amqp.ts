@@ -4,6 +4,7 @@
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import amqp from 'amqplib';
 import { AmqpDedupPublisher, AmqpVerifyingConsumer } from 'stream-dedup/amqp';
 
 // Credentials from the environment (the test broker's defaults otherwise), never in code.
@@ -38,3 +39,10 @@ await consumer.waitForOffset(4n);
 await consumer.close();
 console.log('applied:', orders.join(', '));
 if (orders.length !== 5) throw new Error(`expected 5 orders, got ${orders.length}`);
+
+// An example deletes what it made (an application keeps its stream, of course).
+const admin = await amqp.connect(url);
+const channel = await admin.createChannel();
+await channel.deleteQueue(queue);
+await admin.close();
+console.log(`deleted stream ${queue}`);

@@ -4,6 +4,7 @@ import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { readIdentity } from 'stream-dedup';
+import { connect } from 'rabbitmq-stream-js-client';
 import { StreamDedupPublisher, readStreamToEnd } from 'stream-dedup/stream';
 
 const connection = {
@@ -38,3 +39,14 @@ for (const record of await readStreamToEnd(connection, stream)) {
     `offset ${record.offset}: ${record.body.toString()} from ${id.identity.producerName}#${id.identity.publishingId}`,
   );
 }
+
+// An example deletes what it made (an application keeps its stream, of course).
+const admin = await connect({
+  ...connection,
+  username: process.env.RABBITMQ_USER ?? 'guest',
+  password: process.env.RABBITMQ_PASSWORD ?? 'guest',
+  vhost: '/',
+});
+await admin.deleteStream({ stream });
+await admin.close();
+console.log(`deleted stream ${stream}`);

@@ -55,3 +55,14 @@ const balance = Buffer.from((await consumer.readEffect('balance'))!).toString();
 console.log(`balance ${balance} (credit-17 applied once: 5 + 10 + 1 = 16)`);
 await consumer.close();
 if (balance !== '16') throw new Error(`balance ${balance}, expected 16`);
+
+// An example deletes what it made (an application keeps its stream, of course).
+const admin = await connect({
+  ...connection,
+  username: process.env.RABBITMQ_USER ?? 'guest',
+  password: process.env.RABBITMQ_PASSWORD ?? 'guest',
+  vhost: '/',
+});
+await admin.deleteStream({ stream });
+await admin.close();
+console.log(`deleted stream ${stream}`);

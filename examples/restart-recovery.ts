@@ -5,6 +5,7 @@ import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isDedupError } from 'stream-dedup';
+import { connect } from 'rabbitmq-stream-js-client';
 import { StreamDedupPublisher, readStreamToEnd } from 'stream-dedup/stream';
 
 const connection = {
@@ -55,3 +56,14 @@ await third.close();
 const bodies = (await readStreamToEnd(connection, stream)).map((r) => r.body.toString());
 console.log('stream:', bodies.join(' | '));
 if (bodies.length !== 6) throw new Error(`expected 6 messages, found ${bodies.length}`);
+
+// An example deletes what it made (an application keeps its stream, of course).
+const admin = await connect({
+  ...connection,
+  username: process.env.RABBITMQ_USER ?? 'guest',
+  password: process.env.RABBITMQ_PASSWORD ?? 'guest',
+  vhost: '/',
+});
+await admin.deleteStream({ stream });
+await admin.close();
+console.log(`deleted stream ${stream}`);

@@ -2,20 +2,29 @@
  * The text and `--json` forms of a `stream-dedup audit` report (audit.ts is the analysis). Pure.
  */
 import type { AuditReport } from './audit.js';
+import { describeRange, RANGE_NOTE, rangeJson, type AuditRange } from './audit-range.js';
 import { formatTable, plural, printable, toJson } from './output.js';
 
 /** The `--json` output: one object, bigints as decimal strings. */
-export function formatAuditJson(stream: string, report: AuditReport): string {
-  return toJson({ stream, ...report });
+export function formatAuditJson(stream: string, report: AuditReport, range?: AuditRange): string {
+  return toJson({ stream, ...rangeJson(range), ...report });
 }
 
 /** The human-readable report: a summary line, a table per producer, the problems, a verdict. */
-export function formatAuditReport(stream: string, report: AuditReport): string {
+export function formatAuditReport(stream: string, report: AuditReport, range?: AuditRange): string {
   const lines: string[] = [];
   lines.push(
-    `stream ${JSON.stringify(stream)}: ${plural(report.messages, 'message')}, ` +
+    `stream ${JSON.stringify(stream)}${range === undefined ? '' : ` ${describeRange(range)}`}: ` +
+      `${plural(report.messages, 'message')}, ` +
       `${plural(report.producers.length, 'producer')}, ${report.unidentified.count} without identity`,
   );
+  if (range !== undefined) lines.push(RANGE_NOTE);
+  if (report.beforeRange > 0) {
+    lines.push(
+      `${plural(report.beforeRange, 'message')} below its producer's first id in the range, not judged ` +
+        `(its first copy may be before the range)`,
+    );
+  }
   if (report.producers.length > 0) {
     lines.push('');
     lines.push(
@@ -26,6 +35,7 @@ export function formatAuditReport(stream: string, report: AuditReport): string {
           'first id',
           'last id',
           'duplicates',
+          'amqp copies',
           'missing ids',
           'gaps',
           'skipped ids',
@@ -37,12 +47,13 @@ export function formatAuditReport(stream: string, report: AuditReport): string {
           String(p.firstId),
           String(p.lastId),
           String(p.duplicates),
+          String(p.expectedCopies),
           String(p.missingIds),
           String(p.gaps),
           String(p.skippedIds),
           String(p.outOfOrder),
         ]),
-        ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+        ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
       ),
     );
   }
@@ -67,6 +78,15 @@ export function formatAuditDetails(report: AuditReport, prefix = ''): string[] {
         (d) => `id ${d.publishingId} at offset ${d.offset} (first at ${d.firstOffset})`,
       );
       details.push(`${name}: ${plural(p.duplicates, 'duplicate')}: ${more(shown, p.duplicates)}`);
+    }
+    if (p.expectedCopies > 0) {
+      const shown = p.expectedCopySamples.map(
+        (d) => `id ${d.publishingId} at offset ${d.offset} (first at ${d.firstOffset})`,
+      );
+      details.push(
+        `${name}: ${plural(p.expectedCopies, 'expected copy', 'expected copies')} (AMQP 0-9-1 re-sends, ` +
+          `not deduplicated by the broker; not a failure): ${more(shown, p.expectedCopies)}`,
+      );
     }
     if (p.gaps > 0) {
       const shown = p.gapRanges.map((r) => (r.from === r.to ? `${r.from}` : `${r.from}..${r.to}`));
@@ -112,13 +132,24 @@ export function formatAuditDetails(report: AuditReport, prefix = ''): string[] {
 export function formatAuditVerdict(
   report: Pick<
     AuditReport,
-    'ok' | 'duplicates' | 'missingIds' | 'gaps' | 'skippedIds' | 'outOfOrder' | 'contradictions'
+    | 'ok'
+    | 'duplicates'
+    | 'expectedCopies'
+    | 'missingIds'
+    | 'gaps'
+    | 'skippedIds'
+    | 'outOfOrder'
+    | 'contradictions'
   >,
 ): string {
+  const notes = [
+    ...(report.expectedCopies > 0
+      ? [plural(report.expectedCopies, 'expected AMQP 0-9-1 copy', 'expected AMQP 0-9-1 copies')]
+      : []),
+    ...(report.skippedIds > 0n ? [plural(report.skippedIds, 'declared skipped id')] : []),
+  ];
   return report.ok
-    ? `audit: OK — no duplicates, no gaps, nothing out of order${
-        report.skippedIds > 0n ? ` (${plural(report.skippedIds, 'declared skipped id')})` : ''
-      }`
+    ? `audit: OK — no duplicates, no gaps, nothing out of order${notes.length > 0 ? ` (${notes.join(', ')})` : ''}`
     : `audit: FAILED — ${plural(report.duplicates, 'duplicate')}, ` +
         `${plural(report.missingIds, 'missing id')} in ${plural(report.gaps, 'gap')}, ` +
         `${report.outOfOrder} out of order` +

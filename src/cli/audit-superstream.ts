@@ -8,6 +8,7 @@ import { DedupError } from '../errors.js';
 import { connectStreamClient } from '../transport/stream-probe.js';
 import { EndpointRotation, errorText, withTimeout, type StreamConnectionOptions } from '../transport/util.js';
 import { formatAuditDetails, formatAuditVerdict } from './audit-format.js';
+import { describeRange, RANGE_NOTE, rangeJson, type AuditRange } from './audit-range.js';
 import {
   auditRecords,
   type AuditOptions,
@@ -132,6 +133,7 @@ export interface ProducerTotal {
   readonly messages: number;
   readonly distinctIds: number;
   readonly duplicates: number;
+  readonly expectedCopies: number;
   readonly missingIds: bigint;
   readonly gaps: number;
   readonly skippedIds: bigint;
@@ -146,6 +148,8 @@ export interface SuperStreamAuditReport extends AuditSums {
   readonly partitions: readonly PartitionAudit[];
   /** Sums over the partitions, under the names a stream's report uses. */
   readonly messages: number;
+  /** Messages not judged in a range (see `AuditReport.beforeRange`), summed. */
+  readonly beforeRange: number;
   readonly unidentified: { readonly count: number; readonly missing: number; readonly malformed: number };
   /** Per producer name, sorted by name. */
   readonly producerTotals: readonly ProducerTotal[];
@@ -195,6 +199,7 @@ export function summarizeSuperStream(
         messages: (t?.messages ?? 0) + p.messages,
         distinctIds: (t?.distinctIds ?? 0) + p.distinctIds,
         duplicates: (t?.duplicates ?? 0) + p.duplicates,
+        expectedCopies: (t?.expectedCopies ?? 0) + p.expectedCopies,
         missingIds: (t?.missingIds ?? 0n) + p.missingIds,
         gaps: (t?.gaps ?? 0) + p.gaps,
         skippedIds: (t?.skippedIds ?? 0n) + p.skippedIds,
@@ -211,12 +216,14 @@ export function summarizeSuperStream(
     superStream,
     partitions,
     messages: sum((r) => r.messages),
+    beforeRange: sum((r) => r.beforeRange),
     unidentified: {
       count: sum((r) => r.unidentified.count),
       missing: sum((r) => r.unidentified.missing),
       malformed: sum((r) => r.unidentified.malformed),
     },
     duplicates: sum((r) => r.duplicates),
+    expectedCopies: sum((r) => r.expectedCopies),
     missingIds: sumBig((r) => r.missingIds),
     gaps: sum((r) => r.gaps),
     skippedIds: sumBig((r) => r.skippedIds),
@@ -234,11 +241,16 @@ export function summarizeSuperStream(
  * The `--json` output: one object with the sums at the top (under the names of a stream's
  * report), then `partitions`, each what `audit <partition> --json` prints. Bigints as strings.
  */
-export function formatSuperStreamAuditJson(report: SuperStreamAuditReport): string {
+export function formatSuperStreamAuditJson(report: SuperStreamAuditReport, range?: AuditRange): string {
   const { partitions, ...sums } = report;
   return toJson({
+    ...rangeJson(range),
     ...sums,
-    partitions: partitions.map(({ partition, report: r }) => ({ stream: partition, ...r })),
+    partitions: partitions.map(({ partition, report: r }) => ({
+      stream: partition,
+      ...rangeJson(range),
+      ...r,
+    })),
   });
 }
 
@@ -247,12 +259,20 @@ export function formatSuperStreamAuditJson(report: SuperStreamAuditReport): stri
  * (partition, producer) with each producer's total, the problems prefixed by their partition,
  * and a verdict naming the partitions that failed.
  */
-export function formatSuperStreamAuditReport(report: SuperStreamAuditReport): string {
+export function formatSuperStreamAuditReport(report: SuperStreamAuditReport, range?: AuditRange): string {
   const { partitions } = report;
   const lines: string[] = [
-    `super stream ${JSON.stringify(report.superStream)}: ${plural(partitions.length, 'partition')}, ` +
+    `super stream ${JSON.stringify(report.superStream)}${range === undefined ? '' : ` ${describeRange(range)}`}: ` +
+      `${plural(partitions.length, 'partition')}, ` +
       `${plural(report.messages, 'message')}, ${plural(report.producerTotals.length, 'producer')}, ` +
       `${report.unidentified.count} without identity`,
+    ...(range === undefined ? [] : [RANGE_NOTE]),
+    ...(report.beforeRange > 0
+      ? [
+          `${plural(report.beforeRange, 'message')} below its producer's first id in the range of its partition, ` +
+            `not judged (its first copy may be before the range)`,
+        ]
+      : []),
     '',
   ];
   const counts = (r: {

@@ -2,7 +2,7 @@
  * `stream-dedup audit`: what a stream's messages say about their producers. The analysis is pure
  * (records in, report out) so it is tested without a broker; `main.ts` reads the stream.
  */
-import { readIdentity } from '../identity/headers.js';
+import { AMQP091_TRANSPORT, readIdentity, TRANSPORT_HEADER } from '../identity/headers.js';
 import type { IdRange } from '../verifier/types.js';
 
 // The text and JSON forms live in audit-format.ts; importers of the engine find them here too.
@@ -24,6 +24,13 @@ export interface AuditRecord {
 export interface AuditOptions {
   /** How many examples of each problem (duplicates, gap ranges, …) the report keeps. @defaultValue 10 */
   readonly maxSamples?: number;
+  /**
+   * The records start mid-stream (`audit --from/--since`): a message whose ID is below its
+   * producer's first ID in the records, and not seen before in them, may be a copy of a message
+   * before the range (an AMQP 0-9-1 re-send) as well as one out of order. It cannot be judged and
+   * is counted in {@link AuditReport.beforeRange} only. @defaultValue false
+   */
+  readonly partial?: boolean;
 }
 
 /** A message whose (producer, ID) was already in the stream. */
@@ -57,9 +64,19 @@ export interface ProducerAudit {
   /** The offsets of the producer's first and last message in the stream. */
   readonly firstOffset: bigint;
   readonly lastOffset: bigint;
-  /** Extra copies: messages whose ID this producer already had earlier in the stream. */
+  /**
+   * Extra copies: messages whose ID this producer already had earlier in the stream, sent by a
+   * stream-protocol publisher (whose copies the broker should have dropped): a defect.
+   */
   readonly duplicates: number;
   readonly duplicateSamples: readonly DuplicateSample[];
+  /**
+   * Extra copies marked `x-dedup-transport: amqp091`: an AMQP 0-9-1 publisher's outbox re-sends
+   * after a crash or reconnect. Expected (the broker does not deduplicate AMQP 0-9-1; verifying
+   * consumers drop them), so they do not fail the audit.
+   */
+  readonly expectedCopies: number;
+  readonly expectedCopySamples: readonly DuplicateSample[];
   /**
    * IDs between {@link ProducerAudit.firstId} and {@link ProducerAudit.lastId} that never appear
    * and that no skip declares: possibly lost.
@@ -114,6 +131,8 @@ export interface UnidentifiedAudit {
 /** The counts an audit sums, over the producers of a stream (or over a super stream's partitions). */
 export interface AuditSums {
   readonly duplicates: number;
+  /** AMQP 0-9-1 re-send copies: reported, never a failure. */
+  readonly expectedCopies: number;
   readonly missingIds: bigint;
   readonly gaps: number;
   readonly skippedIds: bigint;
@@ -124,6 +143,11 @@ export interface AuditSums {
 export interface AuditReport extends AuditSums {
   /** Every message read. */
   readonly messages: number;
+  /**
+   * With `partial`: messages below their producer's first ID in the range, never seen in it (see
+   * {@link AuditOptions.partial}); not judged, not a failure. 0 for a whole stream.
+   */
+  readonly beforeRange: number;
   /** Per producer name, sorted by name. */
   readonly producers: readonly ProducerAudit[];
   readonly unidentified: UnidentifiedAudit;
@@ -140,10 +164,14 @@ interface ProducerAcc {
   readonly firstOffsets: Map<bigint, bigint>;
   maxId: bigint;
   minId: bigint;
+  /** The ID of the producer's first message in the records. */
+  readonly rangeFloor: bigint;
   firstOffset: bigint;
   lastOffset: bigint;
   duplicates: number;
   readonly duplicateSamples: DuplicateSample[];
+  expectedCopies: number;
+  readonly expectedCopySamples: DuplicateSample[];
   outOfOrder: number;
   readonly outOfOrderSamples: OutOfOrderSample[];
   /** Declared skips in stream order, with the offset of the declaring message. */
@@ -169,6 +197,8 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     throw new RangeError(`maxSamples must be an integer ≥ 0, got ${maxSamples}`);
   }
   const producers = new Map<string, ProducerAcc>();
+  const partial = options.partial === true;
+  let beforeRange = 0;
   let messages = 0;
   let missing = 0;
   let malformed = 0;
@@ -195,10 +225,13 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
         firstOffsets: new Map(),
         maxId: id,
         minId: id,
+        rangeFloor: id,
         firstOffset: record.offset,
         lastOffset: record.offset,
         duplicates: 0,
         duplicateSamples: [],
+        expectedCopies: 0,
+        expectedCopySamples: [],
         outOfOrder: 0,
         outOfOrderSamples: [],
         declared: [],
@@ -210,6 +243,10 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     }
     p.messages++;
     p.lastOffset = record.offset;
+    if (partial && id < p.rangeFloor && !p.firstOffsets.has(id)) {
+      beforeRange++;
+      continue;
+    }
     if (id <= p.declaredTop) {
       for (const d of p.declared) {
         if (id >= d.range.from && id <= d.range.to) {
@@ -233,9 +270,17 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     }
     const firstOffset = p.firstOffsets.get(id);
     if (firstOffset !== undefined) {
-      p.duplicates++;
-      if (p.duplicateSamples.length < maxSamples) {
-        p.duplicateSamples.push({ publishingId: id, offset: record.offset, firstOffset });
+      // The copy's own mark decides: an AMQP 0-9-1 re-send is expected, any other copy is not.
+      if (isAmqp091(record)) {
+        p.expectedCopies++;
+        if (p.expectedCopySamples.length < maxSamples) {
+          p.expectedCopySamples.push({ publishingId: id, offset: record.offset, firstOffset });
+        }
+      } else {
+        p.duplicates++;
+        if (p.duplicateSamples.length < maxSamples) {
+          p.duplicateSamples.push({ publishingId: id, offset: record.offset, firstOffset });
+        }
       }
       continue;
     }
@@ -288,6 +333,8 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
       lastOffset: p.lastOffset,
       duplicates: p.duplicates,
       duplicateSamples: p.duplicateSamples,
+      expectedCopies: p.expectedCopies,
+      expectedCopySamples: p.expectedCopySamples,
       missingIds,
       gaps,
       gapRanges,
@@ -301,6 +348,7 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
   }
   audits.sort((a, b) => (a.producerName < b.producerName ? -1 : a.producerName > b.producerName ? 1 : 0));
   const duplicates = sum(audits.map((a) => a.duplicates));
+  const expectedCopies = sum(audits.map((a) => a.expectedCopies));
   const gaps = sum(audits.map((a) => a.gaps));
   const outOfOrder = sum(audits.map((a) => a.outOfOrder));
   const missingIds = audits.reduce((s, a) => s + a.missingIds, 0n);
@@ -308,9 +356,11 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
   const contradictions = sum(audits.map((a) => a.contradictions));
   return {
     messages,
+    beforeRange,
     producers: audits,
     unidentified: { count: missing + malformed, missing, malformed, samples: unidentifiedSamples },
     duplicates,
+    expectedCopies,
     missingIds,
     gaps,
     skippedIds,
@@ -318,6 +368,17 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     contradictions,
     ok: duplicates === 0 && gaps === 0 && outOfOrder === 0 && contradictions === 0,
   };
+}
+
+/**
+ * Whether a message carries the AMQP 0-9-1 publisher's mark. Over the stream protocol RabbitMQ 4
+ * hands AMQP 0-9-1 `x-` headers over as message annotations; an AMQP 0-9-1 reader sees headers.
+ */
+function isAmqp091(record: AuditRecord): boolean {
+  return (
+    record.messageAnnotations?.[TRANSPORT_HEADER] === AMQP091_TRANSPORT ||
+    record.applicationProperties?.[TRANSPORT_HEADER] === AMQP091_TRANSPORT
+  );
 }
 
 /** Sorted, overlapping or touching ranges joined. */

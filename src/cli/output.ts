@@ -53,6 +53,26 @@ export function progressReporter(stream: NodeJS.WriteStream = process.stderr): (
   return stream.isTTY === true ? (line) => stream.write(`${line}\n`) : () => undefined;
 }
 
+/**
+ * A running count for a long read: `report(n)` writes `line(n)` through `progress` at most once per
+ * `intervalMs` (the first call at once), so a million messages cost a few dozen lines, not a
+ * million. `progress` is a {@link progressReporter}: nothing is written unless stderr is a terminal.
+ */
+export function runningCount(
+  progress: (line: string) => void,
+  line: (n: number) => string,
+  intervalMs = 1_000,
+  now: () => number = () => performance.now(),
+): (n: number) => void {
+  let next = -Infinity;
+  return (n) => {
+    const t = now();
+    if (t < next) return;
+    next = t + intervalMs;
+    progress(line(n));
+  };
+}
+
 // eslint-disable-next-line no-control-regex -- control characters are exactly what this looks for
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 

@@ -14,6 +14,18 @@ export const ID_HEADER = 'x-dedup-id';
  */
 export const SKIP_HEADER = 'x-dedup-skip-from';
 
+/**
+ * Header that the AMQP 0-9-1 publisher adds to every message, with the value
+ * {@link AMQP091_TRANSPORT}: the broker does not deduplicate AMQP 0-9-1, so after a crash the
+ * outbox's re-sends may be copies in the stream, and `stream-dedup audit` counts copies carrying
+ * it as expected copies rather than duplicates. Stream-protocol publishers do not add it.
+ *
+ * @internal The CLI's audit reads it; the `x-dedup-` prefix is reserved, so callers cannot set it.
+ */
+export const TRANSPORT_HEADER = 'x-dedup-transport';
+/** The value of {@link TRANSPORT_HEADER} on messages of the AMQP 0-9-1 publisher. @internal */
+export const AMQP091_TRANSPORT = 'amqp091';
+
 /** The identity a publisher stamps into every message. */
 export interface MessageIdentity {
   /** The producer's stable name (`x-dedup-producer`). */

@@ -16,6 +16,7 @@ import {
 } from '../consumer/options.js';
 import { Resubscriber, type Generation } from '../consumer/resubscribe.js';
 import type { Logger } from '../telemetry/logger.js';
+import type { PolicySpec } from '../verifier/types.js';
 import { expectOptionalObject, integerOption, outOfRange, typeMismatch } from '../util/options.js';
 import { assertTlsOptions, errorText, withTimeout } from './util.js';
 
@@ -43,6 +44,27 @@ interface ResolvedAmqpOptions {
   readonly queue: string;
   readonly prefetch: number;
   readonly socketOptions: AmqpSocketOptions | undefined;
+}
+
+/** The publishers' default `maxInFlight` (README, "API"); the unit test binds the two. @internal */
+export const PUBLISHER_DEFAULT_MAX_IN_FLIGHT = 5_000;
+
+/**
+ * The warning `open()` logs when the window is below the publishers' default `maxInFlight`, or
+ * `undefined`. After a crash an AMQP 0-9-1 publisher re-sends up to `maxInFlight` messages, and
+ * the broker stores them again: a copy more than the window below the highest ID is `stale`,
+ * not recognised as a duplicate. The default stays 1 024 (a larger default would change stored
+ * states on upgrade, and a group refuses a changelog of another policy): this says so instead.
+ *
+ * @internal
+ */
+export function windowWarning(policy: PolicySpec): string | undefined {
+  if (policy.kind !== 'window' || policy.size >= PUBLISHER_DEFAULT_MAX_IN_FLIGHT) return undefined;
+  return (
+    `policy window(${policy.size}) is below the publishers' default maxInFlight (${PUBLISHER_DEFAULT_MAX_IN_FLIGHT}): ` +
+    `after a publisher crash, AMQP 0-9-1 re-send copies more than ${policy.size} ids below the highest ` +
+    `are reported stale, not as duplicates; use a window at least the publishers' maxInFlight for a new store`
+  );
 }
 
 /**
@@ -120,6 +142,8 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
    */
   static async open(options: AmqpVerifyingConsumerOptions): Promise<AmqpVerifyingConsumer> {
     const resolved = resolveAmqpOptions(options);
+    const warning = windowWarning(resolved.consumer.policy);
+    if (warning !== undefined) resolved.consumer.logger.warn({ policy: resolved.consumer.policy }, warning);
     const core = await VerifyingConsumerCore.open(resolved.consumer);
     const consumer = new AmqpVerifyingConsumer(core, resolved);
     return VerifyingConsumer.subscribed(consumer, () => consumer.#subscriptions.subscribe());

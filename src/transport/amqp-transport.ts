@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import { Duplex } from 'node:stream';
 import type { ChannelModel, ConfirmChannel, Options } from 'amqplib';
 import { DedupError } from '../errors.js';
-import { ID_HEADER, identityHeaders } from '../identity/headers.js';
+import { AMQP091_TRANSPORT, ID_HEADER, identityHeaders, TRANSPORT_HEADER } from '../identity/headers.js';
 import { targetDeletedError } from '../publisher/errors.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../publisher/types.js';
 import { closeLate, ConnectBudget, connectAmqp, type AmqpSocketOptions } from './amqp-connect.js';
@@ -143,7 +143,13 @@ export class AmqpTransport implements PublishTransport {
     const generation = this.#generation;
     for (const m of messages) {
       const id = m.publishingId;
-      const headers = { ...m.headers, ...identityHeaders(this.#producerName, id) };
+      // The mark lets `audit` tell this transport's re-send copies (expected: the broker does not
+      // deduplicate AMQP 0-9-1) from a stream-protocol publisher's duplicates (a defect).
+      const headers = {
+        ...m.headers,
+        ...identityHeaders(this.#producerName, id),
+        [TRANSPORT_HEADER]: AMQP091_TRANSPORT,
+      };
       const body = Buffer.isBuffer(m.body)
         ? m.body
         : Buffer.from(m.body.buffer, m.body.byteOffset, m.body.byteLength);

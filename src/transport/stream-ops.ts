@@ -41,8 +41,8 @@ export async function deleteStream(connection: StreamConnectionOptions, stream: 
 }
 
 /**
- * Reads a stream from its first message to its last committed chunk, for audits and demos.
- * Messages published after the call starts may or may not be included.
+ * Reads a stream from its first message (or from `options.from`) to its last committed chunk, for
+ * audits and demos. Messages published after the call starts may or may not be included.
  *
  * @throws DedupError `DEDUP_BROKER_UNREACHABLE`, `DEDUP_BROKER_REFUSED` (no such stream), or
  *   `DEDUP_STREAM_UNREADABLE` (a chunk that does not decode).
@@ -59,6 +59,17 @@ export async function readStreamToEnd(
      * verifying stream consumer's option). @defaultValue 16777216 (16 MiB)
      */
     readonly maxInflatedBytes?: number;
+    /**
+     * Where to start: an offset (messages below it are left out), or a time (the broker starts at
+     * the first chunk at or after it, so a chunk's earlier messages may be in). Since 0.6.0.
+     * @defaultValue the first message
+     */
+    readonly from?: bigint | Date;
+    /**
+     * Called after each message read with how many were read so far (the CLI's running count).
+     * Since 0.6.0.
+     */
+    readonly onProgress?: (messages: number) => void;
   } = {},
 ): Promise<StreamRecord[]> {
   const limits = resolveChunkLimits(options.maxInflatedBytes);
@@ -77,6 +88,15 @@ export async function readStreamToEnd(
       throw new DedupError('DEDUP_BROKER_REFUSED', `cannot read stream "${stream}": ${text}`, { cause: err });
     }
     const records: StreamRecord[] = [];
+    const from = options.from;
+    const fromOffset = typeof from === 'bigint' ? from : undefined;
+    const start =
+      from === undefined
+        ? Offset.first()
+        : typeof from === 'bigint'
+          ? Offset.offset(from)
+          : Offset.timestamp(from);
+    const onProgress = options.onProgress;
     const timeoutMs = options.timeoutMs ?? 120_000;
     await new Promise<void>((resolve, reject) => {
       // The client misreads sub-entry batches: this client reads chunks with stream-chunks.ts
@@ -124,15 +144,18 @@ export async function readStreamToEnd(
       );
       let subscribed = false;
       client
-        .declareConsumer({ stream, offset: Offset.first() }, (m) => {
+        .declareConsumer({ stream, offset: start }, (m) => {
           lastDelivery = performance.now();
           const offset = m.offset ?? -1n;
+          // The broker sends whole chunks: the messages of the first one below `from` are not asked for.
+          if (fromOffset !== undefined && offset < fromOffset) return;
           records.push({
             offset,
             body: m.content,
             applicationProperties: m.applicationProperties ?? {},
             messageAnnotations: m.messageAnnotations ?? {},
           });
+          onProgress?.(records.length);
           if (offset >= last) finish();
         })
         .then(() => {

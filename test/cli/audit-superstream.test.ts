@@ -99,6 +99,7 @@ describe('cli audit - a super stream', () => {
       messages: 10,
       unidentified: { count: 0, missing: 0, malformed: 0 },
       duplicates: 0,
+      expectedCopies: 0,
       missingIds: 0n,
       gaps: 0,
       skippedIds: 0n,
@@ -117,6 +118,7 @@ describe('cli audit - a super stream', () => {
         messages: 1,
         distinctIds: 1,
         duplicates: 0,
+        expectedCopies: 0,
         missingIds: 0n,
         gaps: 0,
         skippedIds: 0n,
@@ -129,6 +131,7 @@ describe('cli audit - a super stream', () => {
         messages: 9,
         distinctIds: 9,
         duplicates: 0,
+        expectedCopies: 0,
         missingIds: 0n,
         gaps: 0,
         skippedIds: 0n,
@@ -149,6 +152,7 @@ describe('cli audit - a super stream', () => {
       messages: 12,
       unidentified: { count: 1, missing: 1, malformed: 0 },
       duplicates: 1,
+      expectedCopies: 0,
       missingIds: 2n,
       gaps: 1,
       failedPartitions: ['orders-1', 'orders-2'],
@@ -175,6 +179,18 @@ describe('cli audit - a super stream', () => {
     const report = await auditSuperStream('s', ['s-0', 's-1'], readFrom({ 's-0': skipped }));
     expect(report).toMatchObject({ ok: true, skippedIds: 3n, gaps: 0, messages: 2, failedPartitions: [] });
     expect(summarizeSuperStream('s', [])).toMatchObject({ ok: true, messages: 0, producerTotals: [] });
+  });
+
+  it('a range: the messages not judged in each partition are summed and named (--since)', () => {
+    const partial = auditRecords(records(...ids('p', 3, 2, 4)), { partial: true });
+    const report = summarizeSuperStream('s', [
+      { partition: 's-0', report: partial },
+      { partition: 's-1', report: partial },
+    ]);
+    expect(report).toMatchObject({ beforeRange: 2, outOfOrder: 0, ok: true });
+    expect(formatSuperStreamAuditReport(report, { since: new Date(0) })).toContain(
+      "2 messages below its producer's first id in the range of its partition, not judged",
+    );
   });
 
   it('the human report: partitions with a total row, (partition, producer) rows with totals, problems by partition, the failing partitions', async () => {

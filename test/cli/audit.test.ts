@@ -6,7 +6,7 @@ import {
   formatAuditReport,
   type AuditRecord,
 } from '../../src/cli/audit.js';
-import { identityHeaders } from '../../src/identity/headers.js';
+import { AMQP091_TRANSPORT, identityHeaders, TRANSPORT_HEADER } from '../../src/identity/headers.js';
 import { decodeAmqp10Message } from '../../src/transport/amqp10-decode.js';
 import { ids, records } from '../support/audit-records.js';
 import { amqpMap, amqpString, section } from '../support/chunks.js';
@@ -28,6 +28,8 @@ describe('cli audit - analysis', () => {
         lastOffset: 4n,
         duplicates: 0,
         duplicateSamples: [],
+        expectedCopies: 0,
+        expectedCopySamples: [],
         missingIds: 0n,
         gaps: 0,
         gapRanges: [],
@@ -53,6 +55,48 @@ describe('cli audit - analysis', () => {
     ]);
     expect(report.duplicates).toBe(3);
     expect(report.ok).toBe(false);
+    expect(auditExitCode(report)).toBe(1);
+  });
+
+  it('counts copies marked x-dedup-transport: amqp091 apart as expected copies: they do not fail the audit', () => {
+    // An AMQP 0-9-1 publisher SIGKILLed after 2 and 3 were stored but not confirmed re-sends them.
+    const amqp = (id: number, offset: number): AuditRecord => ({
+      offset: BigInt(offset),
+      applicationProperties: {},
+      messageAnnotations: { ...identityHeaders('orders', BigInt(id)), [TRANSPORT_HEADER]: AMQP091_TRANSPORT },
+    });
+    const report = auditRecords([amqp(1, 0), amqp(2, 1), amqp(3, 2), amqp(2, 3), amqp(3, 4), amqp(4, 5)]);
+    expect(report.producers[0]).toMatchObject({
+      messages: 6,
+      distinctIds: 4,
+      duplicates: 0,
+      expectedCopies: 2,
+    });
+    expect(report.producers[0]!.expectedCopySamples).toEqual([
+      { publishingId: 2n, offset: 3n, firstOffset: 1n },
+      { publishingId: 3n, offset: 4n, firstOffset: 2n },
+    ]);
+    expect(report).toMatchObject({ duplicates: 0, expectedCopies: 2, ok: true });
+    expect(auditExitCode(report)).toBe(0);
+    const text = formatAuditReport('s', report);
+    expect(text).toContain('orders: 2 expected copies (AMQP 0-9-1 re-sends');
+    expect(text).toContain(
+      'audit: OK — no duplicates, no gaps, nothing out of order (2 expected AMQP 0-9-1 copies)',
+    );
+  });
+
+  it('a copy without the mark is a duplicate even when the first copy had it (the copy decides)', () => {
+    const first: AuditRecord = {
+      offset: 0n,
+      messageAnnotations: { ...identityHeaders('orders', 1n), [TRANSPORT_HEADER]: AMQP091_TRANSPORT },
+    };
+    const streamCopy: AuditRecord = { offset: 1n, applicationProperties: identityHeaders('orders', 1n) };
+    const wrongValue: AuditRecord = {
+      offset: 2n,
+      applicationProperties: { ...identityHeaders('orders', 1n), [TRANSPORT_HEADER]: 'stream' },
+    };
+    const report = auditRecords([first, streamCopy, wrongValue]);
+    expect(report).toMatchObject({ duplicates: 2, expectedCopies: 0, ok: false });
     expect(auditExitCode(report)).toBe(1);
   });
 
@@ -272,9 +316,9 @@ describe('cli audit - output', () => {
       [
         'stream "orders": 9 messages, 2 producers, 1 without identity',
         '',
-        'producer    messages  first id  last id  duplicates  missing ids  gaps  skipped ids  out of order',
-        'billing            3         1        3           0            0     0            0             0',
-        'orders-svc         5         1        5           1            1     1            0             0',
+        'producer    messages  first id  last id  duplicates  amqp copies  missing ids  gaps  skipped ids  out of order',
+        'billing            3         1        3           0            0            0     0            0             0',
+        'orders-svc         5         1        5           1            0            1     1            0             0',
         '',
         'orders-svc: 1 duplicate: id 2 at offset 2 (first at 1)',
         'orders-svc: 1 missing id in 1 gap: 3',
@@ -287,7 +331,7 @@ describe('cli audit - output', () => {
 
   it('the human report names out-of-order messages; a name with control characters is malformed, as the publisher refuses it', () => {
     const text = formatAuditReport('s', auditRecords(records(['a b', 2], ['a b', 1])));
-    expect(text).toMatch(/^a b +2 +1 +2 +0 +0 +0 +0 +1$/m);
+    expect(text).toMatch(/^a b +2 +1 +2 +0 +0 +0 +0 +0 +1$/m);
     expect(text).toContain('a b: 1 out of order: id 1 at offset 1 after 2');
     const control = auditRecords(records(['a\nb', 2], ['a\nb', 1]));
     expect(control.producers).toEqual([]);
@@ -323,6 +367,8 @@ describe('cli audit - output', () => {
       lastOffset: '4',
       duplicates: 1,
       duplicateSamples: [{ publishingId: '2', offset: '2', firstOffset: '1' }],
+      expectedCopies: 0,
+      expectedCopySamples: [],
       missingIds: '1',
       gaps: 1,
       gapRanges: [{ from: '3', to: '3' }],

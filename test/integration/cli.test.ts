@@ -78,7 +78,7 @@ describe('cli - audit', () => {
       expect(clean.stderr).toBe(''); // stderr is not a terminal: no progress lines
       expect(clean.code).toBe(0);
       expect(clean.stdout).toContain(`stream "${stream}": 25 messages, 1 producer, 0 without identity`);
-      expect(clean.stdout).toMatch(/^cli-clean +25 +1 +25 +0 +0 +0 +0 +0$/m);
+      expect(clean.stdout).toMatch(/^cli-clean +25 +1 +25 +0 +0 +0 +0 +0 +0$/m);
       expect(clean.stdout).toContain('audit: OK');
 
       // Offsets 25…30: ids 1, 2, 2 (a duplicate), 4 (3 skipped), 5, then a message without identity.
@@ -116,6 +116,8 @@ describe('cli - audit', () => {
           lastOffset: '24',
           duplicates: 0,
           duplicateSamples: [],
+          expectedCopies: 0,
+          expectedCopySamples: [],
           missingIds: '0',
           gaps: 0,
           gapRanges: [],
@@ -136,6 +138,8 @@ describe('cli - audit', () => {
           lastOffset: '29',
           duplicates: 1,
           duplicateSamples: [{ publishingId: '2', offset: '27', firstOffset: '26' }],
+          expectedCopies: 0,
+          expectedCopySamples: [],
           missingIds: '1',
           gaps: 1,
           gapRanges: [{ from: '3', to: '3' }],
@@ -207,7 +211,7 @@ describe('cli - usage', () => {
     runs.forEach((run, i) => expect(run.code, usageErrors[i]!.join(' ')).toBe(2));
     expect(runs[0]!.stderr).toBe(
       'audit: expects exactly one argument, <stream>\n' +
-        'usage: stream-dedup audit <stream> [--json] [--stream | --super-stream]   (stream-dedup help for more)\n',
+        'usage: stream-dedup audit <stream> [--json] [--stream | --super-stream] [--from OFFSET | --since TIME]   (stream-dedup help for more)\n',
     );
     expect(help.code).toBe(0);
     expect(help.stdout).toContain('stream-dedup audit <stream> [--json]');

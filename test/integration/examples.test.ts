@@ -19,6 +19,14 @@ beforeAll(async () => {
   });
 }, 120_000);
 
+/** Checks that an example deleted the stream it made: it prints `deleted stream <name>` last. */
+async function expectDeletedItsStream(out: string): Promise<void> {
+  const name = /^deleted stream (\S+)$/m.exec(out)?.[1];
+  expect(name, 'the example names the stream it deleted').toBeDefined();
+  const [metadata] = await client().queryMetadata({ streams: [name!] });
+  expect(metadata?.responseCode, `stream ${name} is gone (2: does not exist)`).toBe(2);
+}
+
 async function example(name: string): Promise<string> {
   const { stdout } = await run(process.execPath, ['--import', 'tsx', `examples/${name}.ts`], {
     cwd: root,
@@ -37,22 +45,27 @@ describe('examples run against the real broker', () => {
     const out = await example('basic-publisher');
     expect(out).toContain('published ids 1, 2, 3');
     expect(out).toContain('order 3 from orders-svc#3');
+    await expectDeletedItsStream(out);
   });
 
   it('restart-recovery: the outbox is re-sent with original ids and the stream holds each invoice once', async () => {
     const out = await example('restart-recovery');
     expect(out).toContain('resent: 2');
     expect(out).toContain('stream: invoice 1 | invoice 2 | invoice 3 | invoice 4 | invoice 5 | invoice 6');
+    await expectDeletedItsStream(out);
   });
 
   it('credit-17: the duplicate is recognised and the balance is 16', async () => {
     const out = await example('credit-17');
     expect(out).toContain('verifier: duplicate credit-17');
     expect(out).toContain('balance 16');
+    await expectDeletedItsStream(out);
   });
 
   it('amqp: five orders applied once over AMQP 0-9-1', async () => {
-    expect(await example('amqp')).toContain('applied: order 1, order 2, order 3, order 4, order 5');
+    const out = await example('amqp');
+    expect(out).toContain('applied: order 1, order 2, order 3, order 4, order 5');
+    await expectDeletedItsStream(out);
   });
 
   it('out-of-order: highest loses the late message where the window applies it', async () => {
@@ -87,5 +100,7 @@ describe('examples run against the real broker', () => {
     const bodies = (await readAll(client(), stream)).map((m) => m.content.toString());
     expect(new Set(bodies).size).toBe(bodies.length);
     expect(bodies.length).toBe(last.confirmed);
+    // The example is stopped by a signal and the stream read back here: the test deletes it.
+    await client().deleteStream({ stream });
   });
 });
