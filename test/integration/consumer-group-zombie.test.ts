@@ -1,3 +1,5 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { connect as amqpConnect } from 'amqplib';
 import { connect, type Client } from 'rabbitmq-stream-js-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,7 +19,6 @@ import {
   describeReached,
   expectExactFolds,
   firstRound,
-  holders,
   startGroup,
   useMemberProcesses,
   type Line,
@@ -27,12 +28,13 @@ import { useTempDir } from '../support/tmp.js';
 
 // Issue 33, item 4: a consumer group member cut off from the broker while it holds a partition
 // and is still processing what it received — a zombie. On the three-node cluster of
-// scripts/rabbitmq.sh, a 2-partition super stream, two member processes. Member m0 has a slow
-// handler (HANDLER_DELAY_MS) and its sockets in their own group (SOCKET_GID), so that an nftables
-// rule cuts its connections alone (test/support/socket-cut.ts); the process is not stopped. After
-// the cut the partition must move to m1, m0's late batches must not take effect (fenced by the
-// broker's deduplication of their changelog entries, or never confirmed), and the fold of each
-// partition must be the exactly-once fold of what was published.
+// scripts/rabbitmq.sh, a 2-partition super stream, two member processes, each with its sockets in a
+// group of its own (SOCKET_GID), so that an nftables rule cuts one member's connections alone
+// (test/support/socket-cut.ts); the process is not stopped. The zombie is the member that holds
+// partition 0: it is made slow over a burst (SLOW_FILE) and cut after its first batch of it. The
+// partition must move to the other member, the zombie's late batches must not take effect (fenced
+// by the broker's deduplication of their changelog entries, or never confirmed), and the fold of
+// each partition must be the exactly-once fold of what was published.
 //
 // What the broker does (RabbitMQ 4.3.6, rabbit_stream_sac_coordinator): the disconnected time-out
 // (`stream_sac_disconnected_timeout`, 60 s) holds a consumer only when the coordinator loses the
@@ -50,7 +52,7 @@ beforeAll(async () => {
 const tempDir = useTempDir();
 useMemberProcesses();
 
-/** The group id of the cut member's sockets. */
+/** The group id of member m0's sockets (m1's: one more). */
 const CUT_GID = 4233;
 /** The members' heartbeat (s); 0 takes the broker's (60 s). */
 const HEARTBEAT_S = Number(process.env.STREAM_DEDUP_ZOMBIE_HEARTBEAT ?? 5);
@@ -58,20 +60,21 @@ const HEARTBEAT_S = Number(process.env.STREAM_DEDUP_ZOMBIE_HEARTBEAT ?? 5);
 const BEAT_S = HEARTBEAT_S || 60;
 /** The cut member's handler: ms per message. */
 const DELAY_MS = 40;
-/** The same, where m0 must still be processing when the partition moves (after ~2 heartbeats). */
+/** The same, where the zombie must still be processing when the partition moves (after ~2 heartbeats). */
 const SLOW_DELAY_MS = 24 * BEAT_S;
 /** Messages published to the cut member's partition just before the cut. */
 const BURST = 150;
 
 let admin: Client;
-let socketCut: SocketCut;
+/** Member i's cut (its sockets are in group CUT_GID + i). */
+const socketCuts: SocketCut[] = [];
 const cleanup: Array<() => Promise<unknown>> = [];
 beforeAll(async () => {
   admin = await connect({ ...CLUSTER_CONNECTION, hostname: BROKER.host, port: CLUSTER_PORTS[2] });
-  socketCut = await SocketCut.install(CUT_GID, CLUSTER_PORTS);
+  for (const i of [0, 1]) socketCuts.push(await SocketCut.install(CUT_GID + i, CLUSTER_PORTS));
 });
 afterAll(async () => {
-  await socketCut?.remove();
+  for (const cut of socketCuts) await cut.remove();
   await admin?.close().catch(() => undefined);
   for (const step of cleanup) await step().catch(() => undefined);
 }, 60_000);
@@ -109,7 +112,7 @@ async function declareOnNodes(streams: readonly string[]): Promise<void> {
 }
 
 /**
- * `all`: every connection of m0 is cut. `subscription`: only its connections to the nodes that do
+ * `all`: every connection of the zombie is cut. `subscription`: only its connections to the nodes that do
  * not lead the partition's changelog (pinned to the partition's own leader, where the JS client
  * never places a consumer that has replicas): its subscription is cut, its changelog writer is not.
  */
@@ -132,6 +135,7 @@ async function zombie(kind: CutKind, scope: Scope, delayMs: number): Promise<voi
     return placed.every((p, i) => p.node === i + 1 && p.replicas === 2);
   }, 'partition i led by node i+1 with two replicas');
 
+  const slowDir = await tempDir();
   const g = await startGroup({
     client: () => admin,
     superStream: name,
@@ -143,51 +147,64 @@ async function zombie(kind: CutKind, scope: Scope, delayMs: number): Promise<voi
       // The stalled-partition watch off: the time to the move is the broker's alone.
       STALLED_MS: '0',
       TRACE_APPENDS: '1',
-      ...(i === 0 ? { SOCKET_GID: String(CUT_GID), HANDLER_DELAY_MS: String(delayMs) } : {}),
+      SOCKET_GID: String(CUT_GID + i),
+      // Slow over the burst, once the test has made this member the zombie (its SLOW_FILE).
+      HANDLER_DELAY_MS: String(delayMs),
+      HANDLER_DELAY_IDS: `51-${50 + BURST}`,
+      SLOW_FILE: join(slowDir, `m${i}`),
     }),
   });
   const sent = new Map<string, Sent>();
   await firstRound(g, sent);
-  const target = partitions.find((p) => holders(g.lines).get(p) === 'm0');
-  expect(target, 'm0 holds a partition').toBeDefined();
-  const p = target!;
+  // The zombie: the member that really holds partition 0, by its commits (both members of a pair
+  // started together can report the same partition as assigned: README, consumer groups).
+  const p = partitions[0]!;
+  const proof = g.lines.findLast(
+    (l) => l.commit === p || (l.kind === 'assigned' && l.partition === p && l.offset !== undefined),
+  );
+  expect(proof, `a commit of ${p}`).toBeDefined();
+  const z = proof!.member;
+  const zi = Number(z.slice(1));
+  const other = `m${1 - zi}`;
   const before = sent.get(p)!.lastOffset;
+  writeFileSync(join(slowDir, z), '');
 
-  // A burst that m0 takes ~6 s over; the cut comes after its first batch of it.
+  // A burst that the zombie is slow over; the cut comes after its first batch of it.
   await publishLedger(admin, [p], 51, BURST, sent);
-  const ofM0 = (l: Line): boolean => l.member === 'm0';
+  const ofZ = (l: Line): boolean => l.member === z;
   await g.until(
-    (all) => all.some((l) => ofM0(l) && l.commit === p && BigInt(String(l.lastOffset)) > before),
-    'm0 committing its first batch of the burst',
+    (all) => all.some((l) => ofZ(l) && l.commit === p && BigInt(String(l.lastOffset)) > before),
+    `${z} committing its first batch of the burst`,
   );
   const node = partitions.indexOf(p);
   const ports = scope === 'all' ? CLUSTER_PORTS : CLUSTER_PORTS.filter((_, i) => i !== node);
   const cutAt = performance.now();
-  await socketCut.cut(kind, g.members[0]!.child.pid!, ports);
+  await socketCuts[zi]!.cut(kind, g.members[zi]!.child.pid!, ports);
 
-  // The move: m1 takes the partition over (restored from its changelog).
+  // The move: the other member takes the partition over (restored from its changelog).
   await g.until(
-    (all) => all.some((l) => l.member === 'm1' && l.kind === 'assigned' && l.partition === p && l.at > cutAt),
-    `${p} assigned to m1 after the cut`,
+    (all) =>
+      all.some((l) => l.member === other && l.kind === 'assigned' && l.partition === p && l.at > cutAt),
+    `${p} assigned to ${other} after the cut`,
     100_000,
   );
   const moved = g.lines.find(
-    (l) => l.member === 'm1' && l.kind === 'assigned' && l.partition === p && l.at > cutAt,
+    (l) => l.member === other && l.kind === 'assigned' && l.partition === p && l.at > cutAt,
   )!;
   const movedMs = moved.at - cutAt;
   const activatedMs = movedMs - Number(moved.ms ?? 0);
   await committedEverywhere(g, sent, 'the burst committed after the move');
 
-  // Heal: m0's frames held in its sockets reach the broker now (drop), or its writer reconnects
+  // Heal: the zombie's frames held in its sockets reach the broker now (drop), or its writer reconnects
   // (reset). Its partition must end revoked: fenced, or its append given up.
-  const cutPackets = await socketCut.heal();
+  const cutPackets = await socketCuts[zi]!.heal();
   const healedAt = performance.now();
   await g.until(
-    (all) => all.some((l) => ofM0(l) && l.kind === 'revoked' && l.partition === p && l.at > cutAt),
-    `m0 letting ${p} go after the heal`,
+    (all) => all.some((l) => ofZ(l) && l.kind === 'revoked' && l.partition === p && l.at > cutAt),
+    `${z} letting ${p} go after the heal`,
     45_000,
   );
-  const late = g.lines.filter((l) => ofM0(l) && l.at > cutAt);
+  const late = g.lines.filter((l) => ofZ(l) && l.at > cutAt);
   const attempted = late.filter((l) => l.appending === p).length;
   const committed = late.filter((l) => l.commit === p).length;
   const revoked = late.filter((l) => l.kind === 'revoked' && l.partition === p).map((l) => String(l.reason));
@@ -202,19 +219,19 @@ async function zombie(kind: CutKind, scope: Scope, delayMs: number): Promise<voi
   await publishLedger(admin, partitions, 51 + BURST, 50, sent);
   const reached = await expectExactFolds(g, sent);
   console.log(
-    `[group zombie ${kind} ${scope}] heartbeat ${HEARTBEAT_S || 'broker default'} s: ${p} moved to m1 ${s(movedMs)} s after the cut ` +
+    `[group zombie ${kind} ${scope}] heartbeat ${HEARTBEAT_S || 'broker default'} s: ${p} moved from ${z} to ${other} ${s(movedMs)} s after the cut ` +
       `(activated ~${s(activatedMs)} s; restore ${String(moved.ms)} ms); healed ${s(healedAt - cutAt)} s after the cut, ` +
-      `${cutPackets} packets ${kind === 'drop' ? 'dropped' : 'refused'}; m0's batches after the cut: ${attempted} to the changelog, ` +
-      `${committed} committed, ${fenced} fenced; after the move ${attemptedAfterMove} to the changelog, ${committedAfterMove} committed; m0 let go: ${revoked.join(' | ')}; ${describeReached(g, reached)}`,
+      `${cutPackets} packets ${kind === 'drop' ? 'dropped' : 'refused'}; ${z}'s batches after the cut: ${attempted} to the changelog, ` +
+      `${committed} committed, ${fenced} fenced; after the move ${attemptedAfterMove} to the changelog, ${committedAfterMove} committed; ${z} let go: ${revoked.join(' | ')}; ${describeReached(g, reached)}`,
   );
   expect(revoked.length).toBeGreaterThan(0);
   if (kind === 'drop') {
-    // m0 did not notice the cut: it went on processing what it had received and sent batches to the
+    // The zombie did not notice the cut: it went on processing what it had received and sent batches to the
     // changelog.
     expect(attempted).toBeGreaterThan(0);
   }
   if (scope === 'subscription') {
-    // It was still processing when the partition moved: the broker dropped its entry (m1 had
+    // It was still processing when the partition moved: the broker dropped its entry (the other had
     // written past it) and it let the partition go.
     expect(fenced).toBeGreaterThan(0);
     expect(revoked).toContain('was fenced: another member wrote past this one in its changelog');
@@ -223,7 +240,7 @@ async function zombie(kind: CutKind, scope: Scope, delayMs: number): Promise<voi
 
 describe('consumer group - a member cut off from the broker while it processes (zombie)', () => {
   const budget = 120_000 + (BEAT_S - 5) * 4_000;
-  it("the broker sees the member's connections close: the partition moves, m0's late batches do not take effect, the folds are exact", async () => {
+  it("the broker sees the member's connections close: the partition moves, the late batches do not take effect, the folds are exact", async () => {
     await zombie('reset', 'all', DELAY_MS);
   });
 

@@ -14,18 +14,20 @@ const nft = (command: string): Promise<unknown> =>
     });
   });
 
-const TABLE = 'inet stream_dedup_socket_cut';
-const MARK = '0x5d33';
+/** One table per group id, and the connections of group id N marked N: each member's cut is its own. */
+const tableOf = (gid: number): string => `inet stream_dedup_socket_cut_${gid}`;
 
 export type CutKind = 'drop' | 'reset';
 
 export class SocketCut {
   readonly gid: number;
+  readonly #table: string;
   readonly #ports: readonly number[];
   #cut: CutKind | undefined;
 
   private constructor(gid: number, ports: readonly number[]) {
     this.gid = gid;
+    this.#table = tableOf(gid);
     this.#ports = ports;
   }
 
@@ -34,14 +36,15 @@ export class SocketCut {
    * 127.0.0.1). Needs root and nft: fails loudly without them.
    */
   static async install(gid: number, ports: readonly number[]): Promise<SocketCut> {
-    await nft(`delete table ${TABLE}`).catch(() => undefined);
-    await nft(`add table ${TABLE}`);
-    await nft(`add chain ${TABLE} cut`);
-    await nft(`add chain ${TABLE} out { type filter hook output priority 0 ; policy accept ; }`);
+    const table = tableOf(gid);
+    await nft(`delete table ${table}`).catch(() => undefined);
+    await nft(`add table ${table}`);
+    await nft(`add chain ${table} cut`);
+    await nft(`add chain ${table} out { type filter hook output priority 0 ; policy accept ; }`);
     await nft(
-      `add rule ${TABLE} out meta skgid ${gid} ip daddr 127.0.0.1 tcp dport { ${ports.join(', ')} } ct state new ct mark set ${MARK}`,
+      `add rule ${table} out meta skgid ${gid} ip daddr 127.0.0.1 tcp dport { ${ports.join(', ')} } ct state new ct mark set ${gid}`,
     );
-    await nft(`add rule ${TABLE} out ct mark ${MARK} jump cut`);
+    await nft(`add rule ${table} out ct mark ${gid} jump cut`);
     return new SocketCut(gid, ports);
   }
 
@@ -59,11 +62,11 @@ export class SocketCut {
     this.#cut = kind;
     const set = `{ ${ports.join(', ')} }`;
     if (kind === 'drop') {
-      await nft(`add rule ${TABLE} cut tcp dport ${set} counter drop`);
-      await nft(`add rule ${TABLE} cut tcp sport ${set} counter drop`);
+      await nft(`add rule ${this.#table} cut tcp dport ${set} counter drop`);
+      await nft(`add rule ${this.#table} cut tcp sport ${set} counter drop`);
       return;
     }
-    await nft(`add rule ${TABLE} cut counter reject with tcp reset`);
+    await nft(`add rule ${this.#table} cut counter reject with tcp reset`);
     for (const port of await this.#localPorts(pid)) {
       await run('ss', ['-K', '-tnH', 'state', 'established', `( sport = :${port} or dport = :${port} )`]);
     }
@@ -83,15 +86,15 @@ export class SocketCut {
 
   /** Ends the cut; returns the packets it dropped or refused. */
   async heal(): Promise<number> {
-    const { stdout } = (await run('nft', [`list chain ${TABLE} cut`])) as { stdout: string };
+    const { stdout } = (await run('nft', [`list chain ${this.#table} cut`])) as { stdout: string };
     const packets = [...stdout.matchAll(/counter packets (\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
-    await nft(`flush chain ${TABLE} cut`);
+    await nft(`flush chain ${this.#table} cut`);
     this.#cut = undefined;
     return packets;
   }
 
   /** Removes the rules (after the file's tests). */
   async remove(): Promise<void> {
-    await nft(`delete table ${TABLE}`).catch(() => undefined);
+    await nft(`delete table ${this.#table}`).catch(() => undefined);
   }
 }
