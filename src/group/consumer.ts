@@ -23,6 +23,8 @@ import {
   expectOptionalFunction,
   expectOptionalObject,
   integerOption,
+  outOfRange,
+  typeMismatch,
 } from '../util/options.js';
 import { GroupPartition } from './partition.js';
 import type { GroupStats, SuperStreamVerifyingConsumerOptions } from './types.js';
@@ -63,6 +65,19 @@ export function checkGroupName(consumerName: string): void {
       '<partition>.<consumerName>.changelog, and with a dot two groups could share one (group "billing" ' +
       'on partition "orders-eu.west" and group "west.billing" on "orders-eu"); choose a name without one',
   );
+}
+
+/**
+ * Checks `tenantVersion`: a non-empty string of at most 64 UTF-8 bytes, given only with `tenant`
+ * (it names that function in the settings header every changelog record carries).
+ */
+function tenantVersionOption(value: unknown, hasTenant: boolean): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string') typeMismatch('tenantVersion', 'a string', value);
+  if (value === '' || Buffer.byteLength(value, 'utf8') > 64)
+    outOfRange('tenantVersion', 'a non-empty string of at most 64 UTF-8 bytes', value);
+  if (!hasTenant) throw new TypeError('Expected tenantVersion to be given only with tenant, got no tenant');
+  return value;
 }
 
 /** The producer name every member of group `consumerName` writes changelogs under. */
@@ -190,6 +205,7 @@ export class SuperStreamVerifyingConsumer {
       );
     }
     expectOptionalFunction(options.onAssignment, 'onAssignment');
+    const tenantVersion = tenantVersionOption(options.tenantVersion, consumer.tenant !== undefined);
     const consumerName = consumer.consumerName;
     checkGroupName(consumerName);
     const producer = changelogProducerName(consumerName);
@@ -250,6 +266,7 @@ export class SuperStreamVerifyingConsumer {
             changelogProducer: producer,
             store,
             consumer,
+            tenantVersion,
             handler: groupHandler,
             hooks,
             subscription,

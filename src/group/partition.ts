@@ -87,6 +87,8 @@ export interface PartitionSettings {
   readonly changelogProducer: string;
   readonly store: DedupStore;
   readonly consumer: ResolvedVerifyingConsumerOptions;
+  /** The name of the `tenant` function that members compare (`tenantVersion`), if given. */
+  readonly tenantVersion?: string | undefined;
   readonly handler: GroupMessageHandler;
   readonly hooks: SuperStreamVerifyingConsumerOptions['hooks'];
   readonly subscription: ResolvedSubscriptionOptions;
@@ -206,7 +208,7 @@ export class GroupPartition {
       appendTimeoutMs: settings.appendTimeoutMs,
       reconnect: settings.subscription.reconnect,
       logger: this.#log,
-      headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer) },
+      headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
     });
     const committed = (): bigint | undefined => this.#active?.core.committedOffset;
     this.#subscriptions = new Resubscriber<Client>({
@@ -452,7 +454,7 @@ export class GroupPartition {
         namespace: this.#s.namespace,
         changelog: this.#s.changelog,
         producerName: this.#s.changelogProducer,
-        settings: groupSettings(this.#s.consumer),
+        settings: groupSettings(this.#s.consumer, this.#s.tenantVersion),
         client,
         stallMs: RESTORE_STALL_MS,
         timeoutMs: this.#s.restoreTimeoutMs,
@@ -620,7 +622,7 @@ export class GroupPartition {
         this.#s.changelog,
         this.#s.changelogProducer,
         RESTORE_STALL_MS,
-        groupSettings(this.#s.consumer),
+        groupSettings(this.#s.consumer, this.#s.tenantVersion),
       );
       if (winner === start) return 'landed';
       this.#log.warn(
