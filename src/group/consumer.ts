@@ -26,6 +26,7 @@ import {
   outOfRange,
   typeMismatch,
 } from '../util/options.js';
+import { checkChangelogWritable } from './changelog-writer.js';
 import { GroupPartition } from './partition.js';
 import type { GroupStats, SuperStreamVerifyingConsumerOptions } from './types.js';
 
@@ -165,7 +166,8 @@ export class SuperStreamVerifyingConsumer {
    * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>").
    * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for `scopeTtlMs` (an eviction would not be in the
    *   changelog) or a `consumerName` with a '.' (two groups could share a changelog); `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
-   *   `DEDUP_BROKER_REFUSED` (for example a missing super stream).
+   *   `DEDUP_BROKER_REFUSED` (for example a missing super stream, or a changelog that exists and may
+   *   not be written by this user).
    */
   static async open(options: SuperStreamVerifyingConsumerOptions): Promise<SuperStreamVerifyingConsumer> {
     const superStream = nonEmptyString(options?.superStream, 'superStream');
@@ -239,8 +241,12 @@ export class SuperStreamVerifyingConsumer {
       release = store.claimConsumer(partitionNamespace(consumerName, ''));
       const locator = new Locator(connection, subscription.connectTimeoutMs);
       let partitions: string[];
+      let existingChangelogs: Set<string>;
       try {
         partitions = await locator.partitions(superStream);
+        existingChangelogs = await locator.existing(
+          partitions.map((p) => changelogStreamName(p, consumerName)),
+        );
       } finally {
         await locator.close();
       }
@@ -291,6 +297,19 @@ export class SuperStreamVerifyingConsumer {
         consumer.logger,
       );
       opened.member = member;
+      // Before any handler runs: a member that may not write its changelogs is refused now, not at
+      // its first append (issue 32). Only the changelogs that exist (see checkChangelogWritable).
+      await Promise.all(
+        partitions.map((partition) =>
+          checkChangelogWritable({
+            stream: changelogStreamName(partition, consumerName),
+            exists: existingChangelogs.has(changelogStreamName(partition, consumerName)),
+            producerName: producer,
+            connection,
+            connectTimeoutMs: subscription.connectTimeoutMs,
+          }),
+        ),
+      );
       const endpoints = new EndpointRotation(connection).size;
       for (const partition of members.values()) {
         await openThroughEndpoints(endpoints, () => partition.subscribe());
