@@ -300,17 +300,21 @@ export class SuperStreamVerifyingConsumer {
       opened.member = member;
       // Before any handler runs: a member that may not write its changelogs is refused now, not at
       // its first append (issue 32). Only the changelogs that exist (see checkChangelogWritable).
-      await Promise.all(
-        partitions.map((partition) =>
-          checkChangelogWritable({
-            stream: changelogStreamName(partition, consumerName),
-            exists: existingChangelogs.has(changelogStreamName(partition, consumerName)),
-            producerName: producer,
-            connection,
-            connectTimeoutMs: subscription.connectTimeoutMs,
-          }),
-        ),
-      );
+      // Eight at a time: each check is a connection of its own, and a super stream may have a
+      // thousand partitions.
+      for (let i = 0; i < partitions.length; i += 8) {
+        await Promise.all(
+          partitions.slice(i, i + 8).map((partition) =>
+            checkChangelogWritable({
+              stream: changelogStreamName(partition, consumerName),
+              exists: existingChangelogs.has(changelogStreamName(partition, consumerName)),
+              producerName: producer,
+              connection,
+              connectTimeoutMs: subscription.connectTimeoutMs,
+            }),
+          ),
+        );
+      }
       const endpoints = new EndpointRotation(connection).size;
       for (const partition of members.values()) {
         await openThroughEndpoints(endpoints, () => partition.subscribe());
