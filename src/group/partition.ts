@@ -390,7 +390,8 @@ export class GroupPartition {
           err instanceof DedupError &&
           (err.code === 'DEDUP_CHANGELOG_INVALID' ||
             err.code === 'DEDUP_STORE_CORRUPT' ||
-            err.code === 'DEDUP_UNSAFE_OPTIONS')
+            err.code === 'DEDUP_UNSAFE_OPTIONS' ||
+            err.code === 'DEDUP_STREAM_REGRESSION')
         ) {
           this.#s.fail(err);
         } else if (err instanceof ChangelogMissing && this.#believeMissing()) {
@@ -423,6 +424,31 @@ export class GroupPartition {
       }
       return Offset.next();
     }
+  }
+
+  /**
+   * Refuses a partition that is empty although the group committed `committed` of it: it was
+   * deleted and recreated (retention never empties a stream), and subscribing at committed + 1
+   * would skip the new stream's first offsets silently, as for the stream consumer. A stats query
+   * that fails proves nothing: the take-over goes on.
+   */
+  async #checkPartitionKept(client: Client, committed: bigint): Promise<void> {
+    const { partition } = this.#s;
+    const empty = await withTimeout(
+      client.streamStatsRequest(partition),
+      WATCH_QUERY_MS,
+      'partition stats',
+    ).then(
+      (stats) => stats.lastChunkId < 0n,
+      (err: unknown) => /offset/i.test(errorText(err)),
+    );
+    if (!empty) return;
+    throw new DedupError(
+      'DEDUP_STREAM_REGRESSION',
+      `partition "${partition}" is empty, but group "${this.#s.consumerName}" committed offset ${committed} of it ` +
+        `(changelog "${this.#s.changelog}"): it was deleted and recreated. Resuming would skip its first ` +
+        'messages; use a new consumerName to read it from the start',
+    );
   }
 
   /** Restores the partition from its changelog and opens its core; answers where delivery starts. */
@@ -460,6 +486,7 @@ export class GroupPartition {
         timeoutMs: this.#s.restoreTimeoutMs,
         isCurrent: current,
       });
+      if (report.offset !== undefined) await this.#checkPartitionKept(client, report.offset);
     } finally {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
     }
