@@ -23,7 +23,10 @@ import {
   expectOptionalFunction,
   expectOptionalObject,
   integerOption,
+  outOfRange,
+  typeMismatch,
 } from '../util/options.js';
+import { checkChangelogWritable } from './changelog-writer.js';
 import { GroupPartition } from './partition.js';
 import type { GroupStats, SuperStreamVerifyingConsumerOptions } from './types.js';
 
@@ -63,6 +66,19 @@ export function checkGroupName(consumerName: string): void {
       '<partition>.<consumerName>.changelog, and with a dot two groups could share one (group "billing" ' +
       'on partition "orders-eu.west" and group "west.billing" on "orders-eu"); choose a name without one',
   );
+}
+
+/**
+ * Checks `tenantVersion`: a non-empty string of at most 64 UTF-8 bytes, given only with `tenant`
+ * (it names that function in the settings header every changelog record carries).
+ */
+function tenantVersionOption(value: unknown, hasTenant: boolean): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string') typeMismatch('tenantVersion', 'a string', value);
+  if (value === '' || Buffer.byteLength(value, 'utf8') > 64)
+    outOfRange('tenantVersion', 'a non-empty string of at most 64 UTF-8 bytes', value);
+  if (!hasTenant) throw new TypeError('Expected tenantVersion to be given only with tenant, got no tenant');
+  return value;
 }
 
 /** The producer name every member of group `consumerName` writes changelogs under. */
@@ -150,7 +166,8 @@ export class SuperStreamVerifyingConsumer {
    * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>").
    * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for `scopeTtlMs` (an eviction would not be in the
    *   changelog) or a `consumerName` with a '.' (two groups could share a changelog); `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
-   *   `DEDUP_BROKER_REFUSED` (for example a missing super stream).
+   *   `DEDUP_BROKER_REFUSED` (for example a missing super stream, or a changelog that exists and may
+   *   not be written by this user).
    */
   static async open(options: SuperStreamVerifyingConsumerOptions): Promise<SuperStreamVerifyingConsumer> {
     const superStream = nonEmptyString(options?.superStream, 'superStream');
@@ -190,6 +207,7 @@ export class SuperStreamVerifyingConsumer {
       );
     }
     expectOptionalFunction(options.onAssignment, 'onAssignment');
+    const tenantVersion = tenantVersionOption(options.tenantVersion, consumer.tenant !== undefined);
     const consumerName = consumer.consumerName;
     checkGroupName(consumerName);
     const producer = changelogProducerName(consumerName);
@@ -223,8 +241,13 @@ export class SuperStreamVerifyingConsumer {
       release = store.claimConsumer(partitionNamespace(consumerName, ''));
       const locator = new Locator(connection, subscription.connectTimeoutMs);
       let partitions: string[];
+      let existingChangelogs: Set<string>;
       try {
         partitions = await locator.partitions(superStream);
+        existingChangelogs = await locator
+          .existing(partitions.map((p) => changelogStreamName(p, consumerName)))
+          // The check is a courtesy: a metadata query that fails leaves it to the first append.
+          .catch(() => new Set<string>());
       } finally {
         await locator.close();
       }
@@ -250,6 +273,7 @@ export class SuperStreamVerifyingConsumer {
             changelogProducer: producer,
             store,
             consumer,
+            tenantVersion,
             handler: groupHandler,
             hooks,
             subscription,
@@ -274,6 +298,23 @@ export class SuperStreamVerifyingConsumer {
         consumer.logger,
       );
       opened.member = member;
+      // Before any handler runs: a member that may not write its changelogs is refused now, not at
+      // its first append (issue 32). Only the changelogs that exist (see checkChangelogWritable).
+      // Eight at a time: each check is a connection of its own, and a super stream may have a
+      // thousand partitions.
+      for (let i = 0; i < partitions.length; i += 8) {
+        await Promise.all(
+          partitions.slice(i, i + 8).map((partition) =>
+            checkChangelogWritable({
+              stream: changelogStreamName(partition, consumerName),
+              exists: existingChangelogs.has(changelogStreamName(partition, consumerName)),
+              producerName: producer,
+              connection,
+              connectTimeoutMs: subscription.connectTimeoutMs,
+            }),
+          ),
+        );
+      }
       const endpoints = new EndpointRotation(connection).size;
       for (const partition of members.values()) {
         await openThroughEndpoints(endpoints, () => partition.subscribe());

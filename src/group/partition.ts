@@ -87,6 +87,8 @@ export interface PartitionSettings {
   readonly changelogProducer: string;
   readonly store: DedupStore;
   readonly consumer: ResolvedVerifyingConsumerOptions;
+  /** The name of the `tenant` function that members compare (`tenantVersion`), if given. */
+  readonly tenantVersion?: string | undefined;
   readonly handler: GroupMessageHandler;
   readonly hooks: SuperStreamVerifyingConsumerOptions['hooks'];
   readonly subscription: ResolvedSubscriptionOptions;
@@ -206,7 +208,7 @@ export class GroupPartition {
       appendTimeoutMs: settings.appendTimeoutMs,
       reconnect: settings.subscription.reconnect,
       logger: this.#log,
-      headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer) },
+      headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
     });
     const committed = (): bigint | undefined => this.#active?.core.committedOffset;
     this.#subscriptions = new Resubscriber<Client>({
@@ -388,7 +390,8 @@ export class GroupPartition {
           err instanceof DedupError &&
           (err.code === 'DEDUP_CHANGELOG_INVALID' ||
             err.code === 'DEDUP_STORE_CORRUPT' ||
-            err.code === 'DEDUP_UNSAFE_OPTIONS')
+            err.code === 'DEDUP_UNSAFE_OPTIONS' ||
+            err.code === 'DEDUP_STREAM_REGRESSION')
         ) {
           this.#s.fail(err);
         } else if (err instanceof ChangelogMissing && this.#believeMissing()) {
@@ -423,6 +426,31 @@ export class GroupPartition {
     }
   }
 
+  /**
+   * Refuses a partition that is empty although the group committed `committed` of it: it was
+   * deleted and recreated (retention never empties a stream), and subscribing at committed + 1
+   * would skip the new stream's first offsets silently, as for the stream consumer. A stats query
+   * that fails proves nothing: the take-over goes on.
+   */
+  async #checkPartitionKept(client: Client, committed: bigint): Promise<void> {
+    const { partition } = this.#s;
+    const empty = await withTimeout(
+      client.streamStatsRequest(partition),
+      WATCH_QUERY_MS,
+      'partition stats',
+    ).then(
+      (stats) => stats.lastChunkId < 0n,
+      (err: unknown) => /offset/i.test(errorText(err)),
+    );
+    if (!empty) return;
+    throw new DedupError(
+      'DEDUP_STREAM_REGRESSION',
+      `partition "${partition}" is empty, but group "${this.#s.consumerName}" committed offset ${committed} of it ` +
+        `(changelog "${this.#s.changelog}"): it was deleted and recreated. Resuming would skip its first ` +
+        'messages; use a new consumerName to read it from the start',
+    );
+  }
+
   /** Restores the partition from its changelog and opens its core; answers where delivery starts. */
   #activate(epoch: number, generation: Generation<Client>): Promise<Offset> {
     // One activation at a time per partition: an older one (still restoring) ends before this one
@@ -452,12 +480,13 @@ export class GroupPartition {
         namespace: this.#s.namespace,
         changelog: this.#s.changelog,
         producerName: this.#s.changelogProducer,
-        settings: groupSettings(this.#s.consumer),
+        settings: groupSettings(this.#s.consumer, this.#s.tenantVersion),
         client,
         stallMs: RESTORE_STALL_MS,
         timeoutMs: this.#s.restoreTimeoutMs,
         isCurrent: current,
       });
+      if (report.offset !== undefined) await this.#checkPartitionKept(client, report.offset);
     } finally {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
     }
@@ -620,7 +649,7 @@ export class GroupPartition {
         this.#s.changelog,
         this.#s.changelogProducer,
         RESTORE_STALL_MS,
-        groupSettings(this.#s.consumer),
+        groupSettings(this.#s.consumer, this.#s.tenantVersion),
       );
       if (winner === start) return 'landed';
       this.#log.warn(

@@ -363,18 +363,31 @@ export const SETTINGS_HEADER = 'x-dedup-group-settings';
 
 /**
  * What members of one group must agree on, as one string: the verifier policy, what is done with
- * unidentified messages, and whether scopes are per tenant (a function cannot be compared: only
- * whether there is one). Members that differ mix verifier histories per key in the changelog.
+ * unidentified messages, and whether scopes are per tenant. A function cannot be compared (its
+ * source text differs between builds of the same code and is the same for closures over different
+ * values): only whether there is one, and the `tenantVersion` its user names it by, where given
+ * (last and JSON-quoted, so the string stays injective). Without one the string is 0.6.0's first
+ * form (`tenant=function`), so members that name none still match records written before.
+ * Members that differ mix verifier histories per key in the changelog.
  *
  * @internal
  */
-export function groupSettings(o: {
-  readonly policy: { readonly kind: string; readonly size?: number };
-  readonly unidentified: string;
-  readonly tenant: unknown;
-}): string {
+export function groupSettings(
+  o: {
+    readonly policy: { readonly kind: string; readonly size?: number };
+    readonly unidentified: string;
+    readonly tenant: unknown;
+  },
+  tenantVersion?: string,
+): string {
   const policy = o.policy.kind === 'window' ? `window:${o.policy.size}` : o.policy.kind;
-  return `policy=${policy};unidentified=${o.unidentified};tenant=${o.tenant === undefined ? 'none' : 'function'}`;
+  const tenant =
+    o.tenant === undefined
+      ? 'none'
+      : tenantVersion === undefined
+        ? 'function'
+        : `function:${JSON.stringify(tenantVersion)}`;
+  return `policy=${policy};unidentified=${o.unidentified};tenant=${tenant}`;
 }
 
 /**

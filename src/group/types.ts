@@ -102,6 +102,16 @@ export interface SuperStreamVerifyingConsumerOptions
   };
   /** Observation: partitions coming to this member and leaving it. */
   readonly onAssignment?: (event: AssignmentEvent) => void;
+  /**
+   * A name for the `tenant` function, which every member of the group compares (a non-empty string
+   * of at most 64 UTF-8 bytes; only with `tenant`). Members must compute the same tenants, but a
+   * function cannot be compared: without a name only its presence is. Change the name whenever the
+   * function's result changes; a member that then restores a record of another name after one of
+   * its own stops with `DEDUP_UNSAFE_OPTIONS`.
+   *
+   * @remarks Since 0.6.0
+   */
+  readonly tenantVersion?: string;
   /** Not supported in a group: an eviction would not be in the changelog. Must be absent or 0. */
   readonly scopeTtlMs?: 0;
 }

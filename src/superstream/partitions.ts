@@ -86,6 +86,22 @@ export class Locator {
   }
 
   /**
+   * Which of `streams` the broker's metadata answers for with a leader (response code 1, OK). A
+   * stream that does not exist (2), one the user may not see (16) or one without a leader right
+   * now is not in the set.
+   *
+   * @throws DedupError `DEDUP_BROKER_REFUSED` or `DEDUP_BROKER_UNREACHABLE`.
+   */
+  async existing(streams: readonly string[]): Promise<Set<string>> {
+    const answers = await this.#query(`querying the metadata of ${streams.length} streams`, (c) =>
+      c.queryMetadata({ streams: [...streams] }),
+    );
+    return new Set(
+      answers.filter((a) => a.responseCode === 1 && a.leader !== undefined).map((a) => a.streamName),
+    );
+  }
+
+  /**
    * The streams the super stream's bindings route `routingKey` to (the broker's route query).
    *
    * @throws DedupError `DEDUP_BROKER_REFUSED` or `DEDUP_BROKER_UNREACHABLE`.

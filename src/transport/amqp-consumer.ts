@@ -26,7 +26,12 @@ export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions, 
   readonly url: string | Options.Connect;
   /** The stream queue to consume. */
   readonly queue: string;
-  /** Unacknowledged messages the broker may send ahead (basic.qos; an integer from 1 to 65535). @defaultValue 1000 */
+  /**
+   * Unacknowledged messages the broker may send ahead (basic.qos; an integer from 1 to 65535). A
+   * count, not bytes (RabbitMQ does not implement basic.qos' byte limit): the consumer may hold this many times
+   * the largest message, so set it to the memory you allow divided by the largest message.
+   * @defaultValue 1000
+   */
   readonly prefetch?: number;
   /**
    * TLS for an `amqps://` URL: a custom CA, a client certificate and key (and its passphrase), the

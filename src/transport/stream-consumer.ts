@@ -192,8 +192,9 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   }
 
   /**
-   * Messages the broker delivered that wait for the handler. Bounded: above 20 000 the consumer
-   * stops asking for chunks until the handler catches up (plus at most one chunk in flight).
+   * Messages the broker delivered that wait for the handler. Bounded: above 20 000 of them, or
+   * 32 MiB of their bodies, the consumer stops asking for chunks until the handler catches up (plus
+   * at most one chunk in flight).
    */
   get buffered(): number {
     return this.#delivery.buffered;

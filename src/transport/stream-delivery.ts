@@ -14,6 +14,16 @@ import type { IncomingMessage } from '../consumer/types.js';
 const BUFFER_HIGH = 20_000;
 /** …and below which one is asked for again. */
 const BUFFER_LOW = 5_000;
+/**
+ * Content bytes of delivered messages waiting for the handler at or above which no chunk is asked
+ * for; one is again below a quarter of it. The message bound alone let 20 000 gzip'd 1 MiB
+ * messages (20 GB) be read ahead of a handler that waits. One chunk is in flight at a time, so
+ * the buffer holds at most this plus one chunk; a chunk larger than the bound is still asked for
+ * once the buffer is below a quarter of it, so every message is delivered.
+ *
+ * @internal
+ */
+export const BUFFER_BYTES = 32 * 1024 * 1024;
 /** Processed messages at the head of the buffer that make it worth copying the rest down. */
 const COMPACT_AT = 1_024;
 
@@ -114,17 +124,27 @@ export class OrderedDelivery {
    */
   #buffer: IncomingMessage[] = [];
   #head = 0;
+  /** Content bytes of the messages in #buffer from #head on. */
+  #bytes = 0;
+  readonly #bufferBytes: number;
   #draining = false;
   /** A credit the client asked for while the buffer was full: granted once the drain catches up. */
   #heldCredit: (() => void) | undefined;
 
-  constructor(target: DeliveryTarget) {
+  /** `bufferBytes`: the read-ahead's bound in content bytes (tests lower it). */
+  constructor(target: DeliveryTarget, bufferBytes = BUFFER_BYTES) {
     this.#target = target;
+    this.#bufferBytes = bufferBytes;
   }
 
   /** Messages delivered that wait for the handler (bounded by 20 000 plus one chunk). */
   get buffered(): number {
     return this.#draining ? this.#buffer.length - this.#head : 0;
+  }
+
+  /** Their content bytes (bounded by {@link BUFFER_BYTES} plus one chunk). */
+  get bufferedBytes(): number {
+    return this.#draining ? this.#bytes : 0;
   }
 
   /**
@@ -144,6 +164,7 @@ export class OrderedDelivery {
     }
     if (this.#draining) {
       this.#buffer.push(item);
+      this.#bytes += item.content.length;
       return;
     }
     if (this.#target.stopped) return;
@@ -174,6 +195,7 @@ export class OrderedDelivery {
   clear(): void {
     this.#buffer = [];
     this.#head = 0;
+    this.#bytes = 0;
   }
 
   /**
@@ -194,8 +216,8 @@ export class OrderedDelivery {
    * One chunk of credit at a time, as in the client's default policy: with more credit the client
    * runs two chunks' deliveries at once and interleaves their messages (measured: 927 of 100 000
    * then fell outside a 1024 window as stale), and the verifier needs stream order. The credit is
-   * held back while more than {@link BUFFER_HIGH} delivered messages wait for an asynchronous
-   * handler: without that the client reads the stream into memory far ahead of a slow handler
+   * held back while more than {@link BUFFER_HIGH} delivered messages, or {@link BUFFER_BYTES} of
+   * their content, wait for an asynchronous handler: without that the client reads the stream into memory far ahead of a slow handler
    * (measured: 35 000 messages ahead on a loaded 3-node cluster).
    */
   creditPolicy(isCurrent: () => boolean): ConsumerCreditPolicy {
@@ -209,7 +231,11 @@ export class OrderedDelivery {
   onChunkCompleted(isCurrent: () => boolean, request: CreditRequest): Promise<void> {
     if (!isCurrent()) return Promise.resolve();
     const grant = (): void => void request(1).catch(() => undefined);
-    if (!this.#draining || this.#buffer.length - this.#head < BUFFER_HIGH) grant();
+    if (
+      !this.#draining ||
+      (this.#buffer.length - this.#head < BUFFER_HIGH && this.#bytes < this.#bufferBytes)
+    )
+      grant();
     else this.#heldCredit = grant;
     return Promise.resolve();
   }
@@ -217,10 +243,17 @@ export class OrderedDelivery {
   async #drain(): Promise<void> {
     try {
       while (this.#head < this.#buffer.length) {
-        if (this.#heldCredit !== undefined && this.#buffer.length - this.#head < BUFFER_LOW) {
+        const item = this.#buffer[this.#head++]!;
+        this.#bytes -= item.content.length;
+        // Asked for again once the handler has caught up (checked after the take, so a buffer of
+        // one message larger than the bound asks for the next chunk while that message runs).
+        if (
+          this.#heldCredit !== undefined &&
+          this.#buffer.length - this.#head < BUFFER_LOW &&
+          this.#bytes < this.#bufferBytes / 4
+        ) {
           this.#grantHeldCredit();
         }
-        const item = this.#buffer[this.#head++]!;
         // Drop what was processed: in a long drain the array would otherwise keep every message
         // of it alive (measured: 59 000 at once, promoted and collected the expensive way).
         if (this.#head >= COMPACT_AT && this.#head * 2 >= this.#buffer.length) {

@@ -1,5 +1,9 @@
-import { describe, expect, it } from 'vitest';
-import { ChangelogWriter, type ChangelogTransport } from '../../src/group/changelog-writer.js';
+import { describe, expect, it, vi } from 'vitest';
+import {
+  ChangelogWriter,
+  checkChangelogWritable,
+  type ChangelogTransport,
+} from '../../src/group/changelog-writer.js';
 import { DedupError } from '../../src/errors.js';
 import type { TransportHandlers } from '../../src/publisher/types.js';
 import { silentLogger } from '../../src/telemetry/logger.js';
@@ -104,5 +108,60 @@ describe('changelog writer - permanent refusals', () => {
     const transport = modelTransport([election, down, election]);
     await expect(writer(transport).append(Buffer.from('entry'), 2n, () => true)).resolves.toBe('landed');
     expect(transport.connects).toBe(4);
+  });
+});
+
+describe('changelog writer - the write check at open()', () => {
+  /** A transport whose connect fails with `error` (or answers), and that records its calls. */
+  function checkTransport(error?: Error) {
+    const calls = { connect: 0, close: 0 };
+    const transport: ChangelogTransport = {
+      connect: () => {
+        calls.connect++;
+        return error === undefined ? Promise.resolve(0n) : Promise.reject(error);
+      },
+      publish: () => Promise.reject(new Error('the check writes nothing')),
+      queryLastId: () => Promise.resolve(0n),
+      close: () => {
+        calls.close++;
+        return Promise.resolve();
+      },
+      maxMessageBytes: 1_000_000,
+    };
+    return { transport, calls };
+  }
+  const options = {
+    stream: 'orders-0.billing.changelog',
+    producerName: 'stream-dedup.changelog.billing',
+    connection: undefined,
+    connectTimeoutMs: 1_000,
+  };
+
+  it('rejects with DEDUP_BROKER_REFUSED and the code when the named producer is refused (no write permission)', async () => {
+    const { transport, calls } = checkTransport(
+      new Error('Declare Publisher command returned error with code 16 - access refused'),
+    );
+    const err: unknown = await checkChangelogWritable({ ...options, exists: true, transport }).catch(
+      (e: unknown) => e,
+    );
+    expect(err).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
+    expect((err as Error).message).toMatch(/access refused \(broker response code 16\)/);
+    await vi.waitFor(() => expect(calls.close).toBe(1));
+  });
+
+  it('leaves a failure that may pass to the first append, and closes its connection after a check that passed', async () => {
+    const passing = checkTransport(new StreamNotAvailableError('no leader right now'));
+    await expect(
+      checkChangelogWritable({ ...options, exists: true, transport: passing.transport }),
+    ).resolves.toBe(undefined);
+    const ok = checkTransport();
+    await checkChangelogWritable({ ...options, exists: true, transport: ok.transport });
+    await vi.waitFor(() => expect(ok.calls.close).toBe(1));
+  });
+
+  it('does not connect to a changelog the metadata did not answer for (never creates one)', async () => {
+    const { transport, calls } = checkTransport();
+    await checkChangelogWritable({ ...options, exists: false, transport });
+    expect(calls.connect).toBe(0);
   });
 });

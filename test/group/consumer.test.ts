@@ -33,6 +33,34 @@ describe('consumer group names - one changelog per (partition, group)', () => {
     await store.close();
   });
 
+  it('refuses, before any I/O, a tenantVersion without a tenant function, empty, too long or not a string', async () => {
+    const store = await memoryStore();
+    const cases: [unknown, unknown, RegExp][] = [
+      ['v1', undefined, /^Expected tenantVersion to be given only with tenant/],
+      ['', () => '', /^Expected tenantVersion to be a non-empty string of at most 64 UTF-8 bytes/],
+      [
+        'é'.repeat(33),
+        () => '',
+        /^Expected tenantVersion to be a non-empty string of at most 64 UTF-8 bytes/,
+      ],
+      [1, () => '', /^Expected tenantVersion to be a string/],
+    ];
+    for (const [tenantVersion, tenant, message] of cases) {
+      const err: unknown = await SuperStreamVerifyingConsumer.open({
+        superStream: 'orders',
+        consumerName: 'billing',
+        store,
+        handler: () => undefined,
+        tenant: tenant as never,
+        tenantVersion: tenantVersion as never,
+        connection: { hostname: '127.0.0.1', port: 1 },
+      }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(Error);
+      expect((err as Error).message).toMatch(message);
+    }
+    await store.close();
+  });
+
   it('refuses, before any I/O, a group name whose changelog producer name its own readers would call malformed', async () => {
     // A C1 control character, U+FFFD: 0.6.0's readers take such a name as malformed, so a group
     // under it wrote changelogs that every take-over refused (hostile review of the merged change).

@@ -139,6 +139,23 @@ describe('group restore - members with other settings', () => {
     const report = await restore(changelog, undefined, settingsOf('highest'));
     expect(report).toMatchObject({ offset: 9n, applied: 1 });
   });
+
+  it('refuses an entry written under another tenantVersion (DEDUP_UNSAFE_OPTIONS): two tenant functions are told apart by their names', async () => {
+    // Two members with a tenant function each, one by region, one by customer: their scopes differ
+    // for the same message. Before tenantVersion both wrote `tenant=function` and mixed unseen.
+    const byName = (version: string | undefined) =>
+      groupSettings({ policy: { kind: 'highest' }, unidentified: 'reject', tenant: () => '' }, version);
+    expect(byName('by-region')).not.toBe(byName('by-customer'));
+    // Without a name: 0.6.0's first form, so records written before still match.
+    expect(byName(undefined)).toBe('policy=highest;unidentified=reject;tenant=function');
+    const changelog = new FakeChangelog([
+      withSettings(genesis(OURS, 0n), byName('by-region')),
+      withSettings(entry(OURS, 9n, undefined), byName('by-customer')),
+    ]);
+    const err: unknown = await restore(changelog, undefined, byName('by-region')).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
+    expect((err as Error).message).toContain('tenant=function:\\"by-customer\\"');
+  });
 });
 
 describe('group restore - read-ahead', () => {

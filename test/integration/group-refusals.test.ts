@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { changelogStreamName } from '../../src/group/consumer.js';
 import { SuperStreamVerifyingConsumer } from '../../src/transport/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
@@ -46,9 +46,21 @@ afterAll(async () => {
 });
 
 /** Opens a member as `user` over a new super stream with input; resolves with what stopped it. */
-async function refusedMember(user: string): Promise<{ error: unknown; handled: number; ms: number }> {
+async function refusedMember(
+  user: string,
+  changelogsExist = false,
+): Promise<{ error: unknown; handled: number; ms: number }> {
   const name = await superStream('group-refused');
   const partitions = await client().queryPartitions({ superStream: name });
+  if (changelogsExist) {
+    for (const partition of partitions) {
+      const changelog = changelogStreamName(partition, 'refused');
+      await client().createStream({ stream: changelog, arguments: {} });
+      onTestFinished(async () => {
+        await client().deleteStream({ stream: changelog });
+      });
+    }
+  }
   await publishLedger(client(), partitions, 1, 5, new Map<string, Sent>());
   let handled = 0;
   const started = performance.now();
@@ -77,6 +89,18 @@ describe('consumer group - a changelog the broker refuses', () => {
     const { error, handled } = await refusedMember(users.none);
     expect(error).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
     expect((error as Error).message).toMatch(/access refused \(broker response code 16\)/);
+    expect(handled).toBe(0);
+  }, 60_000);
+
+  it('changelogs that exist, readable, not writable: open() rejects with DEDUP_BROKER_REFUSED (code 16), no handler run', async () => {
+    // The changelogs were created by another user (a member with configure rights, an operator).
+    // Before: open() succeeded, the handler ran on every partition's first batch, and the member
+    // stopped only at its first append.
+    const { error, handled } = await refusedMember(users.readOnly, true);
+    expect(error).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
+    expect((error as Error).message).toMatch(
+      /cannot be written by producer .*access refused \(broker response code 16\)/,
+    );
     expect(handled).toBe(0);
   }, 60_000);
 

@@ -2,7 +2,9 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { isDedupError } from '../../src/errors.js';
 import { identityHeaders } from '../../src/identity/headers.js';
-import { StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { changelogStreamName } from '../../src/group/consumer.js';
+import { StreamVerifyingConsumer, SuperStreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { ledgerHandler, publishLedger, type Sent } from '../support/group-ledger.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
@@ -111,4 +113,43 @@ describe('stream verifying consumer - a stream recreated under the same name', (
     await again.close();
     await client().deleteStream({ stream });
   });
+
+  it('a group member whose partition was deleted and recreated empty stops with DEDUP_STREAM_REGRESSION at its take-over', async () => {
+    // The super stream is deleted and created again under the same name (its partitions empty);
+    // the group's changelogs, streams of their own, still say where the group got to.
+    const name = uniqueName('recreated-group');
+    await client().createSuperStream({ streamName: name, arguments: {} }, undefined, 1);
+    const [partition] = await client().queryPartitions({ superStream: name });
+    const sent = new Map<string, Sent>();
+    await publishLedger(client(), [partition!], 1, 5, sent);
+    const options = {
+      superStream: name,
+      consumerName: 'recreated',
+      store: join(await tempDir(), 'store'),
+      connection: STREAM_CONNECTION,
+      startFrom: 'first' as const,
+      commitLingerMs: 10,
+      handler: ledgerHandler,
+    };
+    try {
+      const first = await SuperStreamVerifyingConsumer.open(options);
+      await first.waitForOffset(partition!, sent.get(partition!)!.lastOffset);
+      await first.close();
+      await client().deleteSuperStream({ streamName: name });
+      await client().createSuperStream({ streamName: name, arguments: {} }, undefined, 1);
+      const error = await SuperStreamVerifyingConsumer.open(options).then(
+        (member) => member.closed(),
+        (err: unknown) => err,
+      );
+      expect(isDedupError(error) && error.code).toBe('DEDUP_STREAM_REGRESSION');
+      expect((error as Error).message).toContain(`partition "${partition}" is empty`);
+    } finally {
+      await client()
+        .deleteSuperStream({ streamName: name })
+        .catch(() => undefined);
+      await client()
+        .deleteStream({ stream: changelogStreamName(partition!, 'recreated') })
+        .catch(() => undefined);
+    }
+  }, 60_000);
 });
