@@ -15,6 +15,7 @@ import {
 import { effectKeyPrefix } from '../store/consumer-keys.js';
 import { DedupStore } from '../store/store.js';
 import { Locator } from '../superstream/partitions.js';
+import { typeMismatch } from '../util/options.js';
 import { checkConnectionOptions } from '../transport/stream-consumer.js';
 import { EndpointRotation, openThroughEndpoints } from '../transport/util.js';
 import type { Logger } from '../telemetry/logger.js';
@@ -209,6 +210,11 @@ export class SuperStreamVerifyingConsumer {
       );
     }
 
+    // The group's partitions move with their changelogs, which hold LevelDB writes (not yet a
+    // PostgresStore: the shared-database strategy is issue 34's item 4).
+    if (typeof consumer.store !== 'string' && !(consumer.store instanceof DedupStore)) {
+      typeMismatch('store', 'a folder path or an opened DedupStore', consumer.store);
+    }
     const owned = typeof consumer.store === 'string';
     const store =
       typeof consumer.store === 'string'
