@@ -21,9 +21,8 @@ export interface StoreBatch {
 }
 
 /**
- * One consumer's view of its store, opened by the core for one consumer name.
- *
- * @internal
+ * One consumer's view of its store, opened by the core for one consumer name. Not exported by the
+ * package's entries: the stores implement it.
  */
 export interface ConsumerStore {
   /** The consumer's committed offset, as read at open. */
