@@ -31,15 +31,16 @@ export interface PostgresStoreOptions {
   readonly connectTimeoutMs?: number;
   /**
    * How long a batch waits for its consumer's offset row while another process holds it, in ms
-   * (PostgreSQL's `lock_timeout`); past it the consumer stops with `DEDUP_STORE_REFUSED`.
-   * @defaultValue 10000
+   * (PostgreSQL's `lock_timeout`); past it the consumer stops with `DEDUP_STORE_REFUSED`. Longer
+   * than `idleInTransactionTimeoutMs`, so that a paused process's batch ends first.
+   * @defaultValue 30000
    */
   readonly lockTimeoutMs?: number;
   /**
    * How long a batch's transaction may stay idle, in ms (PostgreSQL's
    * `idle_in_transaction_session_timeout`): a process paused in the middle of a batch loses its
    * transaction (rolled back by the server) and frees the offset row. A handler's own non-SQL work
-   * counts as idle. @defaultValue 60000
+   * counts as idle. @defaultValue 15000
    */
   readonly idleInTransactionTimeoutMs?: number;
 }
@@ -91,11 +92,11 @@ export class PostgresStore implements ConsumerStoreProvider {
     }
     const connectTimeoutMs = timerOption(options.connectTimeoutMs, 'connectTimeoutMs', 10_000, 1);
     const limits: TransactionLimits = Object.freeze({
-      lockTimeoutMs: integerOption(options.lockTimeoutMs, 'lockTimeoutMs', 10_000, 1, 2_147_483_647),
+      lockTimeoutMs: integerOption(options.lockTimeoutMs, 'lockTimeoutMs', 30_000, 1, 2_147_483_647),
       idleInTransactionTimeoutMs: integerOption(
         options.idleInTransactionTimeoutMs,
         'idleInTransactionTimeoutMs',
-        60_000,
+        15_000,
         1,
         2_147_483_647,
       ),
