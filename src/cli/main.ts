@@ -43,6 +43,10 @@ Usage:
                                                 mid-way --kills times, restart, recover, then audit the
                                                 stream: 0 lost, 0 duplicated; the stream is deleted at
                                                 the end unless --keep
+  stream-dedup migrate <schema> [--url URL] [--json]
+                                                create the PostgreSQL store's tables (stream-dedup/postgres)
+                                                in <schema>, or check that they are of this version;
+                                                the URL defaults to STREAM_DEDUP_PG_URL, then DATABASE_URL
   stream-dedup help | --help                    this text
   stream-dedup --version                        the version of stream-dedup
 
@@ -67,7 +71,7 @@ Exit codes: 0 ok; 1 the audit found a problem: duplicates, gaps, ids out of orde
 skip (each alone is enough, in any partition of a super stream; declared skips and messages without
 identity are reported but do not fail it); 2 usage; 3 broker unreachable or refused (for example
 no stream or super stream has the name); 4 store locked, corrupt or missing, or it has no producer
-of the --producer name.`;
+of the --producer name, or the PostgreSQL server refused (migrate).`;
 
 /** The command that starts this CLI again (under tsx when running from source). */
 function selfCommand(): string[] {
@@ -84,6 +88,8 @@ async function main(argv: string[]): Promise<number> {
       return inspect(rest);
     case 'demo':
       return demo(rest, selfCommand());
+    case 'migrate':
+      return migrateCommand(rest);
     case '_produce': {
       const { values } = parseArgs({
         args: rest,
@@ -323,6 +329,37 @@ async function inspect(args: string[]): Promise<number> {
   }
 }
 
+/** `stream-dedup migrate <schema>`: loads the PostgreSQL store (and pg) only now. */
+async function migrateCommand(args: string[]): Promise<number> {
+  const parsed = parseCommand('migrate', args, 'schema', { url: { type: 'string' } }, ' [--url URL]');
+  if (parsed === undefined) return 2;
+  if (parsed === 'help') return help();
+  const url =
+    (parsed.values.url as string | undefined) ?? process.env.STREAM_DEDUP_PG_URL ?? process.env.DATABASE_URL;
+  if (url === undefined || url === '') {
+    console.error('migrate: no database URL: pass --url, or set STREAM_DEDUP_PG_URL or DATABASE_URL');
+    return 2;
+  }
+  const { migrateFromUrl } = await import('../postgres/migrate-command.js');
+  try {
+    const result = await migrateFromUrl(url, parsed.target);
+    if (parsed.json) console.log(JSON.stringify({ schema: parsed.target, ...result }));
+    else
+      console.log(
+        result.previousVersion === undefined
+          ? `schema ${parsed.target}: created at version ${result.version}`
+          : `schema ${parsed.target}: version ${result.version}, nothing to do`,
+      );
+    return 0;
+  } catch (err) {
+    if (err instanceof TypeError || err instanceof RangeError) {
+      console.error(`migrate: ${err.message}`);
+      return 2;
+    }
+    return reportError(err);
+  }
+}
+
 function help(): number {
   console.log(USAGE);
   return 0;
@@ -343,6 +380,7 @@ function exitCodeOf(err: unknown): number {
   if (!(err instanceof DedupError)) return 1;
   if (err.code === 'DEDUP_BROKER_UNREACHABLE' || err.code === 'DEDUP_BROKER_REFUSED') return 3;
   if (err.code === 'DEDUP_STORE_LOCKED' || err.code === 'DEDUP_STORE_CORRUPT') return 4;
+  if (err.code === 'DEDUP_STORE_REFUSED') return 4;
   return 1;
 }
 

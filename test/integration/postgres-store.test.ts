@@ -12,7 +12,8 @@ import { identityHeaders } from '../../src/identity/headers.js';
 import { postgresHandler, type PostgresMessageHandler } from '../../src/postgres/handler.js';
 import { migrate, SCHEMA_VERSION } from '../../src/postgres/schema.js';
 import { PostgresStore } from '../../src/postgres/store.js';
-import { PG_URL, useSchema } from '../support/postgres.js';
+import { runCli } from '../support/cli.js';
+import { PG_URL, uniqueSchema, useSchema } from '../support/postgres.js';
 
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -307,6 +308,23 @@ describe('verifying consumer on PostgreSQL', () => {
     expect(await storedOffset(pool, schema)).toBeNull();
     const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".consumer_offsets`);
     expect(rows[0]).toEqual({ n: 0 });
+  });
+
+  it('postgres - stream-dedup migrate creates the schema once, then checks it; a wrong password exits 4', async () => {
+    const db = await useSchema({ migrated: false });
+    cleanups.push(db.drop);
+    const created = await runCli(['migrate', db.schema, '--json'], { STREAM_DEDUP_PG_URL: PG_URL });
+    expect(created.code, created.stderr).toBe(0);
+    expect(JSON.parse(created.stdout)).toEqual({ schema: db.schema, version: SCHEMA_VERSION });
+    const again = await runCli(['migrate', db.schema, '--url', PG_URL]);
+    expect(again.stdout).toBe(`schema ${db.schema}: version ${SCHEMA_VERSION}, nothing to do\n`);
+    const store = await PostgresStore.open({ pool: db.pool, schema: db.schema });
+    await store.close();
+    const url = withUrl(new URL(PG_URL), { password: 'nope' });
+    const refused = await runCli(['migrate', uniqueSchema(), '--url', url]);
+    expect(refused.code).toBe(4);
+    expect(refused.stderr).toMatch(/DEDUP_STORE_REFUSED: .*password was refused/);
+    expect((await runCli(['migrate', 'Bad-Name', '--url', PG_URL])).code).toBe(2);
   });
 
   it('postgres - options are checked before any I/O', async () => {
