@@ -5,6 +5,10 @@
  * dollar quotes and comments, and each one's first words are read.
  */
 
+/** A dollar quote's opening tag, and a word (sticky: matched where `lastIndex` says, no copies). */
+const DOLLAR_TAG = /\$([A-Za-z_][A-Za-z0-9_]*)?\$/y;
+const WORD = /[A-Za-z_][A-Za-z0-9_$]*/y;
+
 /** Statements whose first word ends, nests or splits the transaction. */
 const CONTROL = new Set(['begin', 'start', 'commit', 'end', 'rollback', 'abort', 'savepoint', 'release']);
 
@@ -68,7 +72,8 @@ export function transactionControlIn(sql: string): string | undefined {
       i++;
       push('');
     } else if (c === '$') {
-      const tag = /^\$([A-Za-z_][A-Za-z0-9_]*)?\$/.exec(sql.slice(i));
+      DOLLAR_TAG.lastIndex = i;
+      const tag = DOLLAR_TAG.exec(sql);
       if (tag === null) {
         i++; // a parameter ($1)
         push('');
@@ -79,7 +84,8 @@ export function transactionControlIn(sql: string): string | undefined {
       i = end + tag[0].length;
       push('');
     } else if (/[A-Za-z_]/.test(c)) {
-      const word = /^[A-Za-z_][A-Za-z0-9_$]*/.exec(sql.slice(i, i + 64))![0];
+      WORD.lastIndex = i;
+      const word = WORD.exec(sql)![0];
       push(word.toLowerCase());
       i += word.length;
     } else if (/\s/.test(c)) {
