@@ -110,7 +110,9 @@ export class PgConsumerStore implements ConsumerStore {
   }
 
   async get(key: string): Promise<Uint8Array | undefined> {
-    const found = await this.#pool.query<{ state: Buffer }>(
+    // Through the batch's own connection when one is open (scopes load while a message is verified,
+    // inside its batch): a second connection would wait for ever on a pool of one.
+    const found = await (this.#tx?.client ?? this.#pool).query<{ state: Buffer }>(
       `SELECT state FROM ${this.#tables.scopes} WHERE consumer = $1 AND scope = $2`,
       [this.#consumer, Buffer.from(scopeKeyOfStateKey(key), 'utf8')],
     );

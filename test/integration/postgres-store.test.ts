@@ -4,7 +4,7 @@
  * Each test has a schema of its own, dropped at the end.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type pg from 'pg';
+import pg from 'pg';
 import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../../src/consumer/core.js';
 import type { IncomingMessage } from '../../src/consumer/types.js';
 import { DedupError } from '../../src/errors.js';
@@ -325,6 +325,23 @@ describe('verifying consumer on PostgreSQL', () => {
     expect(refused.code).toBe(4);
     expect(refused.stderr).toMatch(/DEDUP_STORE_REFUSED: .*password was refused/);
     expect((await runCli(['migrate', 'Bad-Name', '--url', PG_URL])).code).toBe(2);
+  });
+
+  it('postgres - runs on a pool of one connection (scope states load through the batch transaction)', async () => {
+    const db = await useSchema();
+    cleanups.push(db.drop);
+    await db.pool.query(
+      `CREATE TABLE "${db.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+    );
+    const single = new pg.Pool({ connectionString: PG_URL, max: 1, connectionTimeoutMillis: 2_000 });
+    cleanups.push(() => single.end());
+    const store = await PostgresStore.open({ pool: single, schema: db.schema });
+    const core = await openCore(store, db.schema);
+    expect(
+      await feed(core, [credit(0, 'a', 1, 1), credit(1, 'b', 1, 10), credit(2, 'a', 1, 1)]),
+    ).toBeUndefined();
+    await core.close();
+    expect(await balances(db.pool, db.schema)).toEqual({ x: 11 });
   });
 
   it('postgres - options are checked before any I/O', async () => {
