@@ -72,7 +72,8 @@ describe('verifying consumer on PostgreSQL - crash and restart', () => {
         stream,
         schema,
         phase,
-        after: 1 + Math.floor(Math.random() * 40),
+        // At most 14 new messages a life: 20 lives stay short of the 300 new messages (the last life finishes).
+        after: 1 + Math.floor(Math.random() * 14),
         commitEvery: 1 + Math.floor(Math.random() * 16),
         lastOffset,
       };
