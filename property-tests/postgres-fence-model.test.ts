@@ -82,7 +82,13 @@ class FakeConnection {
     this.db.unlock(this);
   }
 
-  async query(text: string, params: unknown[] = []): Promise<{ rows: unknown[]; rowCount: number }> {
+  async query(
+    statement: string | { text: string; values?: unknown[] },
+    values: unknown[] = [],
+  ): Promise<{ rows: unknown[]; rowCount: number }> {
+    // The store's own statements come as query configs (with their time-out).
+    const text = typeof statement === 'string' ? statement : statement.text;
+    const params = typeof statement === 'string' ? values : (statement.values ?? []);
     const { db } = this;
     // The statement reaches the server at a moment fast-check chooses.
     await db.s.schedule(Promise.resolve(), `${this.life.name}: ${text.slice(0, 24)}`);
@@ -162,23 +168,26 @@ function fakePool(db: FakeDatabase, life: Life): Pool {
     return conn;
   };
   return {
-    query: (text: string, params?: unknown[]) => connect().query(text, params),
+    query: (text: string | { text: string }, params?: unknown[]) => connect().query(text, params),
     connect: async () => {
       const conn = connect();
       await db.s.schedule(Promise.resolve(), `${life.name}: connect`);
       conn.checkAlive();
       return {
-        query: (text: string, params?: unknown[]) => conn.query(text, params),
+        query: (text: string | { text: string }, params?: unknown[]) => conn.query(text, params),
         on: () => undefined,
         removeListener: () => undefined,
-        release: () => undefined,
+        // Released with an error, pg destroys the connection: the server rolls its transaction back.
+        release: (err?: unknown) => {
+          if (err !== undefined && err !== false) conn.terminate();
+        },
       };
     },
   } as unknown as Pool;
 }
 
 const TABLES = tablesOf('model');
-const LIMITS = { lockTimeoutMs: 1_000, idleInTransactionTimeoutMs: 1_000 };
+const LIMITS = { lockTimeoutMs: 1_000, idleInTransactionTimeoutMs: 1_000, queryTimeoutMs: 2_000 };
 
 /** Runs lives of process `name` until one consumes the whole stream (or `maxLives` ran). */
 async function run(

@@ -5,6 +5,7 @@
  * their SQL in it; its commit writes the verifier state of every scope it touched and the offset,
  * then COMMIT. Batches do not overlap: the next one opens once the previous one has committed.
  */
+import type pg from 'pg';
 import type { Pool, PoolClient } from 'pg';
 import type { ConsumerStore, StoreBatch } from '../consumer/consumer-store.js';
 import { DedupError } from '../errors.js';
@@ -22,6 +23,17 @@ export interface TransactionLimits {
    * hung process) is ended by the server, which frees the offset row for the other process.
    */
   readonly idleInTransactionTimeoutMs: number;
+  /**
+   * How long each of the store's own statements may wait for the server's answer (pg's
+   * `query_timeout`): a server that accepts and never answers stops the consumer, and `close()`
+   * returns, within it.
+   */
+  readonly queryTimeoutMs: number;
+}
+
+/** A statement of the store's own, bounded by `queryTimeoutMs`. */
+function bounded(text: string, values: unknown[] | undefined, limits: TransactionLimits): pg.QueryConfig {
+  return { text, values, query_timeout: limits.queryTimeoutMs } as pg.QueryConfig;
 }
 
 /** The batch transaction in progress. */
@@ -89,12 +101,14 @@ export class PgConsumerStore implements ConsumerStore {
     let committed: bigint | undefined;
     try {
       await pool.query(
-        `INSERT INTO ${tables.offsets} (consumer, committed_offset) VALUES ($1, NULL) ON CONFLICT DO NOTHING`,
-        [consumer],
+        bounded(
+          `INSERT INTO ${tables.offsets} (consumer, committed_offset) VALUES ($1, NULL) ON CONFLICT DO NOTHING`,
+          [consumer],
+          limits,
+        ),
       );
       const found = await pool.query<{ committed_offset: string | null }>(
-        `SELECT committed_offset FROM ${tables.offsets} WHERE consumer = $1`,
-        [consumer],
+        bounded(`SELECT committed_offset FROM ${tables.offsets} WHERE consumer = $1`, [consumer], limits),
       );
       const raw = found.rows[0]?.committed_offset;
       committed = raw === null || raw === undefined ? undefined : BigInt(raw);
@@ -113,8 +127,11 @@ export class PgConsumerStore implements ConsumerStore {
     // Through the batch's own connection when one is open (scopes load while a message is verified,
     // inside its batch): a second connection would wait for ever on a pool of one.
     const found = await (this.#tx?.client ?? this.#pool).query<{ state: Buffer }>(
-      `SELECT state FROM ${this.#tables.scopes} WHERE consumer = $1 AND scope = $2`,
-      [this.#consumer, Buffer.from(scopeKeyOfStateKey(key), 'utf8')],
+      bounded(
+        `SELECT state FROM ${this.#tables.scopes} WHERE consumer = $1 AND scope = $2`,
+        [this.#consumer, Buffer.from(scopeKeyOfStateKey(key), 'utf8')],
+        this.#limits,
+      ),
     );
     return found.rows[0]?.state;
   }
@@ -178,13 +195,20 @@ export class PgConsumerStore implements ConsumerStore {
       const { lockTimeoutMs, idleInTransactionTimeoutMs } = this.#limits;
       // READ COMMITTED (docs/design.md §13: why it suffices); one round trip for the three.
       await client.query(
-        `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ${lockTimeoutMs}; ` +
-          `SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionTimeoutMs}`,
+        bounded(
+          `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ${lockTimeoutMs}; ` +
+            `SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionTimeoutMs}`,
+          undefined,
+          this.#limits,
+        ),
       );
       const found = await client.query<{ committed_offset: string | null; xid: string }>(
-        `SELECT committed_offset, pg_current_xact_id()::text AS xid FROM ${this.#tables.offsets} ` +
-          'WHERE consumer = $1 FOR UPDATE',
-        [this.#consumer],
+        bounded(
+          `SELECT committed_offset, pg_current_xact_id()::text AS xid FROM ${this.#tables.offsets} ` +
+            'WHERE consumer = $1 FOR UPDATE',
+          [this.#consumer],
+          this.#limits,
+        ),
       );
       const row = found.rows[0];
       if (row === undefined) {
@@ -204,7 +228,8 @@ export class PgConsumerStore implements ConsumerStore {
       }
       this.#tx = { client, xid: row.xid, handlers: new Set(), misuse: undefined };
     } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
+      // The connection is destroyed, not asked to ROLLBACK: the server rolls back a transaction
+      // whose connection goes, and a server that does not answer would not answer that either.
       this.#releaseClient(client, err);
       throw err instanceof DedupError
         ? err
@@ -228,18 +253,24 @@ export class PgConsumerStore implements ConsumerStore {
       }
       if (scopes.length > 0) {
         await client.query(
-          `INSERT INTO ${this.#tables.scopes} (consumer, scope, state) ` +
-            'SELECT $1, s, v FROM unnest($2::bytea[], $3::bytea[]) AS t(s, v) ' +
-            'ON CONFLICT (consumer, scope) DO UPDATE SET state = excluded.state',
-          [this.#consumer, scopes, states],
+          bounded(
+            `INSERT INTO ${this.#tables.scopes} (consumer, scope, state) ` +
+              'SELECT $1, s, v FROM unnest($2::bytea[], $3::bytea[]) AS t(s, v) ' +
+              'ON CONFLICT (consumer, scope) DO UPDATE SET state = excluded.state',
+            [this.#consumer, scopes, states],
+            this.#limits,
+          ),
         );
       }
       // The transaction must still be the one that locked the row: a handler's COMMIT that the
       // guard missed would have ended it (and its effects are then committed already: said loudly).
       const updated = await client.query(
-        `UPDATE ${this.#tables.offsets} SET committed_offset = $2 ` +
-          'WHERE consumer = $1 AND pg_current_xact_id()::text = $3',
-        [this.#consumer, batch.lastOffset.toString(), tx.xid],
+        bounded(
+          `UPDATE ${this.#tables.offsets} SET committed_offset = $2 ` +
+            'WHERE consumer = $1 AND pg_current_xact_id()::text = $3',
+          [this.#consumer, batch.lastOffset.toString(), tx.xid],
+          this.#limits,
+        ),
       );
       if (updated.rowCount !== 1) {
         throw new TypeError(
@@ -247,11 +278,12 @@ export class PgConsumerStore implements ConsumerStore {
             'run through the client): nothing of this batch is committed by the library',
         );
       }
-      await client.query('COMMIT');
+      await client.query(bounded('COMMIT', undefined, this.#limits));
     } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
+      // Destroyed, not rolled back by a statement (see #open).
       this.#releaseClient(client, err);
-      throw err instanceof Error && !isServerError(err)
+      // The library's own refusals as they are; the server's and the driver's (a time-out) in words.
+      throw err instanceof DedupError || err instanceof TypeError
         ? err
         : refusal(err, `consumer "${this.#consumer}" cannot commit a batch`);
     }
@@ -262,7 +294,9 @@ export class PgConsumerStore implements ConsumerStore {
   async #rollback(tx: OpenTransaction): Promise<void> {
     for (const handler of tx.handlers) handler.revoke();
     let failed: unknown;
-    await tx.client.query('ROLLBACK').catch((err: unknown) => (failed = err ?? true));
+    await tx.client
+      .query(bounded('ROLLBACK', undefined, this.#limits))
+      .catch((err: unknown) => (failed = err ?? true));
     this.#releaseClient(tx.client, failed);
   }
 
@@ -271,9 +305,4 @@ export class PgConsumerStore implements ConsumerStore {
     client.removeListener('error', ignoreError);
     client.release(err === undefined ? undefined : err instanceof Error ? err : true);
   }
-}
-
-/** True for an error the server or the driver raised (it has a SQLSTATE or a Node.js code). */
-function isServerError(err: Error): boolean {
-  return typeof (err as { code?: unknown }).code === 'string' && !(err instanceof DedupError);
 }

@@ -43,6 +43,15 @@ export interface PostgresStoreOptions {
    * counts as idle. @defaultValue 15000
    */
   readonly idleInTransactionTimeoutMs?: number;
+  /**
+   * How long each of the store's own statements (BEGIN, the offset row's lock, the verifier state,
+   * the offset, COMMIT, a scope's read) may wait for the server's answer, in ms; more than
+   * `lockTimeoutMs`, whose wait it includes. A server that accepts and never answers then stops the
+   * consumer with `DEDUP_STORE_REFUSED`, and `close()` returns, within it. The handler's own
+   * queries are bounded by the pool's `query_timeout` (set to this with `connectionString`).
+   * @defaultValue 60000
+   */
+  readonly queryTimeoutMs?: number;
 }
 
 /**
@@ -92,6 +101,7 @@ export class PostgresStore implements ConsumerStoreProvider {
     }
     const connectTimeoutMs = timerOption(options.connectTimeoutMs, 'connectTimeoutMs', 10_000, 1);
     const limits: TransactionLimits = Object.freeze({
+      queryTimeoutMs: integerOption(options.queryTimeoutMs, 'queryTimeoutMs', 60_000, 1, 2_147_483_647),
       lockTimeoutMs: integerOption(options.lockTimeoutMs, 'lockTimeoutMs', 30_000, 1, 2_147_483_647),
       idleInTransactionTimeoutMs: integerOption(
         options.idleInTransactionTimeoutMs,
@@ -102,7 +112,13 @@ export class PostgresStore implements ConsumerStoreProvider {
       ),
     });
     const pool =
-      given ?? new pg.Pool({ connectionString, connectionTimeoutMillis: connectTimeoutMs, max: 10 });
+      given ??
+      new pg.Pool({
+        connectionString,
+        connectionTimeoutMillis: connectTimeoutMs,
+        query_timeout: limits.queryTimeoutMs,
+        max: 10,
+      });
     // An idle connection's error (the server restarted) is the pool's event: unheard it would
     // crash the process. The next checkout reconnects.
     if (given === undefined) pool.on('error', () => undefined);

@@ -13,6 +13,7 @@ import { postgresHandler, type PostgresMessageHandler } from '../../src/postgres
 import { migrate, SCHEMA_VERSION } from '../../src/postgres/schema.js';
 import { PostgresStore } from '../../src/postgres/store.js';
 import { runCli } from '../support/cli.js';
+import { FaultProxy } from '../support/proxy.js';
 import { PG_URL, uniqueSchema, useSchema } from '../support/postgres.js';
 
 const cleanups: Array<() => Promise<void>> = [];
@@ -342,6 +343,41 @@ describe('verifying consumer on PostgreSQL', () => {
     ).toBeUndefined();
     await core.close();
     expect(await balances(db.pool, db.schema)).toEqual({ x: 11 });
+  });
+
+  it('postgres - a server that stops answering mid-batch stops the consumer within queryTimeoutMs, and close() returns', async () => {
+    const db = await useSchema();
+    cleanups.push(db.drop);
+    await db.pool.query(
+      `CREATE TABLE "${db.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+    );
+    const target = new URL(PG_URL);
+    const proxy = await FaultProxy.start(target.hostname, Number(target.port));
+    cleanups.push(() => proxy.close());
+    const viaProxy = new URL(PG_URL);
+    viaProxy.port = String(proxy.port);
+    const store = await PostgresStore.open({
+      connectionString: viaProxy.toString(),
+      schema: db.schema,
+      queryTimeoutMs: 500,
+    });
+    cleanups.push(() => store.close());
+    const core = await openCore(store, db.schema, { commitEvery: 100 });
+    await core.process(credit(0, 'a', 1, 1)); // the batch's transaction is open
+    proxy.stall(true); // bytes dropped both ways, connections open: a silent server
+    const started = Date.now();
+    const err = await core.flush().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(DedupError);
+    expect((err as DedupError).code).toBe('DEDUP_STORE_REFUSED');
+    await core.close();
+    const took = Date.now() - started;
+    expect(took).toBeLessThan(2_000);
+    proxy.stall(false);
+    expect(await balances(db.pool, db.schema)).toEqual({});
+    expect(await storedOffset(db.pool, db.schema)).toBeNull();
   });
 
   it('postgres - options are checked before any I/O', async () => {
