@@ -18,6 +18,17 @@ export default tseslint.config(
     },
   },
   {
+    // pg is an optional peer dependency: only the PostgreSQL store's entry may load it (issue 34).
+    files: ['src/**/*.ts'],
+    ignores: ['src/postgres/**'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { paths: [{ name: 'pg', message: 'only src/postgres/ imports pg (an optional peer dependency)' }] },
+      ],
+    },
+  },
+  {
     files: ['**/*.js', '**/*.mjs'],
     ...tseslint.configs.disableTypeChecked,
     languageOptions: {

@@ -83,7 +83,20 @@ export type DedupErrorCode =
    * not (the broker exposes no stream identity).
    * @remarks Since 0.6.0
    */
-  | 'DEDUP_STREAM_REGRESSION';
+  | 'DEDUP_STREAM_REGRESSION'
+  /**
+   * The PostgreSQL store (`stream-dedup/postgres`) refused: a wrong password, an unknown database,
+   * an unreachable server, a missing schema or one of another version (run `migrate`), a role
+   * without the rights the store needs (read-only), or a batch the server would not commit. The
+   * server's error is the `cause`. @remarks Since 0.6.0
+   */
+  | 'DEDUP_STORE_REFUSED'
+  /**
+   * A verifying consumer on the PostgreSQL store found its committed offset moved by another
+   * process consuming under the same name (a second instance, a zombie after a pause): its batch
+   * was rolled back, nothing of it applied, and it stopped. @remarks Since 0.6.0
+   */
+  | 'DEDUP_CONSUMER_FENCED';
 
 /**
  * Every operational failure stream-dedup reports is a `DedupError` with a stable {@link DedupErrorCode}.

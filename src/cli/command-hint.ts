@@ -11,6 +11,7 @@ export const COMMANDS: readonly string[] = [
   'create-super-stream',
   'list',
   'delete',
+  'migrate',
   'help',
   '--version',
 ];

@@ -73,6 +73,10 @@ Usage:
                                                 delete a super stream (its partitions) with the groups'
                                                 changelogs, or a stream; asks on a terminal, and without
                                                 one deletes only with --yes
+  stream-dedup migrate <schema> [--url URL] [--json]
+                                                create the PostgreSQL store's tables (stream-dedup/postgres)
+                                                in <schema>, or check that they are of this version;
+                                                the URL defaults to STREAM_DEDUP_PG_URL, then DATABASE_URL
   stream-dedup help | --help                    this text
   stream-dedup --version                        the version of stream-dedup
 
@@ -98,7 +102,8 @@ skip (each alone is enough, in any partition of a super stream; declared skips, 
 copies and messages without identity are reported but do not fail it), or delete was answered no;
 2 usage (delete without --yes and without a terminal included); 3 broker unreachable or refused (for
 example no stream or super stream has the name, for list any of the names, or create-super-stream's
-name exists); 4 store locked, corrupt or missing, or it has no producer of the --producer name.`;
+name exists); 4 store locked, corrupt or missing, or it has no producer of the --producer name, or
+the PostgreSQL server refused (migrate).`;
 
 /** The command that starts this CLI again (under tsx when running from source). */
 function selfCommand(): string[] {
@@ -121,6 +126,8 @@ async function main(argv: string[]): Promise<number> {
       return listCommand(rest);
     case 'delete':
       return deleteCommand(rest);
+    case 'migrate':
+      return migrateCommand(rest);
     case '_produce': {
       const { values } = parseArgs({
         args: rest,
@@ -534,6 +541,37 @@ async function askYesNo(question: string): Promise<boolean> {
   }
 }
 
+/** `stream-dedup migrate <schema>`: loads the PostgreSQL store (and pg) only now. */
+async function migrateCommand(args: string[]): Promise<number> {
+  const parsed = parseCommand('migrate', args, 'schema', { url: { type: 'string' } }, ' [--url URL]');
+  if (parsed === undefined) return 2;
+  if (parsed === 'help') return help();
+  const url =
+    (parsed.values.url as string | undefined) ?? process.env.STREAM_DEDUP_PG_URL ?? process.env.DATABASE_URL;
+  if (url === undefined || url === '') {
+    console.error('migrate: no database URL: pass --url, or set STREAM_DEDUP_PG_URL or DATABASE_URL');
+    return 2;
+  }
+  const { migrateFromUrl } = await import('../postgres/migrate-command.js');
+  try {
+    const result = await migrateFromUrl(url, parsed.target);
+    if (parsed.json) console.log(JSON.stringify({ schema: parsed.target, ...result }));
+    else
+      console.log(
+        result.previousVersion === undefined
+          ? `schema ${parsed.target}: created at version ${result.version}`
+          : `schema ${parsed.target}: version ${result.version}, nothing to do`,
+      );
+    return 0;
+  } catch (err) {
+    if (err instanceof TypeError || err instanceof RangeError) {
+      console.error(`migrate: ${err.message}`);
+      return 2;
+    }
+    return reportError(err);
+  }
+}
+
 function help(): number {
   console.log(USAGE);
   return 0;
@@ -554,6 +592,7 @@ function exitCodeOf(err: unknown): number {
   if (!(err instanceof DedupError)) return 1;
   if (err.code === 'DEDUP_BROKER_UNREACHABLE' || err.code === 'DEDUP_BROKER_REFUSED') return 3;
   if (err.code === 'DEDUP_STORE_LOCKED' || err.code === 'DEDUP_STORE_CORRUPT') return 4;
+  if (err.code === 'DEDUP_STORE_REFUSED') return 4;
   return 1;
 }
 

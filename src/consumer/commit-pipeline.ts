@@ -7,7 +7,7 @@
  * hold half a message, and the handler may still throw.
  */
 import { encodeOffset } from '../store/consumer-keys.js';
-import type { KeyValueDb } from '../store/store.js';
+import type { ConsumerStore } from './consumer-store.js';
 import type { ResolvedVerifyingConsumerOptions } from './options.js';
 import type { VerifyStats } from './types.js';
 
@@ -31,9 +31,8 @@ export interface ScopeStager {
 
 /** What a {@link CommitPipeline} is built from. */
 export interface CommitPipelineOptions {
-  readonly db: KeyValueDb;
-  /** fsync every write. */
-  readonly sync: boolean;
+  /** Where batches are written (LevelDB, or a PostgreSQL transaction). */
+  readonly store: ConsumerStore;
   /** The key of the consumer's offset record. */
   readonly offsetKey: string;
   /** The offset committed by an earlier life, if any. */
@@ -85,8 +84,7 @@ function encodedOp(op: PendingOp): Op {
  * @internal
  */
 export class CommitPipeline {
-  readonly #db: KeyValueDb;
-  readonly #sync: boolean;
+  readonly #store: ConsumerStore;
   readonly #offsetKey: string;
   readonly #scopes: ScopeStager;
   readonly #options: ResolvedVerifyingConsumerOptions;
@@ -127,8 +125,7 @@ export class CommitPipeline {
   #processing = false;
 
   constructor(options: CommitPipelineOptions) {
-    this.#db = options.db;
-    this.#sync = options.sync;
+    this.#store = options.store;
     this.#offsetKey = options.offsetKey;
     this.#scopes = options.scopes;
     this.#options = options.options;
@@ -290,7 +287,8 @@ export class CommitPipeline {
    */
   write(ops: Op[]): Promise<void> {
     ++this.#writesBegun;
-    const write = this.#db.batch(ops, { sync: this.#sync });
+    const write =
+      this.#store.writeOps?.(ops) ?? Promise.reject(new TypeError('this store writes whole batches only'));
     this.#inFlight(write);
     return write;
   }
@@ -317,6 +315,7 @@ export class CommitPipeline {
     // A handler in progress keeps writing into the next batch: its message goes too when it returns.
     if (this.#processing) this.#dropCurrent = true;
     this.#scopes.discard(this.#touched);
+    this.#store.discard();
     this.#ops = new Map();
     this.#touched = new Set();
     this.#pendingMessages = 0;
@@ -427,7 +426,7 @@ export class CommitPipeline {
         // went: a batch of effects lost and the offset past it.
         callHook('beforeCommit', hooks?.beforeCommit, info);
         if (this.#journal !== undefined) await this.#journal({ ops, lastOffset, baseOffset });
-        await this.#db.batch(ops, { sync: this.#sync });
+        await this.#store.write({ ops, lastOffset, baseOffset });
       } catch (err) {
         throw this.fail(err);
       } finally {

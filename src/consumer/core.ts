@@ -6,14 +6,23 @@
 import { DedupError } from '../errors.js';
 import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/headers.js';
 import { tenantProblem } from '../identity/scope-key.js';
-import { decodeOffset, offsetKey } from '../store/consumer-keys.js';
-import { DedupStore } from '../store/store.js';
+import { offsetKey } from '../store/consumer-keys.js';
+import type { DedupStore } from '../store/store.js';
 import { observeVerifier } from '../telemetry/metrics.js';
+import { outOfRange } from '../util/options.js';
 import { CommitPipeline, type Journal } from './commit-pipeline.js';
+import { isConsumerStoreProvider, type ConsumerStore } from './consumer-store.js';
 import { Effects } from './effect-transaction.js';
+import { LevelConsumerStore } from './level-consumer-store.js';
 import { resolveVerifyingConsumerOptions, type ResolvedVerifyingConsumerOptions } from './options.js';
 import { ScopeCache, type ScopeState } from './scope-cache.js';
-import type { IncomingMessage, VerifyEvent, VerifyingConsumerOptions, VerifyStats } from './types.js';
+import type {
+  EffectTransaction,
+  IncomingMessage,
+  VerifyEvent,
+  VerifyingConsumerOptions,
+  VerifyStats,
+} from './types.js';
 import { Verified } from './verified-message.js';
 
 export type {
@@ -57,12 +66,12 @@ export class VerifyingConsumerCore {
     unidentified: 0,
     commits: 0,
   };
-  readonly #ownedStore: DedupStore | undefined;
-  readonly #release: () => void;
+  readonly #store: ConsumerStore;
   readonly #opts: ResolvedVerifyingConsumerOptions;
   readonly #scopes: ScopeCache;
   readonly #pipeline: CommitPipeline;
-  readonly #effects: Effects;
+  /** The LevelDB store's effects; `undefined` on a store whose handlers write their own tables. */
+  readonly #effects: Effects | undefined;
   #ttlTimer: NodeJS.Timeout | undefined;
   /** `close()` was called: no new message is accepted. */
   #closing = false;
@@ -71,31 +80,35 @@ export class VerifyingConsumerCore {
   readonly #extensions: CoreExtensions;
 
   private constructor(
-    store: DedupStore,
-    ownedStore: DedupStore | undefined,
-    release: () => void,
+    store: ConsumerStore,
     options: ResolvedVerifyingConsumerOptions,
-    committedOffset: bigint | undefined,
     extensions: CoreExtensions,
   ) {
     this.consumerName = options.consumerName;
     this.#extensions = extensions;
-    this.#ownedStore = ownedStore;
-    this.#release = release;
+    this.#store = store;
     this.#opts = options;
-    this.#scopes = new ScopeCache(store.db, options.consumerName, options.policy, options.scopeTtlMs);
+    const level = store instanceof LevelConsumerStore ? store : undefined;
+    this.#scopes = new ScopeCache(
+      level?.db ?? store,
+      options.consumerName,
+      options.policy,
+      options.scopeTtlMs,
+    );
     this.#pipeline = new CommitPipeline({
-      db: store.db,
-      sync: store.sync,
+      store,
       offsetKey: offsetKey(options.consumerName),
-      committedOffset,
+      committedOffset: store.committedOffset,
       scopes: this.#scopes,
       options,
       stats: this.stats,
       onStop: (error, cause, first) => this.#stopped(error, cause, first),
       journal: extensions.journal,
     });
-    this.#effects = new Effects(store.db, this.#pipeline, options.consumerName);
+    if (level !== undefined) {
+      this.#effects = new Effects(level.db, this.#pipeline, options.consumerName);
+      level.transaction = this.#effects.transaction;
+    }
   }
 
   /**
@@ -110,16 +123,24 @@ export class VerifyingConsumerCore {
     extensions: CoreExtensions = {},
   ): Promise<VerifyingConsumerCore> {
     const opts = resolveVerifyingConsumerOptions(options);
-    const owned =
-      typeof opts.store === 'string' ? await DedupStore.open(opts.store, { sync: opts.sync }) : undefined;
-    const store = owned ?? (opts.store as DedupStore);
-    let release: (() => void) | undefined;
+    const provider = isConsumerStoreProvider(opts.store) ? opts.store : undefined;
+    if (provider !== undefined && extensions.journal !== undefined) {
+      throw new TypeError('a consumer group keeps its state in LevelDB: pass a folder path or a DedupStore');
+    }
+    if (provider !== undefined && opts.scopeTtlMs > 0) {
+      outOfRange('scopeTtlMs', '0 with this store (it does not evict idle scopes)', opts.scopeTtlMs);
+    }
+    // The store may stop the consumer itself (a handler that used its client after returning).
+    let fail = (error: Error): void => void error;
+    const store =
+      provider !== undefined
+        ? await provider.openConsumerStore(opts.consumerName, (error) => fail(error))
+        : await LevelConsumerStore.open(opts.store as string | DedupStore, opts.consumerName, opts.sync);
     let core: VerifyingConsumerCore | undefined;
     try {
-      release = store.claimConsumer(opts.consumerName);
-      const raw = await store.db.get(offsetKey(opts.consumerName));
-      const committed = raw === undefined ? undefined : decodeOffset(raw);
-      core = new VerifyingConsumerCore(store, owned, release, opts, committed, extensions);
+      core = new VerifyingConsumerCore(store, opts, extensions);
+      const pipeline = core.#pipeline;
+      fail = (error) => void pipeline.fail(error);
       if (opts.scopeTtlMs > 0) await core.evictIdle(Date.now());
       core.#unobserve = observeVerifier(core.stats, opts.consumerName);
       if (opts.scopeTtlMs > 0) {
@@ -137,8 +158,7 @@ export class VerifyingConsumerCore {
       return core;
     } catch (err) {
       // A failed open gives the name back, so the next try reports the real error again.
-      release?.();
-      await owned?.close();
+      await store.close();
       throw err;
     }
   }
@@ -192,6 +212,11 @@ export class VerifyingConsumerCore {
 
   /** Reads a value the handler committed (outside any batch). */
   readEffect(key: string): Promise<Buffer | undefined> {
+    if (this.#effects === undefined) {
+      return Promise.reject(
+        new TypeError('readEffect reads LevelDB effects: this consumer writes its own tables'),
+      );
+    }
     return this.#effects.readCommitted(key);
   }
 
@@ -218,7 +243,9 @@ export class VerifyingConsumerCore {
     pipeline.beginMessage();
     let applying: Promise<void> | undefined;
     try {
-      applying = this.#apply(message);
+      // A transactional store opens the batch's transaction first (LevelDB: nothing to wait for).
+      const entering = this.#store.enter();
+      applying = entering === undefined ? this.#apply(message) : entering.then(() => this.#apply(message));
     } catch (err) {
       throw pipeline.abortMessage(err);
     }
@@ -275,8 +302,7 @@ export class VerifyingConsumerCore {
       'the verifying consumer closed before reaching the offset',
     );
     for (const listener of this.#stopListeners) listener(this.failure ?? closed);
-    this.#release();
-    await this.#ownedStore?.close();
+    await this.#store.close();
   }
 
   #apply(message: IncomingMessage): Promise<void> | undefined {
@@ -303,7 +329,7 @@ export class VerifyingConsumerCore {
       const applied = this.#opts.unidentified === 'pass-through';
       this.stats.unidentified++;
       this.#emit({ kind: 'unidentified', offset: message.offset, reason: identity, applied });
-      return applied ? asPromise(this.#opts.handler(verified, this.#effects.transaction)) : undefined;
+      return applied ? this.#runHandler(verified) : undefined;
     }
     verified.identity = identity;
     const scope = this.#scopes.key(tenant, identity.producerName);
@@ -361,10 +387,26 @@ export class VerifyingConsumerCore {
         });
       }
     }
-    const effect = asPromise(this.#opts.handler(verified, this.#effects.transaction));
+    const effect = this.#runHandler(verified);
     if (effect !== undefined) return effect.then(() => this.#record(state, scope, publishingId, skippedFrom));
     this.#record(state, scope, publishingId, skippedFrom);
     return undefined;
+  }
+
+  /** Runs the handler with the store's context, which is revoked once the handler has returned or thrown. */
+  #runHandler(verified: Verified): Promise<void> | undefined {
+    const store = this.#store;
+    const context = store.handlerContext();
+    if (store.releaseContext === undefined)
+      return asPromise(this.#opts.handler(verified, context as EffectTransaction));
+    let effect: Promise<void> | undefined;
+    try {
+      effect = asPromise(this.#opts.handler(verified, context as EffectTransaction));
+    } finally {
+      if (effect === undefined) store.releaseContext(context);
+    }
+    if (effect === undefined) return undefined;
+    return effect.finally(() => store.releaseContext?.(context));
   }
 
   /** After the handler: the ID is recorded in the scope's working copy, which the next commit writes. */

@@ -6,6 +6,7 @@
  */
 import { measureUtf8 } from '../identity/utf8.js';
 import { DedupStore } from '../store/store.js';
+import { isConsumerStoreProvider, type ConsumerStoreProvider } from './consumer-store.js';
 import { resolveLogger, type Logger } from '../telemetry/logger.js';
 import {
   booleanOption,
@@ -27,7 +28,7 @@ const DEFAULT_POLICY: PolicySpec = Object.freeze({ kind: 'window', size: 1024 })
 /** {@link VerifyingConsumerOptions} with every default applied, checked and frozen. */
 export interface ResolvedVerifyingConsumerOptions {
   readonly consumerName: string;
-  readonly store: string | DedupStore;
+  readonly store: string | DedupStore | ConsumerStoreProvider;
   readonly sync: boolean;
   readonly handler: MessageHandler;
   readonly policy: PolicySpec;
@@ -69,9 +70,11 @@ export function resolveVerifyingConsumerOptions(
     outOfRange('consumerName', 'a string without lone UTF-16 surrogates', consumerName);
   }
   const { store } = options;
-  const storeWhat = 'a folder path or an opened DedupStore';
+  const storeWhat = 'a folder path, an opened DedupStore or a PostgresStore';
   if (store === '') outOfRange('store', storeWhat, store);
-  if (typeof store !== 'string' && !(store instanceof DedupStore)) typeMismatch('store', storeWhat, store);
+  if (typeof store !== 'string' && !(store instanceof DedupStore) && !isConsumerStoreProvider(store)) {
+    typeMismatch('store', storeWhat, store);
+  }
   expectFunction(options.handler, 'handler');
   expectOptionalFunction(options.tenant, 'tenant');
   expectOptionalFunction(options.onEvent, 'onEvent');

@@ -12,6 +12,12 @@ import {
   scopeStateKeysOf,
 } from '../store/consumer-keys.js';
 import type { KeyValueDb } from '../store/store.js';
+
+/**
+ * Where scope states are read: the LevelDB (which also lists them, for eviction), or another
+ * consumer store that only reads them.
+ */
+export type ScopeSource = Pick<KeyValueDb, 'get'> & Partial<Pick<KeyValueDb, 'iterator'>>;
 import { createTracker } from '../verifier/window.js';
 import type { PolicySpec, RecordResult, SequenceTracker } from '../verifier/types.js';
 import type { CommitPipeline, Op, ScopeStager } from './commit-pipeline.js';
@@ -44,7 +50,7 @@ const MAX_CACHED_PRODUCERS = 65_536;
  * @internal
  */
 export class ScopeCache implements ScopeStager {
-  readonly #db: KeyValueDb;
+  readonly #db: ScopeSource;
   readonly #consumerName: string;
   readonly #policy: PolicySpec;
   readonly #ttlMs: number;
@@ -53,7 +59,7 @@ export class ScopeCache implements ScopeStager {
   /** The last (tenant, producer) looked up and its key: consecutive messages mostly share it. */
   #last = { tenant: '', producer: '', key: '' };
 
-  constructor(db: KeyValueDb, consumerName: string, policy: PolicySpec, ttlMs: number) {
+  constructor(db: ScopeSource, consumerName: string, policy: PolicySpec, ttlMs: number) {
     this.#db = db;
     this.#consumerName = consumerName;
     this.#policy = policy;
@@ -151,11 +157,12 @@ export class ScopeCache implements ScopeStager {
    */
   async evictIdle(nowMs: number, pipeline: CommitPipeline): Promise<number> {
     const ttl = this.#ttlMs;
-    if (ttl <= 0) return 0;
+    const iterator = this.#db.iterator?.bind(this.#db);
+    if (ttl <= 0 || iterator === undefined) return 0;
     // Writes after this one may be missing from the scan (a write in flight included).
     const since = pipeline.writesDone;
     const idle: string[] = [];
-    for await (const [key, value] of this.#db.iterator(scopeStateKeysOf(this.#consumerName))) {
+    for await (const [key, value] of iterator(scopeStateKeysOf(this.#consumerName))) {
       const scope = scopeKeyOfStateKey(key);
       if (nowMs - decodeScopeState(value, scope).lastSeenMs > ttl) idle.push(scope);
     }

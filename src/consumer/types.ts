@@ -4,6 +4,7 @@
  */
 import type { MessageIdentity } from '../identity/headers.js';
 import type { DedupStore } from '../store/store.js';
+import type { ConsumerStoreProvider } from './consumer-store.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { IdRange, PolicySpec } from '../verifier/types.js';
 
@@ -146,8 +147,12 @@ export type VerifyEvent =
 export interface VerifyingConsumerOptions {
   /** The consuming application's name: part of every scope key and of the offset record. */
   readonly consumerName: string;
-  /** A LevelDB folder (opened and closed by the consumer) or an opened `DedupStore`. */
-  readonly store: string | DedupStore;
+  /**
+   * A LevelDB folder (opened and closed by the consumer), an opened `DedupStore`, or (since 0.6.0)
+   * a `PostgresStore` from `stream-dedup/postgres`, whose handlers get a database client instead of
+   * an {@link EffectTransaction}.
+   */
+  readonly store: string | DedupStore | ConsumerStoreProvider;
   /** fsync every commit; only when `store` is a path. @defaultValue false */
   readonly sync?: boolean;
   /** The handler applied once per new message. */

@@ -227,6 +227,11 @@ export class SuperStreamVerifyingConsumer {
       );
     }
 
+    // The group's partitions move with their changelogs, which hold LevelDB writes (not yet a
+    // PostgresStore: the shared-database strategy is issue 34's item 4).
+    if (typeof consumer.store !== 'string' && !(consumer.store instanceof DedupStore)) {
+      typeMismatch('store', 'a folder path or an opened DedupStore', consumer.store);
+    }
     const owned = typeof consumer.store === 'string';
     const store =
       typeof consumer.store === 'string'

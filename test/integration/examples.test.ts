@@ -62,6 +62,12 @@ describe('examples run against the real broker', () => {
     await expectDeletedItsStream(out);
   });
 
+  it('postgres: credit-17 twice in the stream, the SQL balance counts it once (16)', async () => {
+    const out = await example('postgres');
+    expect(out).toContain('verifier: duplicate credit-17');
+    expect(out).toContain('balance 16');
+  });
+
   it('amqp: five orders applied once over AMQP 0-9-1', async () => {
     const out = await example('amqp');
     expect(out).toContain('applied: order 1, order 2, order 3, order 4, order 5');

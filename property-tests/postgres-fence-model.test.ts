@@ -1,0 +1,288 @@
+/**
+ * A model of the PostgreSQL store's fence (docs/design.md §13; issue 34): two processes consume one
+ * stream under one consumer name through the REAL core and PgConsumerStore, on an in-memory database
+ * that models what the store relies on — row locks (`FOR UPDATE` waits for the holder, then reads
+ * the newest committed row, as READ COMMITTED does), atomic COMMIT, ROLLBACK when a connection dies —
+ * with fast-check choosing the order in which every statement reaches the server and its answer
+ * comes back, and SIGKILLs at chosen moments (a killed process restarts from the stored state; a
+ * fenced one too). Property: every (producer, ID) of the stream is applied exactly once.
+ */
+import fc from 'fast-check';
+import type { Pool } from 'pg';
+import { describe, expect, it } from 'vitest';
+import type { ConsumerStoreProvider } from '../src/consumer/consumer-store.js';
+import { VerifyingConsumerCore } from '../src/consumer/core.js';
+import type { IncomingMessage } from '../src/consumer/types.js';
+import { identityHeaders } from '../src/identity/headers.js';
+import { PgConsumerStore } from '../src/postgres/consumer-store.js';
+import { postgresHandler } from '../src/postgres/handler.js';
+import { tablesOf } from '../src/postgres/schema.js';
+
+type Scheduler = fc.Scheduler;
+
+/** What the database holds, committed. */
+interface Committed {
+  offset: string | null;
+  scopes: Map<string, Buffer>;
+  applied: Map<string, number>;
+}
+
+/** A transaction's writes, visible to nobody else until COMMIT. */
+interface Tx {
+  readonly xid: string;
+  offset: string | undefined;
+  readonly scopes: Map<string, Buffer>;
+  readonly applied: string[];
+}
+
+class FakeDatabase {
+  readonly committed: Committed = { offset: null, scopes: new Map(), applied: new Map() };
+  #xids = 0;
+  #lockHolder: FakeConnection | undefined;
+  #lockWaiters: Array<() => void> = [];
+  fenced = 0;
+
+  constructor(readonly s: Scheduler) {}
+
+  /** Takes the offset row's lock for `conn`, waiting for the holder's transaction to end. */
+  async lock(conn: FakeConnection): Promise<void> {
+    while (this.#lockHolder !== undefined && this.#lockHolder !== conn) {
+      await new Promise<void>((resolve) => this.#lockWaiters.push(resolve));
+      conn.checkAlive();
+    }
+    this.#lockHolder = conn;
+  }
+
+  unlock(conn: FakeConnection): void {
+    if (this.#lockHolder !== conn) return;
+    this.#lockHolder = undefined;
+    for (const wake of this.#lockWaiters.splice(0)) wake();
+  }
+
+  newXid(): string {
+    return String(++this.#xids);
+  }
+}
+
+/** One connection of one process's life: dies with it (its transaction rolled back by the server). */
+class FakeConnection {
+  tx: Tx | undefined;
+  constructor(
+    readonly db: FakeDatabase,
+    readonly life: Life,
+  ) {}
+
+  checkAlive(): void {
+    if (this.life.dead) throw Object.assign(new Error('Connection terminated'), { code: 'ECONNRESET' });
+  }
+
+  /** The server ends the session: its transaction rolls back, its lock goes. */
+  terminate(): void {
+    this.tx = undefined;
+    this.db.unlock(this);
+  }
+
+  async query(
+    statement: string | { text: string; values?: unknown[] },
+    values: unknown[] = [],
+  ): Promise<{ rows: unknown[]; rowCount: number }> {
+    // The store's own statements come as query configs (with their time-out).
+    const text = typeof statement === 'string' ? statement : statement.text;
+    const params = typeof statement === 'string' ? values : (statement.values ?? []);
+    const { db } = this;
+    // The statement reaches the server at a moment fast-check chooses.
+    await db.s.schedule(Promise.resolve(), `${this.life.name}: ${text.slice(0, 24)}`);
+    this.checkAlive();
+    const result = await this.#execute(text, params);
+    // And its answer comes back at another.
+    await db.s.schedule(Promise.resolve(), `${this.life.name}: answer`);
+    this.checkAlive();
+    return result;
+  }
+
+  async #execute(text: string, params: unknown[]): Promise<{ rows: unknown[]; rowCount: number }> {
+    const { db } = this;
+    const c = db.committed;
+    const none = { rows: [], rowCount: 0 };
+    if (text.startsWith('BEGIN')) {
+      this.tx = { xid: db.newXid(), offset: undefined, scopes: new Map(), applied: [] };
+      return none;
+    }
+    if (text.includes('FOR UPDATE')) {
+      await db.lock(this);
+      // READ COMMITTED: the newest committed version of the row, once locked.
+      return { rows: [{ committed_offset: c.offset, xid: this.tx!.xid }], rowCount: 1 };
+    }
+    if (text.startsWith('INSERT INTO') && text.includes('consumer_offsets')) return none;
+    if (text.startsWith('SELECT committed_offset'))
+      return { rows: [{ committed_offset: c.offset }], rowCount: 1 };
+    if (text.startsWith('SELECT state')) {
+      const state = c.scopes.get((params[1] as Buffer).toString('hex'));
+      return { rows: state === undefined ? [] : [{ state }], rowCount: state === undefined ? 0 : 1 };
+    }
+    if (text.startsWith('INSERT INTO') && text.includes('scope_states')) {
+      const [, scopes, states] = params as [string, Buffer[], Buffer[]];
+      scopes.forEach((scope, i) => this.tx!.scopes.set(scope.toString('hex'), states[i]!));
+      return none;
+    }
+    if (text.startsWith('UPDATE')) {
+      const tx = this.tx;
+      if (tx === undefined || tx.xid !== params[2]) return none;
+      tx.offset = params[1] as string;
+      return { rows: [], rowCount: 1 };
+    }
+    if (text === 'APPLY') {
+      this.tx!.applied.push(params[0] as string);
+      return { rows: [], rowCount: 1 };
+    }
+    if (text === 'COMMIT') {
+      const tx = this.tx!;
+      if (tx.offset !== undefined) c.offset = tx.offset;
+      for (const [k, v] of tx.scopes) c.scopes.set(k, v);
+      for (const key of tx.applied) c.applied.set(key, (c.applied.get(key) ?? 0) + 1);
+      this.tx = undefined;
+      db.unlock(this);
+      return none;
+    }
+    if (text === 'ROLLBACK') {
+      this.tx = undefined;
+      db.unlock(this);
+      return none;
+    }
+    throw new Error(`the model does not know ${text}`);
+  }
+}
+
+/** One life of one process. */
+interface Life {
+  readonly name: string;
+  dead: boolean;
+  readonly connections: FakeConnection[];
+}
+
+/** The pg.Pool a life's store uses: a connection per checkout, all of them dying with the life. */
+function fakePool(db: FakeDatabase, life: Life): Pool {
+  const connect = (): FakeConnection => {
+    const conn = new FakeConnection(db, life);
+    life.connections.push(conn);
+    return conn;
+  };
+  return {
+    query: (text: string | { text: string }, params?: unknown[]) => connect().query(text, params),
+    connect: async () => {
+      const conn = connect();
+      await db.s.schedule(Promise.resolve(), `${life.name}: connect`);
+      conn.checkAlive();
+      return {
+        query: (text: string | { text: string }, params?: unknown[]) => conn.query(text, params),
+        on: () => undefined,
+        removeListener: () => undefined,
+        // Released with an error, pg destroys the connection: the server rolls its transaction back.
+        release: (err?: unknown) => {
+          if (err !== undefined && err !== false) conn.terminate();
+        },
+      };
+    },
+  } as unknown as Pool;
+}
+
+const TABLES = tablesOf('model');
+const LIMITS = { lockTimeoutMs: 1_000, idleInTransactionTimeoutMs: 1_000, queryTimeoutMs: 2_000 };
+
+/** Runs lives of process `name` until one consumes the whole stream (or `maxLives` ran). */
+async function run(
+  name: string,
+  db: FakeDatabase,
+  stream: IncomingMessage[],
+  commitEvery: number,
+  lives: Map<string, Life>,
+  maxLives: number,
+): Promise<boolean> {
+  for (let n = 0; n < maxLives; n++) {
+    const life: Life = { name: `${name}#${n}`, dead: false, connections: [] };
+    lives.set(name, life);
+    const provider: ConsumerStoreProvider = {
+      openConsumerStore: (consumer, onFailure) =>
+        PgConsumerStore.open(fakePool(db, life), TABLES, consumer, LIMITS, onFailure, () => undefined),
+    };
+    let core: VerifyingConsumerCore | undefined;
+    try {
+      core = await VerifyingConsumerCore.open({
+        consumerName: 'ledger',
+        store: provider,
+        commitEvery,
+        commitLingerMs: 2_147_483_647,
+        handler: postgresHandler(async (message, { client }) => {
+          const { producerName, publishingId } = message.identity!;
+          await client.query('APPLY', [`${producerName}/${publishingId}`]);
+        }),
+      });
+      for (let o = Number(core.resumeOffset ?? 0n); o < stream.length; o++) await core.process(stream[o]!);
+      await core.flush();
+      await core.close();
+      return true;
+    } catch (err) {
+      if ((err as { code?: string }).code === 'DEDUP_CONSUMER_FENCED') db.fenced++;
+      core?.discardPending();
+      // A life that failed: the process restarts from what is stored.
+    }
+  }
+  return false;
+}
+
+const streamArb = fc
+  .array(fc.record({ producer: fc.constantFrom('p', 'q'), id: fc.integer({ min: 1, max: 6 }) }), {
+    minLength: 1,
+    maxLength: 12,
+  })
+  .map((entries) =>
+    entries.map((e, i): IncomingMessage => ({
+      offset: BigInt(i),
+      content: Buffer.from(''),
+      applicationProperties: identityHeaders(e.producer, BigInt(e.id)),
+    })),
+  );
+
+describe('PostgreSQL fence model', () => {
+  it('two processes under one consumer name, interleaved statement by statement and SIGKILLed, apply every (producer, ID) exactly once', async () => {
+    const stats = { runs: 0, fenced: 0, kills: 0 };
+    await fc.assert(
+      fc.asyncProperty(
+        streamArb,
+        fc.integer({ min: 1, max: 3 }),
+        fc.array(fc.constantFrom('A', 'B'), { maxLength: 3 }),
+        fc.scheduler(),
+        async (stream, commitEvery, kills, s) => {
+          const db = new FakeDatabase(s);
+          const lives = new Map<string, Life>();
+          // Each kill happens at a moment the scheduler chooses.
+          for (const victim of kills) {
+            void s.schedule(Promise.resolve(), `kill ${victim}`).then(() => {
+              const life = lives.get(victim);
+              if (life === undefined || life.dead) return;
+              life.dead = true;
+              stats.kills++;
+              for (const conn of life.connections) conn.terminate();
+            });
+          }
+          const done = Promise.all([
+            run('A', db, stream, commitEvery, lives, 12),
+            run('B', db, stream, commitEvery, lives, 12),
+          ]);
+          await s.waitFor(done);
+          const finished = await done;
+          stats.runs++;
+          stats.fenced += db.fenced;
+          expect(finished.some(Boolean)).toBe(true);
+          // The identity headers name (producer, ID): equal headers, equal identity.
+          const distinct = new Set(stream.map((m) => JSON.stringify(m.applicationProperties)));
+          expect(db.committed.applied.size).toBe(distinct.size);
+          for (const [key, count] of db.committed.applied) expect(count, key).toBe(1);
+          expect(db.committed.offset).toBe(String(stream.length - 1));
+        },
+      ),
+      { numRuns: 300 },
+    );
+    console.log(`[postgres fence model] ${JSON.stringify(stats)}`);
+  });
+});

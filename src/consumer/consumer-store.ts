@@ -1,0 +1,79 @@
+/**
+ * What a verifying consumer's batches are written to (docs/design.md §5, §13): one interface, two
+ * implementations. The LevelDB store (level-consumer-store.ts) writes a batch as one LevelDB batch;
+ * the PostgreSQL store (src/postgres) runs the batch's handlers inside one database transaction and
+ * writes the verifier state and the offset in it, fenced on the offset row. The core and the commit
+ * pipeline are the same for both.
+ */
+import type { Op } from './commit-pipeline.js';
+
+/** A batch as the pipeline hands it to its store: what it writes and the offsets it covers. */
+export interface StoreBatch {
+  /**
+   * Every write of the batch as key-value operations: the handlers' effects (LevelDB only), the
+   * verifier state of each scope the batch touched, and the consumer's offset record last.
+   */
+  readonly ops: readonly Op[];
+  /** The batch's last offset (the offset record's value). */
+  readonly lastOffset: bigint;
+  /** The offset the batch was computed on: the one committed before it, `undefined` for the first. */
+  readonly baseOffset: bigint | undefined;
+}
+
+/**
+ * One consumer's view of its store, opened by the core for one consumer name. Not exported by the
+ * package's entries: the stores implement it.
+ */
+export interface ConsumerStore {
+  /** The consumer's committed offset, as read at open. */
+  readonly committedOffset: bigint | undefined;
+  /** Reads one record outside any batch (a scope's verifier state). */
+  get(key: string): Promise<Uint8Array | undefined>;
+  /**
+   * Called before each message is verified: `undefined` when the store is ready at once (LevelDB),
+   * else a promise that resolves once the batch's transaction is open (PostgreSQL: after the
+   * previous batch is committed). It rejects with `DEDUP_CONSUMER_FENCED` when another process
+   * moved the consumer's offset.
+   */
+  enter(): Promise<void> | undefined;
+  /** The second argument of one handler call. */
+  handlerContext(): unknown;
+  /** The handler call that was given `context` returned or threw: `context` is no longer usable. */
+  releaseContext?(context: unknown): void;
+  /**
+   * Writes one batch, durably and atomically, or rejects with nothing of it written. Fenced
+   * stores reject with `DEDUP_CONSUMER_FENCED` when the batch was not computed on the stored offset.
+   */
+  write(batch: StoreBatch): Promise<void>;
+  /** Writes `ops` outside a batch (an eviction's deletions); only stores that evict idle scopes. */
+  writeOps?(ops: Op[]): Promise<void>;
+  /** The pending batch is dropped (a handler threw, a lost subscription): what it wrote goes too. */
+  discard(): void;
+  /** Releases what the consumer holds (the name claim; an owned store or connection). */
+  close(): Promise<void>;
+}
+
+/**
+ * A store that opens verifying consumers on itself: `PostgresStore` (`stream-dedup/postgres`). The
+ * LevelDB store is given as a folder path or a `DedupStore` instead.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface ConsumerStoreProvider {
+  /**
+   * Opens the store of consumer `consumerName`; `onFailure` is called when the store itself must stop
+   * the consumer (a handler that misused its client after returning).
+   *
+   * @internal
+   */
+  openConsumerStore(consumerName: string, onFailure: (error: Error) => void): Promise<ConsumerStore>;
+}
+
+/** True when `value` is a {@link ConsumerStoreProvider}. */
+export function isConsumerStoreProvider(value: unknown): value is ConsumerStoreProvider {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { openConsumerStore?: unknown }).openConsumerStore === 'function'
+  );
+}

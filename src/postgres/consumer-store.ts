@@ -1,0 +1,308 @@
+/**
+ * The PostgreSQL implementation of the verifying consumer's store (docs/design.md §13). A batch is
+ * one transaction on one connection: opened before the batch's first message, its offset row locked
+ * (`SELECT … FOR UPDATE`) and compared with what this process last committed; the handlers run
+ * their SQL in it; its commit writes the verifier state of every scope it touched and the offset,
+ * then COMMIT. Batches do not overlap: the next one opens once the previous one has committed.
+ */
+import type pg from 'pg';
+import type { Pool, PoolClient } from 'pg';
+import type { ConsumerStore, StoreBatch } from '../consumer/consumer-store.js';
+import { DedupError } from '../errors.js';
+import { offsetKey, scopeKeyOfStateKey } from '../store/consumer-keys.js';
+import { HandlerTransaction } from './handler-client.js';
+import { refusal } from './refusal.js';
+import type { Tables } from './schema.js';
+
+/** How the store bounds its waits, in ms. */
+export interface TransactionLimits {
+  /** `lock_timeout` of each batch: how long it waits for the offset row another process holds. */
+  readonly lockTimeoutMs: number;
+  /**
+   * `idle_in_transaction_session_timeout` of each batch: a batch left open this long (a paused or
+   * hung process) is ended by the server, which frees the offset row for the other process.
+   */
+  readonly idleInTransactionTimeoutMs: number;
+  /**
+   * How long each of the store's own statements may wait for the server's answer (pg's
+   * `query_timeout`): a server that accepts and never answers stops the consumer, and `close()`
+   * returns, within it.
+   */
+  readonly queryTimeoutMs: number;
+}
+
+/** A statement of the store's own, bounded by `queryTimeoutMs`. */
+function bounded(text: string, values: unknown[] | undefined, limits: TransactionLimits): pg.QueryConfig {
+  return { text, values, query_timeout: limits.queryTimeoutMs } as pg.QueryConfig;
+}
+
+/** The batch transaction in progress. */
+interface OpenTransaction {
+  readonly client: PoolClient;
+  /** The transaction's ID: checked again at commit, so that a COMMIT the guard missed is caught. */
+  readonly xid: string;
+  readonly handlers: Set<HandlerTransaction>;
+  misuse: Error | undefined;
+}
+
+/** A connection's `error` event while the store holds it (the server went away): the next query fails. */
+const ignoreError = (): void => undefined;
+
+/**
+ * One consumer's PostgreSQL store.
+ *
+ * @internal
+ */
+export class PgConsumerStore implements ConsumerStore {
+  readonly #pool: Pool;
+  readonly #tables: Tables;
+  readonly #consumer: string;
+  readonly #limits: TransactionLimits;
+  readonly #onFailure: (error: Error) => void;
+  readonly #release: () => void;
+  #committed: bigint | undefined;
+  #tx: OpenTransaction | undefined;
+  #opening: Promise<void> | undefined;
+  /** The commit or rollback in flight: the next transaction opens after it. */
+  #settling: Promise<void> = Promise.resolve();
+
+  private constructor(
+    pool: Pool,
+    tables: Tables,
+    consumer: string,
+    limits: TransactionLimits,
+    committed: bigint | undefined,
+    onFailure: (error: Error) => void,
+    release: () => void,
+  ) {
+    this.#pool = pool;
+    this.#tables = tables;
+    this.#consumer = consumer;
+    this.#limits = limits;
+    this.#committed = committed;
+    this.#onFailure = onFailure;
+    this.#release = release;
+  }
+
+  /**
+   * Creates the consumer's offset row if it is missing (so that there is always a row to lock) and
+   * reads its committed offset.
+   *
+   * @throws DedupError `DEDUP_STORE_REFUSED` (a read-only role, a missing table, an unreachable server).
+   */
+  static async open(
+    pool: Pool,
+    tables: Tables,
+    consumer: string,
+    limits: TransactionLimits,
+    onFailure: (error: Error) => void,
+    release: () => void,
+  ): Promise<PgConsumerStore> {
+    let committed: bigint | undefined;
+    try {
+      await pool.query(
+        bounded(
+          `INSERT INTO ${tables.offsets} (consumer, committed_offset) VALUES ($1, NULL) ON CONFLICT DO NOTHING`,
+          [consumer],
+          limits,
+        ),
+      );
+      const found = await pool.query<{ committed_offset: string | null }>(
+        bounded(`SELECT committed_offset FROM ${tables.offsets} WHERE consumer = $1`, [consumer], limits),
+      );
+      const raw = found.rows[0]?.committed_offset;
+      committed = raw === null || raw === undefined ? undefined : BigInt(raw);
+    } catch (err) {
+      release();
+      throw refusal(err, `cannot open consumer "${consumer}"`);
+    }
+    return new PgConsumerStore(pool, tables, consumer, limits, committed, onFailure, release);
+  }
+
+  get committedOffset(): bigint | undefined {
+    return this.#committed;
+  }
+
+  async get(key: string): Promise<Uint8Array | undefined> {
+    // Through the batch's own connection when one is open (scopes load while a message is verified,
+    // inside its batch): a second connection would wait for ever on a pool of one.
+    const found = await (this.#tx?.client ?? this.#pool).query<{ state: Buffer }>(
+      bounded(
+        `SELECT state FROM ${this.#tables.scopes} WHERE consumer = $1 AND scope = $2`,
+        [this.#consumer, Buffer.from(scopeKeyOfStateKey(key), 'utf8')],
+        this.#limits,
+      ),
+    );
+    return found.rows[0]?.state;
+  }
+
+  enter(): Promise<void> | undefined {
+    if (this.#tx !== undefined) return undefined;
+    return (this.#opening ??= this.#open().finally(() => (this.#opening = undefined)));
+  }
+
+  handlerContext(): unknown {
+    const tx = this.#tx;
+    if (tx === undefined) throw new Error('no batch transaction is open');
+    const handler = new HandlerTransaction(tx.client, (error) => {
+      tx.misuse ??= error;
+      this.#onFailure(error);
+    });
+    tx.handlers.add(handler);
+    return handler;
+  }
+
+  releaseContext(context: unknown): void {
+    const handler = context as HandlerTransaction;
+    handler.revoke();
+    this.#tx?.handlers.delete(handler);
+  }
+
+  write(batch: StoreBatch): Promise<void> {
+    const tx = this.#tx;
+    if (tx === undefined) return Promise.reject(new Error('no batch transaction is open'));
+    this.#tx = undefined;
+    const committing = this.#commit(tx, batch);
+    this.#settling = committing.catch(() => undefined);
+    return committing;
+  }
+
+  discard(): void {
+    const tx = this.#tx;
+    if (tx === undefined) return;
+    this.#tx = undefined;
+    this.#settling = this.#rollback(tx);
+  }
+
+  async close(): Promise<void> {
+    this.discard();
+    await this.#opening?.catch(() => undefined);
+    this.discard();
+    await this.#settling;
+    this.#release();
+  }
+
+  async #open(): Promise<void> {
+    await this.#settling;
+    let client: PoolClient;
+    try {
+      client = await this.#pool.connect();
+    } catch (err) {
+      throw refusal(err, `consumer "${this.#consumer}" cannot reach the database`);
+    }
+    client.on('error', ignoreError);
+    try {
+      const { lockTimeoutMs, idleInTransactionTimeoutMs } = this.#limits;
+      // READ COMMITTED (docs/design.md §13: why it suffices); one round trip for the three.
+      await client.query(
+        bounded(
+          `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ${lockTimeoutMs}; ` +
+            `SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionTimeoutMs}`,
+          undefined,
+          this.#limits,
+        ),
+      );
+      const found = await client.query<{ committed_offset: string | null; xid: string }>(
+        bounded(
+          `SELECT committed_offset, pg_current_xact_id()::text AS xid FROM ${this.#tables.offsets} ` +
+            'WHERE consumer = $1 FOR UPDATE',
+          [this.#consumer],
+          this.#limits,
+        ),
+      );
+      const row = found.rows[0];
+      if (row === undefined) {
+        throw new DedupError(
+          'DEDUP_STORE_REFUSED',
+          `the offset row of consumer "${this.#consumer}" was deleted while it ran`,
+        );
+      }
+      const stored = row.committed_offset === null ? undefined : BigInt(row.committed_offset);
+      if (stored !== this.#committed) {
+        throw new DedupError(
+          'DEDUP_CONSUMER_FENCED',
+          `consumer "${this.#consumer}" is fenced: its committed offset moved from ${this.#committed ?? 'none'} ` +
+            `to ${stored ?? 'none'} under it, so another process consumes under this name; nothing of ` +
+            'this batch was applied. Restart it to resume from the stored offset',
+        );
+      }
+      this.#tx = { client, xid: row.xid, handlers: new Set(), misuse: undefined };
+    } catch (err) {
+      // The connection is destroyed, not asked to ROLLBACK: the server rolls back a transaction
+      // whose connection goes, and a server that does not answer would not answer that either.
+      this.#releaseClient(client, err);
+      throw err instanceof DedupError
+        ? err
+        : refusal(err, `consumer "${this.#consumer}" cannot begin a batch`);
+    }
+  }
+
+  async #commit(tx: OpenTransaction, batch: StoreBatch): Promise<void> {
+    const { client } = tx;
+    for (const handler of tx.handlers) handler.revoke();
+    try {
+      if (tx.misuse !== undefined) throw tx.misuse;
+      const scopes: Buffer[] = [];
+      const states: Buffer[] = [];
+      const ownOffset = offsetKey(this.#consumer);
+      for (const op of batch.ops) {
+        if (op.key === ownOffset) continue;
+        if (op.type !== 'put') throw new Error(`a batch may not delete (${op.key})`);
+        scopes.push(Buffer.from(scopeKeyOfStateKey(op.key), 'utf8'));
+        states.push(Buffer.from(op.value.buffer, op.value.byteOffset, op.value.byteLength));
+      }
+      if (scopes.length > 0) {
+        await client.query(
+          bounded(
+            `INSERT INTO ${this.#tables.scopes} (consumer, scope, state) ` +
+              'SELECT $1, s, v FROM unnest($2::bytea[], $3::bytea[]) AS t(s, v) ' +
+              'ON CONFLICT (consumer, scope) DO UPDATE SET state = excluded.state',
+            [this.#consumer, scopes, states],
+            this.#limits,
+          ),
+        );
+      }
+      // The transaction must still be the one that locked the row: a handler's COMMIT that the
+      // guard missed would have ended it (and its effects are then committed already: said loudly).
+      const updated = await client.query(
+        bounded(
+          `UPDATE ${this.#tables.offsets} SET committed_offset = $2 ` +
+            'WHERE consumer = $1 AND pg_current_xact_id()::text = $3',
+          [this.#consumer, batch.lastOffset.toString(), tx.xid],
+          this.#limits,
+        ),
+      );
+      if (updated.rowCount !== 1) {
+        throw new TypeError(
+          `consumer "${this.#consumer}": the batch's transaction was ended inside a handler (a COMMIT or ROLLBACK ` +
+            'run through the client): nothing of this batch is committed by the library',
+        );
+      }
+      await client.query(bounded('COMMIT', undefined, this.#limits));
+    } catch (err) {
+      // Destroyed, not rolled back by a statement (see #open).
+      this.#releaseClient(client, err);
+      // The library's own refusals as they are; the server's and the driver's (a time-out) in words.
+      throw err instanceof DedupError || err instanceof TypeError
+        ? err
+        : refusal(err, `consumer "${this.#consumer}" cannot commit a batch`);
+    }
+    this.#releaseClient(client, undefined);
+    this.#committed = batch.lastOffset;
+  }
+
+  async #rollback(tx: OpenTransaction): Promise<void> {
+    for (const handler of tx.handlers) handler.revoke();
+    let failed: unknown;
+    await tx.client
+      .query(bounded('ROLLBACK', undefined, this.#limits))
+      .catch((err: unknown) => (failed = err ?? true));
+    this.#releaseClient(tx.client, failed);
+  }
+
+  /** Gives the connection back to the pool; one that failed is destroyed, not reused. */
+  #releaseClient(client: PoolClient, err: unknown): void {
+    client.removeListener('error', ignoreError);
+    client.release(err === undefined ? undefined : err instanceof Error ? err : true);
+  }
+}

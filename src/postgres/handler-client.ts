@@ -1,0 +1,85 @@
+/**
+ * The client a handler gets (docs/design.md §13): the batch transaction's connection, through
+ * `query` only, refusing transaction control (the transaction is the library's) and any use after
+ * the handler returned (that SQL would run in a later batch's transaction, or in none).
+ */
+import type { PoolClient, QueryConfig } from 'pg';
+import { transactionControlIn } from './transaction-control.js';
+
+/**
+ * What a handler may run SQL through: `query`, with node-postgres's signatures.
+ *
+ * @remarks Since 0.6.0
+ */
+export type PostgresClient = Pick<PoolClient, 'query'>;
+
+/**
+ * The second argument of a handler on a `PostgresStore`: the batch's transaction.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface PostgresTransaction {
+  /**
+   * Runs SQL inside the batch's transaction, which also commits the message's verifier state and
+   * the consumer's offset. Usable only until the handler returns.
+   *
+   * @throws TypeError for a statement that controls the transaction (BEGIN, COMMIT, ROLLBACK, END,
+   *   ABORT, SAVEPOINT, RELEASE, PREPARE TRANSACTION), and for any call after the handler returned;
+   *   either stops the consumer and rolls the batch back.
+   */
+  readonly client: PostgresClient;
+}
+
+/** The text of a `query` call's first argument, when it has one. */
+function textOf(first: unknown): string | undefined {
+  if (typeof first === 'string') return first;
+  const text = (first as QueryConfig | null | undefined)?.text;
+  return typeof text === 'string' ? text : undefined;
+}
+
+/**
+ * One handler call's transaction. `misuse` is told of a refused call (the consumer stops and the
+ * batch rolls back, even if the handler swallows the error).
+ *
+ * @internal
+ */
+export class HandlerTransaction implements PostgresTransaction {
+  readonly client: PostgresClient;
+  #usable = true;
+
+  constructor(connection: PoolClient, misuse: (error: TypeError) => void) {
+    const query = (...args: unknown[]): unknown => {
+      let error: TypeError | undefined;
+      if (!this.#usable) {
+        error = new TypeError(
+          'the PostgreSQL client was used after the handler returned: its SQL would run outside the message’s transaction',
+        );
+      } else {
+        const text = textOf(args[0]);
+        const control = text === undefined ? 'a query without text' : transactionControlIn(text);
+        if (control !== undefined) {
+          error = new TypeError(
+            `the handler may not control the batch's transaction (${control === '?' ? 'unterminated SQL' : control.toUpperCase()}): ` +
+              'the library begins and commits it, with the verifier state and the offset',
+          );
+        }
+      }
+      if (error !== undefined) {
+        misuse(error);
+        const callback = args.at(-1);
+        if (typeof callback === 'function') {
+          (callback as (err: Error) => void)(error);
+          return undefined;
+        }
+        return Promise.reject(error);
+      }
+      return (connection.query as (...a: unknown[]) => unknown)(...args);
+    };
+    this.client = Object.freeze({ query: query as PostgresClient['query'] });
+  }
+
+  /** The handler returned or threw: every later call is refused. */
+  revoke(): void {
+    this.#usable = false;
+  }
+}

@@ -1,0 +1,180 @@
+/**
+ * `PostgresStore`: the verifying consumers' store in the application's own PostgreSQL database
+ * (docs/design.md §13). Opening it checks the schema's version; each consumer opened on it writes
+ * its batches as transactions (consumer-store.ts).
+ */
+import pg from 'pg';
+import type { Pool } from 'pg';
+import type { ConsumerStore, ConsumerStoreProvider } from '../consumer/consumer-store.js';
+import { DedupError } from '../errors.js';
+import { expectObject, integerOption, timerOption, typeMismatch } from '../util/options.js';
+import { PgConsumerStore, type TransactionLimits } from './consumer-store.js';
+import { refusal } from './refusal.js';
+import { checkSchema, checkSchemaName, tablesOf, type Tables } from './schema.js';
+
+/**
+ * Options of {@link PostgresStore.open}. Give `pool` or `connectionString`, not both.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface PostgresStoreOptions {
+  /** The schema that {@link migrate} created for the store's tables. */
+  readonly schema: string;
+  /** The application's `pg.Pool`: used, never closed, by the store. */
+  readonly pool?: Pool;
+  /** A connection URL: the store makes a pool of its own and closes it in `close()`. */
+  readonly connectionString?: string;
+  /**
+   * How long connecting may take, in ms, with `connectionString` (a pool passed in keeps its own
+   * `connectionTimeoutMillis`). @defaultValue 10000
+   */
+  readonly connectTimeoutMs?: number;
+  /**
+   * How long a batch waits for its consumer's offset row while another process holds it, in ms
+   * (PostgreSQL's `lock_timeout`); past it the consumer stops with `DEDUP_STORE_REFUSED`. Longer
+   * than `idleInTransactionTimeoutMs`, so that a paused process's batch ends first.
+   * @defaultValue 30000
+   */
+  readonly lockTimeoutMs?: number;
+  /**
+   * How long a batch's transaction may stay idle, in ms (PostgreSQL's
+   * `idle_in_transaction_session_timeout`): a process paused in the middle of a batch loses its
+   * transaction (rolled back by the server) and frees the offset row. A handler's own non-SQL work
+   * counts as idle. @defaultValue 15000
+   */
+  readonly idleInTransactionTimeoutMs?: number;
+  /**
+   * How long each of the store's own statements (BEGIN, the offset row's lock, the verifier state,
+   * the offset, COMMIT, a scope's read) may wait for the server's answer, in ms; more than
+   * `lockTimeoutMs`, whose wait it includes. A server that accepts and never answers then stops the
+   * consumer with `DEDUP_STORE_REFUSED`, and `close()` returns, within it. The handler's own
+   * queries are bounded by the pool's `query_timeout` (set to this with `connectionString`).
+   * @defaultValue 60000
+   */
+  readonly queryTimeoutMs?: number;
+}
+
+/**
+ * The verifying consumers' store in PostgreSQL: pass it as the `store` of a verifying consumer and
+ * its handler gets the batch's transaction (see `postgresHandler`). Open it once per process.
+ *
+ * @example
+ * ```ts
+ * const store = await PostgresStore.open({ connectionString: process.env.DATABASE_URL, schema: 'stream_dedup' });
+ * ```
+ * @remarks Since 0.6.0
+ */
+export class PostgresStore implements ConsumerStoreProvider {
+  readonly #pool: Pool;
+  readonly #ownsPool: boolean;
+  readonly #tables: Tables;
+  readonly #limits: TransactionLimits;
+  readonly #claims = new Set<string>();
+  #closing: Promise<void> | undefined;
+
+  private constructor(pool: Pool, ownsPool: boolean, tables: Tables, limits: TransactionLimits) {
+    this.#pool = pool;
+    this.#ownsPool = ownsPool;
+    this.#tables = tables;
+    this.#limits = limits;
+  }
+
+  /**
+   * Checks the options (before any I/O), connects and checks that the schema is of this library's
+   * version.
+   *
+   * @throws TypeError, RangeError for a bad option, before any I/O.
+   * @throws DedupError `DEDUP_STORE_REFUSED` for a wrong password, an unknown database, an
+   *   unreachable server, a missing schema or one of another version; the server's error is the
+   *   `cause`.
+   */
+  static async open(options: PostgresStoreOptions): Promise<PostgresStore> {
+    expectObject(options, 'options');
+    const schema = checkSchemaName(options.schema);
+    const { pool: given, connectionString } = options;
+    if ((given === undefined) === (connectionString === undefined)) {
+      typeMismatch('pool or connectionString', 'exactly one of them', given ?? connectionString);
+    }
+    if (given !== undefined && !(given instanceof pg.Pool)) typeMismatch('pool', 'a pg.Pool', given);
+    if (connectionString !== undefined && (typeof connectionString !== 'string' || connectionString === '')) {
+      typeMismatch('connectionString', 'a non-empty string', connectionString);
+    }
+    const connectTimeoutMs = timerOption(options.connectTimeoutMs, 'connectTimeoutMs', 10_000, 1);
+    const limits: TransactionLimits = Object.freeze({
+      queryTimeoutMs: integerOption(options.queryTimeoutMs, 'queryTimeoutMs', 60_000, 1, 2_147_483_647),
+      lockTimeoutMs: integerOption(options.lockTimeoutMs, 'lockTimeoutMs', 30_000, 1, 2_147_483_647),
+      idleInTransactionTimeoutMs: integerOption(
+        options.idleInTransactionTimeoutMs,
+        'idleInTransactionTimeoutMs',
+        15_000,
+        1,
+        2_147_483_647,
+      ),
+    });
+    const pool =
+      given ??
+      new pg.Pool({
+        connectionString,
+        connectionTimeoutMillis: connectTimeoutMs,
+        query_timeout: limits.queryTimeoutMs,
+        max: 10,
+      });
+    // An idle connection's error (the server restarted) is the pool's event: unheard it would
+    // crash the process. The next checkout reconnects.
+    if (given === undefined) pool.on('error', () => undefined);
+    try {
+      let client;
+      try {
+        client = await pool.connect();
+      } catch (err) {
+        throw refusal(err, 'cannot connect to PostgreSQL');
+      }
+      try {
+        await checkSchema(client, schema);
+      } finally {
+        client.release();
+      }
+    } catch (err) {
+      if (given === undefined) await pool.end().catch(() => undefined);
+      throw err;
+    }
+    return new PostgresStore(pool, given === undefined, tablesOf(schema), limits);
+  }
+
+  /** @internal */
+  async openConsumerStore(consumerName: string, onFailure: (error: Error) => void): Promise<ConsumerStore> {
+    if (this.#closing !== undefined) {
+      throw new DedupError(
+        'DEDUP_STORE_CLOSED',
+        `cannot open consumer "${consumerName}": the store is closed`,
+      );
+    }
+    // PostgreSQL's text holds no NUL: such a name could not be stored as it is.
+    if (consumerName.includes('\0')) {
+      throw new RangeError(
+        `Expected consumerName to be a string without NUL characters, got ${JSON.stringify(consumerName)}`,
+      );
+    }
+    if (this.#claims.has(consumerName)) {
+      throw new DedupError('DEDUP_STORE_LOCKED', `consumer "${consumerName}" is already open on this store`);
+    }
+    this.#claims.add(consumerName);
+    return PgConsumerStore.open(this.#pool, this.#tables, consumerName, this.#limits, onFailure, () =>
+      this.#claims.delete(consumerName),
+    );
+  }
+
+  /**
+   * Closes the store's own pool (one made from `connectionString`); a pool passed in is left open.
+   * Close the consumers first. Idempotent.
+   */
+  close(): Promise<void> {
+    this.#closing ??= this.#ownsPool ? this.#pool.end().catch(() => undefined) : Promise.resolve();
+    return this.#closing;
+  }
+
+  /** Calls {@link PostgresStore.close}. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
