@@ -56,4 +56,16 @@ describe('rev-a: audit expected AMQP 0-9-1 copies', () => {
     const report = auditRecords(stream);
     expect(report.ok).toBe(false);
   });
+
+  it('a stream-protocol publisher and an AMQP 0-9-1 publisher given one producer name (different messages) fail the audit', () => {
+    // The stream publisher's IDs are deduplicated by the broker; the AMQP 0-9-1 one's are not, and
+    // it does not advance the name's last ID either: both write 1, 2, 3.
+    const stream = (id: number, offset: number): AuditRecord & { body: Buffer } => ({
+      offset: BigInt(offset),
+      applicationProperties: identityHeaders('orders', BigInt(id)),
+      body: Buffer.from(`stream: order ${id}`),
+    });
+    const report = auditRecords([stream(1, 0), stream(2, 1), stream(3, 2), amqp('amqp', 1, 3), amqp('amqp', 2, 4), amqp('amqp', 3, 5)]);
+    expect(report.ok).toBe(false);
+  });
 });
