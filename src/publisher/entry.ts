@@ -28,7 +28,8 @@ export class Entry implements OutgoingMessage {
   constructor(
     /** Mutable only while the entry waits for room, unwritten and unsent (renumbered after an abort). */
     public publishingId: bigint,
-    readonly body: Uint8Array,
+    /** Released (emptied) once it is aborted while parked: see {@link Entry.release}. */
+    public body: Uint8Array,
     public headers: Headers | undefined,
     /** Keyed sends: the domain key. */
     readonly key: string | undefined,
@@ -49,6 +50,18 @@ export class Entry implements OutgoingMessage {
   }
 
   /**
+   * Lets go of the body and headers of a send aborted while parked: it will never be written or
+   * sent, but it stays in the send queue until the queue's head or a compaction reaches it, and k
+   * large aborted sends among live parked ones would stay reachable for as long as confirms are
+   * withheld (REVIEW §6). Nothing reads them after the abort: a skip declaration it carried moves
+   * from the declaration's own record, and the queue only reads its `extra`.
+   */
+  release(): void {
+    this.body = RELEASED_BODY;
+    this.headers = undefined;
+  }
+
+  /**
    * A promise for this entry's result, with its settlers stored in the entry. One shared executor
    * takes them: `new Promise((resolve, reject) => ...)` would allocate a closure and its context
    * for every send.
@@ -60,6 +73,9 @@ export class Entry implements OutgoingMessage {
     return promise;
   }
 }
+
+/** The body of every released entry. */
+const RELEASED_BODY = new Uint8Array(0);
 
 // Written by `captureSettlers` and read right after `new Promise` (the executor runs synchronously).
 let capturedResolve: ((result: SendResult) => void) | undefined;

@@ -159,12 +159,14 @@ export class SendQueue {
 
   /**
    * Marks a parked entry aborted, in O(1): it stays in place until the head reaches it or a
-   * compaction takes it out. The owner lowers its last assigned ID at once.
+   * compaction takes it out, its body and headers released at once (it is never written nor sent).
+   * The owner lowers its last assigned ID at once.
    */
   drop(entry: Entry): void {
     const extra = entry.extra!;
     extra.parked = false;
     extra.dropped = true;
+    entry.release();
     this.#dropped++;
   }
 
