@@ -3,6 +3,7 @@
  * the broker's last ID, the reconcile plan, and the outbox as entries to re-send. The core then
  * re-sends or re-assigns them; the rules themselves are in reconcile.ts.
  */
+import { DedupError } from '../errors.js';
 import type { LoadedProducer, ProducerState } from '../store/store.js';
 import type { Logger } from '../telemetry/logger.js';
 import { Entry, type Segment } from './entry.js';
@@ -10,7 +11,8 @@ import { asDedupError, storeWrite } from './errors.js';
 import { forgetUnstoredKeys, type KeyedIds, type StoredKeySegments } from './keyed.js';
 import type { ResolvedPublisherOptions } from './options.js';
 import { assertSameIdMode, reconcile, type ReconcilePlan } from './reconcile.js';
-import { attachBatches } from './sub-entries.js';
+import { stampBytesOf } from './message.js';
+import { attachBatches, DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES, oversizedBatch } from './sub-entries.js';
 import type { OpenReport, PublishTransport, TransportHandlers } from './types.js';
 
 /** The outcome of the open-time reads: where to start and what the outbox holds. */
@@ -33,6 +35,11 @@ export async function startUp(
 ): Promise<Startup> {
   const loaded = await state.load();
   assertSameIdMode(loaded.meta, opts.idMode, opts.producerName);
+  // Resuming re-sends the outbox's batches as they were cut; adopting re-cuts them under new IDs,
+  // and only the broker tells which it is: with onBrokerAhead 'error' (the default) it is known
+  // before connecting.
+  const resumeKnown = opts.onBrokerAhead !== 'adopt';
+  if (resumeKnown) assertBatchesFit(loaded.segments, transport, opts.producerName);
   let brokerLast: bigint | undefined;
   try {
     brokerLast = await transport.connect(handlers);
@@ -55,6 +62,7 @@ export async function startUp(
     outboxLast: outbox.length > 0 ? outbox[outbox.length - 1]!.publishingId : 0n,
     brokerLast,
   });
+  if (!resumeKnown && plan.kind === 'resume') assertBatchesFit(loaded.segments, transport, opts.producerName);
   let keySegments: StoredKeySegments = opts.idMode === 'keyed' ? await state.loadKeySegments() : [];
   if (plan.forgetKeysAbove !== undefined) {
     keySegments = await storeWrite(forgetUnstoredKeys(state, keySegments, plan.forgetKeysAbove, outbox));
@@ -71,6 +79,39 @@ export async function startUp(
       reassigned: adopt ? outbox.length : 0,
     },
   };
+}
+
+/**
+ * Refuses an outbox holding a sub-entry batch above the transport's cap (`maxBatchBytes`): one cut
+ * in an earlier life under a higher `subEntry.maxUncompressedBytes`. It would be re-sent whole (its
+ * cut is kept, docs/design.md §10), refused by the broker with publish error 17 at every re-send
+ * and retried as a lost connection for ever. Over a transport that sends each member alone (AMQP
+ * 0-9-1) no batch is re-sent.
+ *
+ * @throws DedupError `DEDUP_UNSAFE_OPTIONS`, naming the batch, its size and the setting to raise.
+ */
+export function assertBatchesFit(
+  segments: LoadedProducer['segments'],
+  transport: PublishTransport,
+  producerName: string,
+): void {
+  if (transport.carriesBatches !== true) return;
+  const cap = transport.maxBatchBytes ?? DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES;
+  const stampBytes = stampBytesOf(producerName);
+  for (const s of segments) {
+    if (s.batches === undefined) continue;
+    const over = oversizedBatch(s.entries, s.batches, stampBytes, cap);
+    if (over === undefined) continue;
+    throw new DedupError(
+      'DEDUP_UNSAFE_OPTIONS',
+      `the outbox of producer "${producerName}" on "${transport.target}" holds a sub-entry batch of ` +
+        `${over.messages} messages (IDs ${over.firstId}..${over.lastId}) of about ${over.bytes} bytes uncompressed, ` +
+        `above the cap of ${cap} bytes (subEntry.maxUncompressedBytes): it was cut under a higher cap and is ` +
+        `re-sent as it was cut, so the broker would refuse it at every re-send. Open with ` +
+        `subEntry.maxUncompressedBytes (and the broker's stream.max_uncompressed_sub_entry_batch_size) at least ` +
+        `${over.bytes} until the outbox is confirmed, then lower it.`,
+    );
+  }
 }
 
 /**

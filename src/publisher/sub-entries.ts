@@ -7,6 +7,7 @@
  * same entries. Re-cut differently, an entry could straddle the broker's last ID and be dropped
  * with messages it never stored, or stored with messages it already had.
  */
+import type { Headers } from '../store/codec.js';
 import type { Entry } from './entry.js';
 import { headersSize } from './message.js';
 
@@ -69,8 +70,7 @@ export function formBatches(
     let bytes = 0;
     const limit = batch[start]!.publishingId <= aloneUpTo ? 1 : size;
     while (end < batch.length && end - start < limit) {
-      const m = batch[end]!;
-      const b = m.body.length + headersSize(m.headers) + stampBytes;
+      const b = estimatedBytes(batch[end]!, stampBytes);
       if (end > start && (compressedBound(bytes + b, codec) > maxBytes || bytes + b > maxUncompressedBytes))
         break;
       bytes += b;
@@ -83,6 +83,60 @@ export function formBatches(
   if (!batched) return undefined;
   attachBatches(batch, sizes);
   return sizes;
+}
+
+/**
+ * A message's share of a batch's bytes, uncompressed: body, headers and `stampBytes` of identity
+ * stamps and framing (at least what the encoder declares for it).
+ */
+function estimatedBytes(
+  m: { readonly body: Uint8Array; readonly headers: Headers | undefined },
+  stampBytes: number,
+): number {
+  return m.body.length + headersSize(m.headers) + stampBytes;
+}
+
+/** A stored sub-entry batch above the cap it would be re-sent under. */
+export interface OversizedBatch {
+  readonly firstId: bigint;
+  readonly lastId: bigint;
+  readonly messages: number;
+  /** Its estimated uncompressed bytes (as {@link formBatches} counts them). */
+  readonly bytes: number;
+}
+
+/**
+ * The first batch of an outbox segment (its messages in ID order, cut as `sizes` records) whose
+ * uncompressed estimate is above `maxUncompressedBytes`: a batch cut under a higher cap in an
+ * earlier life. It is re-sent as it was cut, so the broker would refuse it at every re-send.
+ */
+export function oversizedBatch(
+  entries: readonly {
+    readonly publishingId: bigint;
+    readonly body: Uint8Array;
+    readonly headers: Headers | undefined;
+  }[],
+  sizes: readonly number[],
+  stampBytes: number,
+  maxUncompressedBytes: number,
+): OversizedBatch | undefined {
+  let o = 0;
+  for (const n of sizes) {
+    if (n > 1) {
+      let bytes = 0;
+      for (let i = o; i < o + n; i++) bytes += estimatedBytes(entries[i]!, stampBytes);
+      if (bytes > maxUncompressedBytes) {
+        return {
+          firstId: entries[o]!.publishingId,
+          lastId: entries[o + n - 1]!.publishingId,
+          messages: n,
+          bytes,
+        };
+      }
+    }
+    o += n;
+  }
+  return undefined;
 }
 
 /**
