@@ -21,7 +21,7 @@ import {
   type ConsumerStep,
 } from './support/consumer.js';
 import { ProcessDisk } from './support/disk.js';
-import { SimNetwork } from './support/network.js';
+import { SimNetwork, type SimTransport } from './support/network.js';
 import { ProducerHarness, type HeadersMode, type ProducerIdMode } from './support/producer.js';
 import { assertProperty, checkWithin, IS_REPLAY } from './support/runs.js';
 import { settle, turn } from './support/turns.js';
@@ -1374,12 +1374,92 @@ describe('publisher time and settlement bounds (issue 32)', () => {
     console.log(`[per-member acks] ${settledTotal} settlements in life 2, ${cuts} channels cut`);
   });
 
+  it('cap - the sub-entry cap lowered or raised between two lives: no batch leaves above the cap of the life that sends it (an outbox cut under a higher cap is refused at open(), before connecting), and nothing is lost once a life opens with a cap its outbox fits', async () => {
+    let refused = 0;
+    let resumed = 0;
+    await assertProperty(
+      'cap between lives',
+      fc.asyncProperty(
+        fc.integer({ min: 2, max: 5 }),
+        fc.array(fc.nat({ max: 40 }), { minLength: 1, maxLength: 12 }),
+        fc.integer({ min: 1, max: 1_000 }),
+        fc.integer({ min: 1, max: 1_000 }),
+        fc.nat({ max: 12 }),
+        async (subEntrySize, sizes, cap1, cap2, delivered1) => {
+          const network = new SimNetwork();
+          const disk = memoryDisk();
+          const open = async (maxBatchBytes: number) => {
+            const transport = network.transport('orders', 'p', {}, { subEntrySize, maxBatchBytes });
+            transport.connectPolicy = 'immediate';
+            try {
+              const core = await DedupPublisherCore.open(transport, {
+                producerName: 'p',
+                store: await DedupStore.wrap(new ProcessDisk(disk)),
+                closeTimeoutMs: 0,
+                reconnect: { initialDelayMs: 1, maxDelayMs: 1 },
+              });
+              return { transport, core };
+            } catch (err) {
+              return { transport, err };
+            }
+          };
+          const drain = async (life: { transport: SimTransport; core: DedupPublisherCore }) => {
+            for (let round = 0; round < 200 && life.core.inFlight > 0; round++) {
+              await settle(() => network.activity);
+              life.transport.connection?.deliver();
+              life.transport.connection?.confirmAll();
+            }
+            await life.core.close();
+            expect(life.transport.violations).toEqual([]);
+          };
+          // Life 1 under cap1: one group commit cut into batches, a prefix read by the broker, nothing confirmed.
+          const first = await open(cap1);
+          if (first.core === undefined) throw first.err;
+          const bodies = sizes.map((n, i) => `${i}:`.padEnd(n + 2, 'x'));
+          for (const b of bodies) first.core.send(Buffer.from(b)).catch(() => undefined);
+          await settle(() => network.activity);
+          first.transport.connection?.deliver(delivered1);
+          await first.core.close();
+          expect(first.transport.violations).toEqual([]);
+          // Life 2 under cap2: refused before connecting, or everything re-sent within cap2.
+          const second = await open(cap2);
+          if (second.core === undefined) {
+            refused++;
+            expect(second.err).toBeInstanceOf(DedupError);
+            expect((second.err as DedupError).code).toBe('DEDUP_UNSAFE_OPTIONS');
+            expect(second.transport.connects).toBe(0);
+            // The operator raises the cap back for one life.
+            const raised = await open(cap1);
+            if (raised.core === undefined) throw raised.err;
+            await drain(raised);
+          } else {
+            resumed++;
+            await drain(second);
+          }
+          // The outbox is empty: a life under cap2 opens.
+          const third = await open(cap2);
+          if (third.core === undefined) throw third.err;
+          await drain(third);
+          network.startBroker();
+          for (let z = 0; z < 20; z++) network.deliverZombie(0);
+          const stored = network.broker.messages('orders').map((m) => m.body);
+          expect([...new Set(stored)].sort()).toEqual([...bodies].sort());
+          expect(stored.length).toBe(bodies.length);
+        },
+      ),
+      { numRuns: 300 },
+    );
+    console.log(`[cap between lives] ${refused} opens refused, ${resumed} resumed`);
+  });
+
   it('time - aborting k of n parked sends costs O(n + k) queue operations (counted, not timed), with one shared signal or one signal per send, sends in between; one listener per signal, and the survivors take consecutive IDs in send order', async () => {
     // Counted: every parked entry the send queue visits or moves (SendQueue.work). A splice and a
     // renumbering per abort (the code before issue 32, item 9) costs about k·n/2, and so does a
     // compaction per abort when each send has its own signal (AbortSignal.timeout per send).
     let largest = 0;
     let ownAborts = 0;
+    /** Runs that left aborted sends in the queue (the case F3 is about). */
+    let lazyRuns = 0;
     await assertProperty(
       'abort cost',
       fc.asyncProperty(
@@ -1452,6 +1532,10 @@ describe('publisher time and settlement bounds (issue 32)', () => {
           largest = Math.max(largest, work);
           if (work > parked + k)
             throw new Error(`${work} queue operations to abort ${k} of ${parked} parked sends`);
+          // Aborted sends left in the queue (lazy deletion) hold no body nor headers (review A, F3).
+          const left = core.abortedParked();
+          if (left.entries > 0) lazyRuns++;
+          expect(left.bytes).toBe(0);
           // Everything else goes out; the stream holds IDs 1..m without a hole, in send order.
           for (let round = 0; round < 1_000; round++) {
             await settle(() => network.activity);
@@ -1474,6 +1558,8 @@ describe('publisher time and settlement bounds (issue 32)', () => {
       ),
       { numRuns: 200 },
     );
-    console.log(`[abort cost] largest count ${largest}, ${ownAborts} own-signal aborts`);
+    console.log(
+      `[abort cost] largest count ${largest}, ${ownAborts} own-signal aborts, ${lazyRuns} runs left aborted sends parked`,
+    );
   });
 });

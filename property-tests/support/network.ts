@@ -1,4 +1,5 @@
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
+import { headersSize, stampBytesOf } from '../../src/publisher/message.js';
 import type { OutgoingMessage, PublishTransport, TransportHandlers } from '../../src/publisher/types.js';
 import { ModelBroker } from '../../test/support/model-broker.js';
 import { never } from './disk.js';
@@ -339,6 +340,13 @@ export interface SimTransportOptions {
    * or each message alone, confirmed by its own ID, as AMQP 0-9-1 does. @defaultValue true
    */
   readonly carriesBatches?: boolean;
+  /**
+   * The sub-entry cap of this life (`subEntry.maxUncompressedBytes`, the broker's
+   * `stream.max_uncompressed_sub_entry_batch_size`): a batch whose estimated uncompressed bytes are
+   * above it is recorded in {@link SimTransport.violations} (the broker would refuse it, error 17).
+   * @defaultValue unbounded
+   */
+  readonly maxBatchBytes?: number;
 }
 
 /**
@@ -367,6 +375,7 @@ export class SimTransport implements PublishTransport {
   readonly subEntrySize: number;
   readonly storeEpoch: number;
   readonly carriesBatches: boolean;
+  readonly maxBatchBytes: number | undefined;
   /**
    * The socket stops draining (a paused broker, a full TCP window): a publish writes its frames
    * and then waits for a `drain` that comes only with {@link SimTransport.resumeDraining}, or ends
@@ -410,6 +419,7 @@ export class SimTransport implements PublishTransport {
     this.subEntrySize = options.subEntrySize ?? 1;
     this.storeEpoch = options.storeEpoch ?? 0;
     this.carriesBatches = options.carriesBatches ?? true;
+    this.maxBatchBytes = options.maxBatchBytes;
   }
 
   /** Publishes waiting for a `drain` that has not come. */
@@ -490,6 +500,15 @@ export class SimTransport implements PublishTransport {
       this.#network.noteEntry(this.target, this.producerName, this.storeEpoch, entry);
       const ids = entry.map((m) => m.publishingId);
       if (batch !== undefined) this.#batches.set(ids[ids.length - 1]!, ids);
+      if (batch !== undefined && this.maxBatchBytes !== undefined) {
+        const stamps = stampBytesOf(this.producerName);
+        const bytes = entry.reduce((n, m) => n + m.body.length + headersSize(m.headers) + stamps, 0);
+        if (bytes > this.maxBatchBytes) {
+          this.violations.push(
+            `batch [${ids.join(',')}] of ${bytes} bytes over the cap of ${this.maxBatchBytes}`,
+          );
+        }
+      }
       i += size;
     }
     c.write(

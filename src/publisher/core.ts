@@ -301,6 +301,11 @@ export class DedupPublisherCore {
     return this.#queue.work;
   }
 
+  /** Aborted sends still in the send queue and the bytes they hold (the abort property checks 0). @internal */
+  abortedParked(): { entries: number; bytes: number } {
+    return this.#queue.abortedParked();
+  }
+
   /** True after `close()` or a fatal error. */
   get isClosed(): boolean {
     return this.#closeRequested || this.#status === 'closed';

@@ -5,6 +5,7 @@
  * commit), committing (the group commit being written), pending (written and sent, unconfirmed).
  */
 import type { Entry } from './entry.js';
+import { headersSize } from './message.js';
 import { PendingQueue } from './pending.js';
 
 /** What the queue tells its owner when parked sends are aborted. */
@@ -168,6 +169,19 @@ export class SendQueue {
     extra.dropped = true;
     entry.release();
     this.#dropped++;
+  }
+
+  /**
+   * Aborted entries still parked (lazy deletion) and the body and header bytes they hold (0: each
+   * lets go at its abort). The abort property checks it; O(parked). @internal
+   */
+  abortedParked(): { entries: number; bytes: number } {
+    let bytes = 0;
+    for (let i = this.#parkedHead; i < this.#parked.length; i++) {
+      const e = this.#parked[i]!;
+      if (e.extra?.dropped === true) bytes += e.body.length + headersSize(e.headers);
+    }
+    return { entries: this.#dropped, bytes };
   }
 
   /** Compacts when the aborted parked entries are at least as many as the live ones (amortised O(1) per abort). */
