@@ -88,6 +88,16 @@ export function formatAuditDetails(report: AuditReport, prefix = ''): string[] {
           `not deduplicated by the broker; not a failure): ${more(shown, p.expectedCopies)}`,
       );
     }
+    if (p.conflictingCopies > 0) {
+      const shown = p.conflictingCopySamples.map(
+        (d) => `id ${d.publishingId} at offset ${d.offset} (first at ${d.firstOffset})`,
+      );
+      details.push(
+        `${name}: ${plural(p.conflictingCopies, 'conflicting copy', 'conflicting copies')} (marked AMQP 0-9-1 ` +
+          `but another body or headers than the first copy: another message under the same id, dropped ` +
+          `by verifying consumers): ${more(shown, p.conflictingCopies)}`,
+      );
+    }
     if (p.gaps > 0) {
       const shown = p.gapRanges.map((r) => (r.from === r.to ? `${r.from}` : `${r.from}..${r.to}`));
       details.push(
@@ -135,6 +145,7 @@ export function formatAuditVerdict(
     | 'ok'
     | 'duplicates'
     | 'expectedCopies'
+    | 'conflictingCopies'
     | 'missingIds'
     | 'gaps'
     | 'skippedIds'
@@ -153,6 +164,9 @@ export function formatAuditVerdict(
     : `audit: FAILED — ${plural(report.duplicates, 'duplicate')}, ` +
         `${plural(report.missingIds, 'missing id')} in ${plural(report.gaps, 'gap')}, ` +
         `${report.outOfOrder} out of order` +
+        (report.conflictingCopies > 0
+          ? `, ${plural(report.conflictingCopies, 'conflicting copy', 'conflicting copies')}`
+          : '') +
         (report.contradictions > 0 ? `, ${plural(report.contradictions, 'contradicted skip')}` : '');
 }
 

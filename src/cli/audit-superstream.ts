@@ -134,6 +134,7 @@ export interface ProducerTotal {
   readonly distinctIds: number;
   readonly duplicates: number;
   readonly expectedCopies: number;
+  readonly conflictingCopies: number;
   readonly missingIds: bigint;
   readonly gaps: number;
   readonly skippedIds: bigint;
@@ -200,6 +201,7 @@ export function summarizeSuperStream(
         distinctIds: (t?.distinctIds ?? 0) + p.distinctIds,
         duplicates: (t?.duplicates ?? 0) + p.duplicates,
         expectedCopies: (t?.expectedCopies ?? 0) + p.expectedCopies,
+        conflictingCopies: (t?.conflictingCopies ?? 0) + p.conflictingCopies,
         missingIds: (t?.missingIds ?? 0n) + p.missingIds,
         gaps: (t?.gaps ?? 0) + p.gaps,
         skippedIds: (t?.skippedIds ?? 0n) + p.skippedIds,
@@ -224,6 +226,7 @@ export function summarizeSuperStream(
     },
     duplicates: sum((r) => r.duplicates),
     expectedCopies: sum((r) => r.expectedCopies),
+    conflictingCopies: sum((r) => r.conflictingCopies),
     missingIds: sumBig((r) => r.missingIds),
     gaps: sum((r) => r.gaps),
     skippedIds: sumBig((r) => r.skippedIds),

@@ -2,6 +2,7 @@
  * `stream-dedup audit`: what a stream's messages say about their producers. The analysis is pure
  * (records in, report out) so it is tested without a broker; `main.ts` reads the stream.
  */
+import { createHash } from 'node:crypto';
 import { AMQP091_TRANSPORT, readIdentity, TRANSPORT_HEADER } from '../identity/headers.js';
 import type { IdRange } from '../verifier/types.js';
 
@@ -13,9 +14,14 @@ export {
   formatAuditVerdict,
 } from './audit-format.js';
 
-/** One message of the stream, as `readStreamToEnd` returns it (the body is not needed). */
+/** One message of the stream, as `readStreamToEnd` returns it. */
 export interface AuditRecord {
   readonly offset: bigint;
+  /**
+   * The message's body: with the caller's headers it tells an AMQP 0-9-1 re-send (the same
+   * message) from another message under the same (producer, ID). Absent is read as empty.
+   */
+  readonly body?: Uint8Array | undefined;
   readonly applicationProperties?: Readonly<Record<string, unknown>> | undefined;
   readonly messageAnnotations?: Readonly<Record<string, unknown>> | undefined;
 }
@@ -25,10 +31,12 @@ export interface AuditOptions {
   /** How many examples of each problem (duplicates, gap ranges, …) the report keeps. @defaultValue 10 */
   readonly maxSamples?: number;
   /**
-   * The records start mid-stream (`audit --from/--since`): a message whose ID is below its
-   * producer's first ID in the records, and not seen before in them, may be a copy of a message
-   * before the range (an AMQP 0-9-1 re-send) as well as one out of order. It cannot be judged and
-   * is counted in {@link AuditReport.beforeRange} only. @defaultValue false
+   * The records start mid-stream (`audit --from/--since`): a message marked
+   * `x-dedup-transport: amqp091` whose ID is below its producer's first ID in the records, and not
+   * seen before in them, may be a re-send of a message before the range as well as one out of
+   * order. It cannot be judged and is counted in {@link AuditReport.beforeRange} only. An unmarked
+   * one is judged as in a whole-stream audit (the broker deduplicates the stream protocol, so it is
+   * a defect either way). @defaultValue false
    */
   readonly partial?: boolean;
 }
@@ -71,12 +79,22 @@ export interface ProducerAudit {
   readonly duplicates: number;
   readonly duplicateSamples: readonly DuplicateSample[];
   /**
-   * Extra copies marked `x-dedup-transport: amqp091`: an AMQP 0-9-1 publisher's outbox re-sends
-   * after a crash or reconnect. Expected (the broker does not deduplicate AMQP 0-9-1; verifying
-   * consumers drop them), so they do not fail the audit.
+   * Extra copies marked `x-dedup-transport: amqp091` with the first copy's body and headers: an
+   * AMQP 0-9-1 publisher's outbox re-sends after a crash or reconnect. Expected (the broker does
+   * not deduplicate AMQP 0-9-1; verifying consumers drop them), so they do not fail the audit.
    */
   readonly expectedCopies: number;
   readonly expectedCopySamples: readonly DuplicateSample[];
+  /**
+   * Copies marked `x-dedup-transport: amqp091` whose body or headers (`x-dedup-*` and the
+   * broker's `x-exchange`, `x-routing-key`, `x-basic-*` aside) differ from the first copy's:
+   * another message under the same (producer, ID), e.g. two AMQP 0-9-1 publishers given one
+   * name, or a store restored from a backup. Verifying consumers drop it: a loss, a failure.
+   *
+   * @remarks Since 0.6.0
+   */
+  readonly conflictingCopies: number;
+  readonly conflictingCopySamples: readonly DuplicateSample[];
   /**
    * IDs between {@link ProducerAudit.firstId} and {@link ProducerAudit.lastId} that never appear
    * and that no skip declares: possibly lost.
@@ -133,6 +151,8 @@ export interface AuditSums {
   readonly duplicates: number;
   /** AMQP 0-9-1 re-send copies: reported, never a failure. */
   readonly expectedCopies: number;
+  /** Marked copies of another message under the same (producer, ID): a failure. Since 0.6.0 */
+  readonly conflictingCopies: number;
   readonly missingIds: bigint;
   readonly gaps: number;
   readonly skippedIds: bigint;
@@ -144,24 +164,24 @@ export interface AuditReport extends AuditSums {
   /** Every message read. */
   readonly messages: number;
   /**
-   * With `partial`: messages below their producer's first ID in the range, never seen in it (see
-   * {@link AuditOptions.partial}); not judged, not a failure. 0 for a whole stream.
+   * With `partial`: AMQP 0-9-1 messages below their producer's first ID in the range, never seen
+   * in it (see {@link AuditOptions.partial}); not judged, not a failure. 0 for a whole stream.
    */
   readonly beforeRange: number;
   /** Per producer name, sorted by name. */
   readonly producers: readonly ProducerAudit[];
   readonly unidentified: UnidentifiedAudit;
   /**
-   * No duplicates, no gaps, nothing out of order, no contradicted skip. Declared skips and
-   * messages without identity do not count.
+   * No duplicates, no conflicting copies, no gaps, nothing out of order, no contradicted skip.
+   * Declared skips, expected copies and messages without identity do not count.
    */
   readonly ok: boolean;
 }
 
 interface ProducerAcc {
   messages: number;
-  /** First offset of every ID, in stream order of first appearance. */
-  readonly firstOffsets: Map<bigint, bigint>;
+  /** Every ID's index in {@link FirstCopies}, in stream order of first appearance. */
+  readonly firstOffsets: Map<bigint, number>;
   maxId: bigint;
   minId: bigint;
   /** The ID of the producer's first message in the records. */
@@ -172,6 +192,8 @@ interface ProducerAcc {
   readonly duplicateSamples: DuplicateSample[];
   expectedCopies: number;
   readonly expectedCopySamples: DuplicateSample[];
+  conflictingCopies: number;
+  readonly conflictingCopySamples: DuplicateSample[];
   outOfOrder: number;
   readonly outOfOrderSamples: OutOfOrderSample[];
   /** Declared skips in stream order, with the offset of the declaring message. */
@@ -197,6 +219,7 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     throw new RangeError(`maxSamples must be an integer ≥ 0, got ${maxSamples}`);
   }
   const producers = new Map<string, ProducerAcc>();
+  const firstCopies = new FirstCopies();
   const partial = options.partial === true;
   let beforeRange = 0;
   let messages = 0;
@@ -232,6 +255,8 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
         duplicateSamples: [],
         expectedCopies: 0,
         expectedCopySamples: [],
+        conflictingCopies: 0,
+        conflictingCopySamples: [],
         outOfOrder: 0,
         outOfOrderSamples: [],
         declared: [],
@@ -243,7 +268,9 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     }
     p.messages++;
     p.lastOffset = record.offset;
-    if (partial && id < p.rangeFloor && !p.firstOffsets.has(id)) {
+    // Only an AMQP 0-9-1 message can be a re-send of one before the range: the broker deduplicates
+    // the stream protocol by name, so an unmarked one is judged (out of order), as in a whole audit.
+    if (partial && id < p.rangeFloor && !p.firstOffsets.has(id) && isAmqp091(record)) {
       beforeRange++;
       continue;
     }
@@ -268,13 +295,22 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
       p.declared.push({ range: { from: skippedFrom, to: id - 1n }, at: record.offset });
       if (id - 1n > p.declaredTop) p.declaredTop = id - 1n;
     }
-    const firstOffset = p.firstOffsets.get(id);
-    if (firstOffset !== undefined) {
-      // The copy's own mark decides: an AMQP 0-9-1 re-send is expected, any other copy is not.
+    const first = p.firstOffsets.get(id);
+    if (first !== undefined) {
+      const firstOffset = firstCopies.offset(first);
+      // The copy's own mark decides: an AMQP 0-9-1 re-send of the same message is expected, a
+      // marked copy of another message conflicts, any unmarked copy is a duplicate.
       if (isAmqp091(record)) {
-        p.expectedCopies++;
-        if (p.expectedCopySamples.length < maxSamples) {
-          p.expectedCopySamples.push({ publishingId: id, offset: record.offset, firstOffset });
+        if (messageDigest(record) === firstCopies.digest(first)) {
+          p.expectedCopies++;
+          if (p.expectedCopySamples.length < maxSamples) {
+            p.expectedCopySamples.push({ publishingId: id, offset: record.offset, firstOffset });
+          }
+        } else {
+          p.conflictingCopies++;
+          if (p.conflictingCopySamples.length < maxSamples) {
+            p.conflictingCopySamples.push({ publishingId: id, offset: record.offset, firstOffset });
+          }
         }
       } else {
         p.duplicates++;
@@ -284,7 +320,7 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
       }
       continue;
     }
-    p.firstOffsets.set(id, record.offset);
+    p.firstOffsets.set(id, firstCopies.add(record.offset, messageDigest(record)));
     if (id < p.maxId) {
       p.outOfOrder++;
       if (p.outOfOrderSamples.length < maxSamples) {
@@ -335,6 +371,8 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
       duplicateSamples: p.duplicateSamples,
       expectedCopies: p.expectedCopies,
       expectedCopySamples: p.expectedCopySamples,
+      conflictingCopies: p.conflictingCopies,
+      conflictingCopySamples: p.conflictingCopySamples,
       missingIds,
       gaps,
       gapRanges,
@@ -349,6 +387,7 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
   audits.sort((a, b) => (a.producerName < b.producerName ? -1 : a.producerName > b.producerName ? 1 : 0));
   const duplicates = sum(audits.map((a) => a.duplicates));
   const expectedCopies = sum(audits.map((a) => a.expectedCopies));
+  const conflictingCopies = sum(audits.map((a) => a.conflictingCopies));
   const gaps = sum(audits.map((a) => a.gaps));
   const outOfOrder = sum(audits.map((a) => a.outOfOrder));
   const missingIds = audits.reduce((s, a) => s + a.missingIds, 0n);
@@ -361,12 +400,13 @@ export function auditRecords(records: Iterable<AuditRecord>, options: AuditOptio
     unidentified: { count: missing + malformed, missing, malformed, samples: unidentifiedSamples },
     duplicates,
     expectedCopies,
+    conflictingCopies,
     missingIds,
     gaps,
     skippedIds,
     outOfOrder,
     contradictions,
-    ok: duplicates === 0 && gaps === 0 && outOfOrder === 0 && contradictions === 0,
+    ok: duplicates === 0 && conflictingCopies === 0 && gaps === 0 && outOfOrder === 0 && contradictions === 0,
   };
 }
 
@@ -379,6 +419,103 @@ function isAmqp091(record: AuditRecord): boolean {
     record.messageAnnotations?.[TRANSPORT_HEADER] === AMQP091_TRANSPORT ||
     record.applicationProperties?.[TRANSPORT_HEADER] === AMQP091_TRANSPORT
   );
+}
+
+/**
+ * The offset and message digest of each (producer, ID)'s first copy, in two growing typed arrays:
+ * 16 bytes an ID besides the map entry that holds its index (a small integer, no allocation).
+ */
+class FirstCopies {
+  #offsets = new BigUint64Array(1024);
+  #digests = new BigUint64Array(1024);
+  #length = 0;
+
+  /** Stores a first copy; returns its index. */
+  add(offset: bigint, digest: bigint): number {
+    if (this.#length === this.#offsets.length) {
+      const offsets = new BigUint64Array(this.#length * 2);
+      offsets.set(this.#offsets);
+      this.#offsets = offsets;
+      const digests = new BigUint64Array(this.#length * 2);
+      digests.set(this.#digests);
+      this.#digests = digests;
+    }
+    this.#offsets[this.#length] = offset;
+    this.#digests[this.#length] = digest;
+    return this.#length++;
+  }
+
+  offset(index: number): bigint {
+    return this.#offsets[index]!;
+  }
+
+  digest(index: number): bigint {
+    return this.#digests[index]!;
+  }
+}
+
+/**
+ * Headers that say how the message travelled, not what it is: the `x-dedup-` stamps, and what
+ * RabbitMQ 4 adds as message annotations to an AMQP 0-9-1 publish (`x-exchange`,
+ * `x-routing-key`, the basic properties without an AMQP 1.0 field as `x-basic-*`).
+ */
+function isTransportHeader(name: string): boolean {
+  return (
+    name.startsWith('x-dedup-') ||
+    name === 'x-exchange' ||
+    name === 'x-routing-key' ||
+    name.startsWith('x-basic-')
+  );
+}
+
+/**
+ * 64 bits of SHA-256 over the body and the caller's headers, from both sections in name order
+ * (an AMQP 0-9-1 publisher's `x-` headers arrive as annotations, the rest and a stream
+ * publisher's as application properties), so an AMQP 0-9-1 re-send matches its first copy
+ * whichever transport wrote that. Two different messages collide with probability 2^-64.
+ */
+function messageDigest(record: AuditRecord): bigint {
+  const headers: Array<readonly [string, unknown]> = [];
+  for (const section of [record.applicationProperties, record.messageAnnotations]) {
+    if (section === undefined) continue;
+    for (const name of Object.keys(section)) {
+      if (!isTransportHeader(name)) headers.push([name, section[name]]);
+    }
+  }
+  headers.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  const hash = createHash('sha256');
+  hash.update(canonical(headers));
+  hash.update('\0');
+  if (record.body !== undefined) hash.update(record.body);
+  return hash.digest().readBigUInt64BE(0);
+}
+
+/**
+ * A header value as text that is equal for equal values, whichever decoder produced it: an
+ * integer as a `number` or a `bigint` alike (a stream publisher's number comes back from the
+ * broker as an AMQP long). Depth is bounded by the decoder (32).
+ */
+function canonical(value: unknown): string {
+  if (typeof value === 'string') return `s${JSON.stringify(value)}`;
+  if (typeof value === 'bigint') return `i${value}`;
+  if (typeof value === 'number') return Number.isInteger(value) ? `i${BigInt(value)}` : `f${value}`;
+  if (typeof value === 'boolean') return `b${value}`;
+  if (value === null || value === undefined) return 'z';
+  if (value instanceof Uint8Array)
+    return `x${Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('hex')}`;
+  if (value instanceof Date) return `t${value.getTime()}`;
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value instanceof Map) {
+    const entries = [...value.entries()].map(([k, v]) => `${canonical(k)}:${canonical(v)}`);
+    return `m{${entries.sort().join(',')}}`;
+  }
+  if (typeof value === 'object') {
+    const entries = Object.keys(value)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((value as Record<string, unknown>)[k])}`);
+    return `{${entries.join(',')}}`;
+  }
+  return `o${typeof value}`; // a symbol or a function: no decoder produces one
 }
 
 /** Sorted, overlapping or touching ranges joined. */

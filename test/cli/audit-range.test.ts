@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { formatAuditJson, formatAuditReport } from '../../src/cli/audit-format.js';
 import { parseAuditRange, RANGE_NOTE } from '../../src/cli/audit-range.js';
-import { auditRecords } from '../../src/cli/audit.js';
+import { auditExitCode, auditRecords } from '../../src/cli/audit.js';
 import { runningCount } from '../../src/cli/output.js';
-import { ids, records } from '../support/audit-records.js';
+import { amqpRecords, ids, records } from '../support/audit-records.js';
 
 describe('cli audit - a range (--from, --since)', () => {
   it('parses --from as a decimal offset and --since as an ISO 8601 time; neither is no range', () => {
@@ -46,14 +46,44 @@ describe('cli audit - a range (--from, --since)', () => {
 
 describe('cli audit - a range that starts inside a re-send', () => {
   it('an id below the producer first id in the range is not judged: not out of order, not a failure', () => {
-    // Stream 1 2 3 | 2 3 (an AMQP re-send) 4 5, read from offset 2: 3 2 3 4 5.
-    const range = records(...ids('p', 3, 2, 3, 4, 5));
+    // Stream 1 2 3 | 2 3 (an AMQP 0-9-1 re-send, marked as all its messages) 4 5, read from offset 2: 3 2 3 4 5.
+    const range = amqpRecords(...ids('p', 3, 2, 3, 4, 5));
     const partial = auditRecords(range, { partial: true });
-    expect(partial).toMatchObject({ beforeRange: 1, outOfOrder: 0, duplicates: 1, ok: false });
+    expect(partial).toMatchObject({
+      beforeRange: 1,
+      outOfOrder: 0,
+      duplicates: 0,
+      expectedCopies: 1,
+      ok: true,
+    });
     expect(auditRecords(range)).toMatchObject({ beforeRange: 0, outOfOrder: 1 });
     expect(formatAuditReport('s', partial, { from: 2n })).toContain(
       "1 message below its producer's first id in the range, not judged (its first copy may be before the range)",
     );
+  });
+});
+
+describe('cli audit - a range judges what the broker would have deduplicated', () => {
+  // Over the stream protocol the broker deduplicates by producer name: an unmarked message below an
+  // ID its producer already had is a defect either way (a duplicate of one before the range, or out
+  // of order), and the whole-stream audit fails it. Only a marked AMQP 0-9-1 re-send may be skipped.
+  it('an unmarked (stream-protocol) copy of a message before the range fails the range audit, as the whole audit', () => {
+    const before = records(...ids('orders', ...Array.from({ length: 100 }, (_, i) => i + 1)));
+    const inRange = records(...ids('orders', 101, 102, 50, 103)).map((r, i) => ({
+      ...r,
+      offset: 100n + BigInt(i),
+    }));
+    expect(auditRecords([...before, ...inRange])).toMatchObject({ duplicates: 1, ok: false });
+    const range = auditRecords(inRange, { partial: true });
+    expect(range).toMatchObject({ beforeRange: 0, outOfOrder: 1, ok: false });
+    expect(auditExitCode(range)).toBe(1);
+    // The same message marked (an AMQP 0-9-1 re-send) is not judged.
+    const marked = amqpRecords(...ids('orders', 101, 102, 50, 103));
+    expect(auditRecords(marked, { partial: true })).toMatchObject({
+      beforeRange: 1,
+      outOfOrder: 0,
+      ok: true,
+    });
   });
 });
 
