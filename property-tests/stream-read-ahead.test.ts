@@ -9,8 +9,28 @@ import { assertProperty, MODEL_RUNS } from './support/runs.js';
  * credit, a handler that is sometimes synchronous and sometimes waits, and an order of events
  * chosen by fast-check's scheduler: the bytes waiting for the handler never exceed the bound plus
  * one chunk, every message is handled once and in stream order, and the stream is always read to
- * its end (a chunk larger than the bound included).
+ * its end (a chunk larger than the bound included). A message's bytes sit in its body or in one of
+ * the sections the decoder turns into values (review B, M4: only bodies were counted); the bytes
+ * waiting are the model's own count (payload bytes delivered and not yet handed to the handler),
+ * not the delivery's.
  */
+const WHERE = ['body', 'application property', 'message annotation', 'properties'] as const;
+
+/** A message whose `bytes` payload bytes sit `where` (one ASCII character a byte outside the body). */
+function messageOf(offset: number, bytes: number, where: (typeof WHERE)[number]): IncomingMessage {
+  const content = Buffer.alloc(where === 'body' ? bytes : 0);
+  const text = 'x'.repeat(bytes);
+  const sections =
+    where === 'application property'
+      ? { applicationProperties: { note: text } }
+      : where === 'message annotation'
+        ? { messageAnnotations: { 'x-note': text } }
+        : where === 'properties'
+          ? { messageProperties: { subject: text } }
+          : {};
+  return { offset: BigInt(offset), content, ...sections };
+}
+
 describe('stream consumer read-ahead', () => {
   it('buffers at most the byte bound plus one chunk, and loses, doubles or reorders nothing', async () => {
     await assertProperty(
@@ -18,12 +38,19 @@ describe('stream consumer read-ahead', () => {
       fc.asyncProperty(
         fc.scheduler(),
         fc.integer({ min: 1, max: 64 }),
-        // Chunks of messages, each message's body size and whether its handler waits.
+        // Chunks of messages, each message's size, where its bytes sit and whether its handler waits.
         fc.array(
-          fc.array(fc.record({ bytes: fc.integer({ min: 0, max: 160 }), waits: fc.boolean() }), {
-            minLength: 1,
-            maxLength: 6,
-          }),
+          fc.array(
+            fc.record({
+              bytes: fc.integer({ min: 0, max: 160 }),
+              where: fc.constantFrom(...WHERE),
+              waits: fc.boolean(),
+            }),
+            {
+              minLength: 1,
+              maxLength: 6,
+            },
+          ),
           { minLength: 1, maxLength: 12 },
         ),
         async (s, bound, chunks) => {
@@ -31,10 +58,13 @@ describe('stream consumer read-ahead', () => {
           let stopped: Error | undefined;
           let tail = Promise.resolve();
           const sizes = chunks.flat();
+          // Payload bytes delivered and not yet handed to the handler (the one it runs excluded).
+          let waiting = 0;
           const delivery = new OrderedDelivery(
             {
               process: (message: IncomingMessage) => {
                 const i = Number(message.offset);
+                waiting -= sizes[i]!.bytes;
                 if (!sizes[i]!.waits) {
                   processed.push(message.offset);
                   return undefined;
@@ -63,9 +93,9 @@ describe('stream consumer read-ahead', () => {
             const chunk = chunks[sent++]!;
             void s.schedule(Promise.resolve(), `chunk ${sent - 1}`).then(() => {
               for (const m of chunk) {
-                const message = { offset: BigInt(offset++), content: Buffer.alloc(m.bytes) };
-                delivery.deliver(isCurrent, message);
-                peak = Math.max(peak, delivery.bufferedBytes);
+                waiting += m.bytes;
+                delivery.deliver(isCurrent, messageOf(offset++, m.bytes, m.where) as never);
+                peak = Math.max(peak, waiting);
               }
               void delivery.onChunkCompleted(isCurrent, (n) => {
                 for (let k = 0; k < n; k++) sendNext();

@@ -193,7 +193,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
 
   /**
    * Messages the broker delivered that wait for the handler. Bounded: above 20 000 of them, or
-   * 32 MiB of their bodies, the consumer stops asking for chunks until the handler catches up (plus
+   * 32 MiB of them (bodies and decoded headers, properties and annotations), the consumer stops asking for chunks until the handler catches up (plus
    * at most one chunk in flight).
    */
   get buffered(): number {
