@@ -9,7 +9,7 @@
  *
  * @internal
  */
-import type { StreamMessage } from '../transport/stream-delivery.js';
+import { messageBytes, type StreamMessage } from '../transport/stream-delivery.js';
 
 /** @internal */
 export class ChunkOrder {
@@ -19,7 +19,7 @@ export class ChunkOrder {
   #ready = 0;
   /** Chunks the client began handing over and has not finished. */
   #open = 0;
-  /** Content bytes of the messages received and not yet taken. */
+  /** Bytes of the messages received and not yet taken (body, headers and annotations: messageBytes). */
   #bytes = 0;
 
   /** The client began a chunk (its credit policy's `onChunkReceived`). */
@@ -30,7 +30,7 @@ export class ChunkOrder {
   /** A message of an open chunk. */
   push(message: StreamMessage): void {
     this.#queue.push(message);
-    this.#bytes += message.content.length;
+    this.#bytes += messageBytes(message);
   }
 
   /**
@@ -60,7 +60,7 @@ export class ChunkOrder {
   next(): StreamMessage | undefined {
     if (this.#head >= this.#ready) return undefined;
     const message = this.#queue[this.#head++]!;
-    this.#bytes -= message.content.length;
+    this.#bytes -= messageBytes(message);
     // Drop what was taken, now and then: a long restore would otherwise keep every entry.
     if (this.#head >= 1_024 && this.#head * 2 >= this.#queue.length) {
       this.#queue = this.#queue.slice(this.#head);
@@ -80,7 +80,7 @@ export class ChunkOrder {
     return this.#queue.length - this.#head;
   }
 
-  /** Content bytes of those messages: what the read-ahead holds, whatever the entries' sizes. */
+  /** Bytes of those messages (messageBytes): what the read-ahead holds, whatever the entries hold. */
   get waitingBytes(): number {
     return this.#bytes;
   }
