@@ -234,6 +234,27 @@ export class CommitPipeline {
     }
   }
 
+  /**
+   * The message's handler (or the store before it) failed with an error the store recovers from:
+   * the message is dropped, without stopping the pipeline; {@link CommitPipeline.rebase} follows.
+   */
+  dropMessage(): void {
+    this.#processing = false;
+    this.#dropCurrent = false;
+    this.#reachBoundary();
+  }
+
+  /**
+   * Drops the uncommitted batch and goes on from `offset`, the store's committed offset as re-read
+   * (another process may have moved it either way). Only with no write in flight.
+   */
+  rebase(offset: bigint | undefined): void {
+    this.discard();
+    this.#committedOffset = offset;
+    this.#handedOffset = offset;
+    this.#lastOffset = offset;
+  }
+
   /** The handler's write `op` of `key` in the pending batch, or in the batch being written. */
   pendingEffect(key: string): PendingOp | undefined {
     return this.#ops.get(key) ?? this.#inflightOps?.get(key);

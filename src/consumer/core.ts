@@ -65,6 +65,8 @@ export class VerifyingConsumerCore {
     skips: 0,
     unidentified: 0,
     commits: 0,
+    fences: 0,
+    retries: 0,
   };
   readonly #store: ConsumerStore;
   readonly #opts: ResolvedVerifyingConsumerOptions;
@@ -78,6 +80,8 @@ export class VerifyingConsumerCore {
   readonly #stopListeners = new Set<(error: Error) => void>();
   #unobserve: () => void = () => undefined;
   readonly #extensions: CoreExtensions;
+  /** The transport's way to subscribe again from the committed offset (see {@link VerifyingConsumerCore.onRewind}). */
+  #rewindListener: ((delayMs: number) => void) | undefined;
 
   private constructor(
     store: ConsumerStore,
@@ -210,6 +214,16 @@ export class VerifyingConsumerCore {
     }
   }
 
+  /**
+   * Lets the consumer go on after a fence or a retryable failure (PostgreSQL store): `listener` is
+   * called once the batch is dropped and the committed offset re-read, and must subscribe again
+   * from {@link VerifyingConsumerCore.resumeOffset} after `delayMs` (what was delivered for the old
+   * subscription is not processed). Without a listener such errors stop the consumer.
+   */
+  onRewind(listener: (delayMs: number) => void): void {
+    this.#rewindListener = listener;
+  }
+
   /** Reads a value the handler committed (outside any batch). */
   readEffect(key: string): Promise<Buffer | undefined> {
     if (this.#effects === undefined) {
@@ -247,13 +261,48 @@ export class VerifyingConsumerCore {
       const entering = this.#store.enter();
       applying = entering === undefined ? this.#apply(message) : entering.then(() => this.#apply(message));
     } catch (err) {
-      throw pipeline.abortMessage(err);
+      const recovered = this.#recover(err);
+      if (recovered === true) return undefined;
+      throw pipeline.abortMessage(recovered ?? err);
     }
     if (applying === undefined) return pipeline.endMessage(message.offset, message.settle);
     return applying.then(
       () => pipeline.endMessageAsync(message.offset, message.settle),
-      (err: unknown) => pipeline.abortMessageAsync(err),
+      (err: unknown) => {
+        const recovered = this.#recover(err);
+        if (recovered !== true) pipeline.abortMessageAsync(recovered ?? err);
+      },
     );
+  }
+
+  /**
+   * After a message failed with `err`: true when the store recovers from it (a fence, a deadlock):
+   * the message and the uncommitted batch are dropped (rolled back), the cached verifier states
+   * forgotten, and the transport subscribes again from the store's committed offset. Otherwise the
+   * consumer must stop: with `err` (`undefined` returned) or the store's error (its retries ran out).
+   */
+  #recover(err: unknown): true | Error | undefined {
+    const recovery = this.#rewindListener === undefined ? undefined : this.#store.recover?.(err);
+    if (recovery === undefined || recovery instanceof Error) return recovery;
+    const pipeline = this.#pipeline;
+    pipeline.dropMessage();
+    pipeline.rebase(this.#store.committedOffset);
+    this.#scopes.clear();
+    if (recovery.kind === 'fenced') this.stats.fences++;
+    else this.stats.retries++;
+    this.#opts.logger.warn(
+      {
+        consumer: this.consumerName,
+        err,
+        resumeOffset: this.resumeOffset?.toString(),
+        delayMs: recovery.delayMs,
+      },
+      recovery.kind === 'fenced'
+        ? 'stream-dedup: verifying consumer fenced (another process moved its offset); its batch is rolled back and it goes on from the stored offset'
+        : 'stream-dedup: batch rolled back after a transient failure; running it again from the committed offset',
+    );
+    this.#rewindListener!(recovery.delayMs);
+    return true;
   }
 
   /**

@@ -52,6 +52,14 @@ export interface PostgresStoreOptions {
    * @defaultValue 60000
    */
   readonly queryTimeoutMs?: number;
+  /**
+   * How many times in a row a batch that failed with a serialization failure or a deadlock
+   * (SQLSTATE 40001, 40P01, raised by the handler's own SQL) is rolled back and run again — the
+   * handlers run again on the same messages — with a backoff of 50 ms doubling to 2 s (jittered),
+   * before the consumer stops with `DEDUP_STORE_REFUSED` (the last failure as its `cause`). An
+   * integer from 0 to 1000. @defaultValue 5 @remarks Since 0.6.0
+   */
+  readonly retries?: number;
 }
 
 /**
@@ -110,6 +118,7 @@ export class PostgresStore implements ConsumerStoreProvider {
         1,
         2_147_483_647,
       ),
+      retries: integerOption(options.retries, 'retries', 5, 0, 1_000),
     });
     const pool =
       given ??
