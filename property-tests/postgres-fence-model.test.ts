@@ -190,7 +190,13 @@ function fakePool(db: FakeDatabase, life: Life): Pool {
 }
 
 const TABLES = tablesOf('model');
-const LIMITS = { lockTimeoutMs: 1_000, idleInTransactionTimeoutMs: 1_000, queryTimeoutMs: 2_000, retries: 5 };
+const LIMITS = {
+  lockTimeoutMs: 1_000,
+  idleInTransactionTimeoutMs: 1_000,
+  queryTimeoutMs: 2_000,
+  retries: 5,
+  reconnectTimeoutMs: 0,
+};
 
 /** Runs lives of process `name` until one consumes the whole stream (or `maxLives` ran). */
 async function run(

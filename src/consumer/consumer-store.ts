@@ -62,8 +62,11 @@ export interface ConsumerStore {
 
 /** See {@link ConsumerStore.recover}. */
 export interface Rewind {
-  /** `fenced`: another process moved the offset; `retry`: a transient failure (a deadlock). */
-  readonly kind: 'fenced' | 'retry';
+  /**
+   * `fenced`: another process moved the offset; `retry`: a transient failure (a deadlock);
+   * `reconnect`: the connection to the store was lost.
+   */
+  readonly kind: 'fenced' | 'retry' | 'reconnect';
   /** How long to wait before subscribing again, in ms. */
   readonly delayMs: number;
 }

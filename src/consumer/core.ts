@@ -67,6 +67,7 @@ export class VerifyingConsumerCore {
     commits: 0,
     fences: 0,
     retries: 0,
+    reconnects: 0,
   };
   readonly #store: ConsumerStore;
   readonly #opts: ResolvedVerifyingConsumerOptions;
@@ -289,7 +290,8 @@ export class VerifyingConsumerCore {
     pipeline.rebase(this.#store.committedOffset);
     this.#scopes.clear();
     if (recovery.kind === 'fenced') this.stats.fences++;
-    else this.stats.retries++;
+    else if (recovery.kind === 'retry') this.stats.retries++;
+    else this.stats.reconnects++;
     this.#opts.logger.warn(
       {
         consumer: this.consumerName,
@@ -299,7 +301,9 @@ export class VerifyingConsumerCore {
       },
       recovery.kind === 'fenced'
         ? 'stream-dedup: verifying consumer fenced (another process moved its offset); its batch is rolled back and it goes on from the stored offset'
-        : 'stream-dedup: batch rolled back after a transient failure; running it again from the committed offset',
+        : recovery.kind === 'retry'
+          ? 'stream-dedup: batch rolled back after a transient failure; running it again from the committed offset'
+          : 'stream-dedup: lost the connection to the store; reconnecting, then running the batch again from the committed offset',
     );
     this.#rewindListener!(recovery.delayMs);
     return true;

@@ -237,6 +237,11 @@ export interface VerifyStats {
    * store). Since 0.6.0.
    */
   retries: number;
+  /**
+   * Batches dropped because the connection to the store was lost (PostgreSQL store), each followed
+   * by a reconnection attempt. Since 0.6.0.
+   */
+  reconnects: number;
 }
 
 /**

@@ -60,6 +60,16 @@ export interface PostgresStoreOptions {
    * integer from 0 to 1000. @defaultValue 5 @remarks Since 0.6.0
    */
   readonly retries?: number;
+  /**
+   * How long a consumer keeps reconnecting, in ms, after its connection was lost or refused (a
+   * server restart, a network cut) while it opened a batch or ran a handler: the batch is rolled
+   * back (the server did that already) and run again once a connection opens, with a backoff of
+   * 100 ms doubling to 2 s (jittered). Past this bound, counted from the first failure since the
+   * last commit, it stops with `DEDUP_STORE_REFUSED`. A connection lost during the library's own
+   * COMMIT stops the consumer (restart it: the stored offset says whether the batch committed).
+   * 0 stops at the first loss. @defaultValue 60000 @remarks Since 0.6.0
+   */
+  readonly reconnectTimeoutMs?: number;
 }
 
 /**
@@ -119,6 +129,13 @@ export class PostgresStore implements ConsumerStoreProvider {
         2_147_483_647,
       ),
       retries: integerOption(options.retries, 'retries', 5, 0, 1_000),
+      reconnectTimeoutMs: integerOption(
+        options.reconnectTimeoutMs,
+        'reconnectTimeoutMs',
+        60_000,
+        0,
+        2_147_483_647,
+      ),
     });
     const pool =
       given ??

@@ -125,6 +125,27 @@ async function readAll(core: VerifyingConsumerCore, messages: IncomingMessage[])
   return undefined;
 }
 
+/** A store that reaches the server through a {@link FaultProxy}, on a fresh schema with a balances table. */
+async function throughProxy(options: { reconnectTimeoutMs?: number }) {
+  const db = await useSchema();
+  cleanups.push(db.drop);
+  await db.pool.query(
+    `CREATE TABLE "${db.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+  );
+  const target = new URL(PG_URL);
+  const proxy = await FaultProxy.start(target.hostname, Number(target.port));
+  cleanups.push(() => proxy.close());
+  const viaProxy = new URL(PG_URL);
+  viaProxy.port = String(proxy.port);
+  const store = await PostgresStore.open({
+    connectionString: viaProxy.toString(),
+    schema: db.schema,
+    ...options,
+  });
+  cleanups.push(() => store.close());
+  return { ...db, proxy, store };
+}
+
 describe('verifying consumer on PostgreSQL', () => {
   it('postgres - the SQL balances equal the exactly-once fold with planted copies and reordering', async () => {
     const { pool, schema, store } = await setUp();
@@ -392,6 +413,54 @@ describe('verifying consumer on PostgreSQL', () => {
     expect(core.stats.retries).toBe(2);
     expect(await balances(pool, schema)).toEqual({});
     expect(await storedOffset(pool, schema)).toBeNull();
+  });
+
+  it('postgres - a connection cut mid-batch, with new connections refused for 700 ms: the consumer reconnects and goes on, exact fold', async () => {
+    const { pool, schema, proxy, store } = await throughProxy({});
+    let cutAt: number | undefined;
+    const core = await openCore(store, schema, { commitEvery: 3 }, async (message, context) => {
+      if (message.offset === 4n && cutAt === undefined) {
+        // Messages 3 and 4 are in the open batch: the server rolls it back when the socket goes.
+        cutAt = Date.now();
+        proxy.refuse(true);
+        proxy.cut();
+        setTimeout(() => proxy.refuse(false), 700);
+      }
+      await crediting(schema)(message, context);
+    });
+    const stream = Array.from({ length: 9 }, (_, i) => credit(i, 'a', i + 1, i + 1));
+    expect(await readAll(core, stream)).toBeUndefined();
+    const back = Date.now() - cutAt!;
+    await core.close();
+    expect(core.failure).toBeUndefined();
+    expect(core.stats.reconnects).toBeGreaterThan(0);
+    // `new` counts the rolled-back run of message 3 too; the SQL holds each once.
+    expect(core.stats.new).toBeGreaterThanOrEqual(9);
+    expect(await balances(pool, schema)).toEqual({ x: 45 });
+    expect(await storedOffset(pool, schema)).toBe('8');
+    expect(back).toBeLessThan(5_000);
+    console.log(`[postgres reconnect] ${core.stats.reconnects} attempts, done ${back} ms after the cut`);
+  });
+
+  it('postgres - a server that stays unreachable stops the consumer after reconnectTimeoutMs with DEDUP_STORE_REFUSED', async () => {
+    const { pool, schema, proxy, store } = await throughProxy({ reconnectTimeoutMs: 500 });
+    const core = await openCore(store, schema, { commitEvery: 3 });
+    const stream = Array.from({ length: 6 }, (_, i) => credit(i, 'a', i + 1, i + 1));
+    expect(await readAll(core, stream.slice(0, 3))).toBeUndefined();
+    proxy.refuse(true);
+    proxy.cut();
+    const started = Date.now();
+    const err = await readAll(core, stream);
+    const took = Date.now() - started;
+    await core.close();
+    expect(err).toBeInstanceOf(DedupError);
+    expect((err as DedupError).code).toBe('DEDUP_STORE_REFUSED');
+    expect((err as DedupError).message).toMatch(/could not reach the database for \d+ ms/);
+    expect(took).toBeGreaterThanOrEqual(500);
+    expect(took).toBeLessThan(3_000);
+    expect(await balances(pool, schema)).toEqual({ x: 6 });
+    expect(await storedOffset(pool, schema)).toBe('2');
+    console.log(`[postgres unreachable] stopped after ${took} ms, ${core.stats.reconnects} attempts`);
   });
 
   it('postgres - refuses a wrong password, an unknown database, a missing schema, another version and a read-only role within a second', async () => {
