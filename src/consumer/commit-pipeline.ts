@@ -50,6 +50,12 @@ export interface CommitPipelineOptions {
    * of the batch is written.
    */
   readonly journal?: Journal | undefined;
+  /**
+   * A batch's write failed with `error`: `true` when the store recovers from it (the consumer was
+   * rebased and subscribes again: the batch is not durable, and the pipeline goes on), else the
+   * error to stop with (`undefined`: `error` itself).
+   */
+  readonly recover?: (error: unknown) => true | Error | undefined;
 }
 
 /** What a batch's journal is told: its writes, and the offsets it covers. */
@@ -91,6 +97,7 @@ export class CommitPipeline {
   readonly #stats: VerifyStats;
   readonly #onStop: (error: Error, cause: unknown, first: boolean) => void;
   readonly #journal: Journal | undefined;
+  readonly #recover: ((error: unknown) => true | Error | undefined) | undefined;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
   #committedOffset: bigint | undefined;
   /**
@@ -132,6 +139,7 @@ export class CommitPipeline {
     this.#stats = options.stats;
     this.#onStop = options.onStop;
     this.#journal = options.journal;
+    this.#recover = options.recover;
     this.#committedOffset = options.committedOffset;
     this.#handedOffset = options.committedOffset;
   }
@@ -449,7 +457,12 @@ export class CommitPipeline {
         if (this.#journal !== undefined) await this.#journal({ ops, lastOffset, baseOffset });
         await this.#store.write({ ops, lastOffset, baseOffset });
       } catch (err) {
-        throw this.fail(err);
+        if (this.#inflightOps === batchOps) this.#inflightOps = undefined;
+        // Recovered (a lost connection, a deadlock): the pipeline was rebased on the stored offset;
+        // the batch's messages are delivered again.
+        const recovered = this.#recover?.(err);
+        if (recovered === true) return;
+        throw this.fail(recovered ?? err);
       } finally {
         if (this.#inflightOps === batchOps) this.#inflightOps = undefined;
       }

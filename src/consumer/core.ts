@@ -108,6 +108,7 @@ export class VerifyingConsumerCore {
       options,
       stats: this.stats,
       onStop: (error, cause, first) => this.#stopped(error, cause, first),
+      recover: (error) => this.#recover(error, false),
       journal: extensions.journal,
     });
     if (level !== undefined) {
@@ -262,7 +263,7 @@ export class VerifyingConsumerCore {
       const entering = this.#store.enter();
       applying = entering === undefined ? this.#apply(message) : entering.then(() => this.#apply(message));
     } catch (err) {
-      const recovered = this.#recover(err);
+      const recovered = this.#recover(err, true);
       if (recovered === true) return undefined;
       throw pipeline.abortMessage(recovered ?? err);
     }
@@ -270,23 +271,25 @@ export class VerifyingConsumerCore {
     return applying.then(
       () => pipeline.endMessageAsync(message.offset, message.settle),
       (err: unknown) => {
-        const recovered = this.#recover(err);
+        const recovered = this.#recover(err, true);
         if (recovered !== true) pipeline.abortMessageAsync(recovered ?? err);
       },
     );
   }
 
   /**
-   * After a message failed with `err`: true when the store recovers from it (a fence, a deadlock):
-   * the message and the uncommitted batch are dropped (rolled back), the cached verifier states
-   * forgotten, and the transport subscribes again from the store's committed offset. Otherwise the
-   * consumer must stop: with `err` (`undefined` returned) or the store's error (its retries ran out).
+   * After a message (`inMessage`) or a batch's write failed with `err`: true when the store
+   * recovers from it (a fence, a deadlock, a lost connection): the message and the uncommitted
+   * batch are dropped (rolled back), the cached verifier states forgotten, and the transport
+   * subscribes again from the store's committed offset (re-read at the next batch: a COMMIT whose
+   * answer was lost shows as a fence then). Otherwise the consumer must stop: with `err`
+   * (`undefined` returned) or the store's error (its retries ran out).
    */
-  #recover(err: unknown): true | Error | undefined {
+  #recover(err: unknown, inMessage: boolean): true | Error | undefined {
     const recovery = this.#rewindListener === undefined ? undefined : this.#store.recover?.(err);
     if (recovery === undefined || recovery instanceof Error) return recovery;
     const pipeline = this.#pipeline;
-    pipeline.dropMessage();
+    if (inMessage) pipeline.dropMessage();
     pipeline.rebase(this.#store.committedOffset);
     this.#scopes.clear();
     if (recovery.kind === 'fenced') this.stats.fences++;

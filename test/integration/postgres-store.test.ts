@@ -442,6 +442,34 @@ describe('verifying consumer on PostgreSQL', () => {
     console.log(`[postgres reconnect] ${core.stats.reconnects} attempts, done ${back} ms after the cut`);
   });
 
+  it('postgres - a connection cut as a batch commits: the consumer reconnects and runs the batch again, exact fold', async () => {
+    const { pool, schema, proxy, store } = await throughProxy({});
+    let cut = false;
+    const core = await openCore(store, schema, {
+      commitEvery: 3,
+      hooks: {
+        beforeCommit: ({ lastOffset }) => {
+          if (lastOffset !== 5n || cut) return;
+          cut = true;
+          proxy.refuse(true);
+          proxy.cut();
+          setTimeout(() => proxy.refuse(false), 500);
+        },
+      },
+    });
+    const stream = Array.from({ length: 9 }, (_, i) => credit(i, 'a', i + 1, i + 1));
+    expect(await readAll(core, stream)).toBeUndefined();
+    await core.close();
+    expect(cut).toBe(true);
+    expect(core.failure).toBeUndefined();
+    expect(core.stats.reconnects).toBeGreaterThan(0);
+    expect(await balances(pool, schema)).toEqual({ x: 45 });
+    expect(await storedOffset(pool, schema)).toBe('8');
+    console.log(
+      `[postgres reconnect at commit] ${core.stats.reconnects} attempts, ${core.stats.fences} fences`,
+    );
+  });
+
   it('postgres - a server that stays unreachable stops the consumer after reconnectTimeoutMs with DEDUP_STORE_REFUSED', async () => {
     const { pool, schema, proxy, store } = await throughProxy({ reconnectTimeoutMs: 500 });
     const core = await openCore(store, schema, { commitEvery: 3 });
