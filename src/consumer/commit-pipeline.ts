@@ -257,10 +257,15 @@ export class CommitPipeline {
    * (another process may have moved it either way). Only with no write in flight.
    */
   rebase(offset: bigint | undefined): void {
+    const before = this.#committedOffset;
     this.discard();
     this.#committedOffset = offset;
     this.#handedOffset = offset;
     this.#lastOffset = offset;
+    // Moved on by another process: committed up to there, which waitForOffset() is told.
+    if (offset !== undefined && (before === undefined || offset > before)) {
+      for (const listener of this.#commitListeners) listener(offset);
+    }
   }
 
   /** The handler's write `op` of `key` in the pending batch, or in the batch being written. */
