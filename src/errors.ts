@@ -94,7 +94,8 @@ export type DedupErrorCode =
   /**
    * A verifying consumer on the PostgreSQL store found its committed offset moved by another
    * process consuming under the same name (a second instance, a zombie after a pause): its batch
-   * was rolled back, nothing of it applied, and it stopped. @remarks Since 0.6.0
+   * was rolled back, nothing of it applied. The stream and AMQP 0-9-1 consumers go on from the
+   * stored offset instead of stopping (`stats.fences`). @remarks Since 0.6.0
    */
   | 'DEDUP_CONSUMER_FENCED';
 

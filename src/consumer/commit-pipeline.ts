@@ -50,6 +50,12 @@ export interface CommitPipelineOptions {
    * of the batch is written.
    */
   readonly journal?: Journal | undefined;
+  /**
+   * A batch's write failed with `error`: `true` when the store recovers from it (the consumer was
+   * rebased and subscribes again: the batch is not durable, and the pipeline goes on), else the
+   * error to stop with (`undefined`: `error` itself).
+   */
+  readonly recover?: (error: unknown) => true | Error | undefined;
 }
 
 /** What a batch's journal is told: its writes, and the offsets it covers. */
@@ -91,6 +97,7 @@ export class CommitPipeline {
   readonly #stats: VerifyStats;
   readonly #onStop: (error: Error, cause: unknown, first: boolean) => void;
   readonly #journal: Journal | undefined;
+  readonly #recover: ((error: unknown) => true | Error | undefined) | undefined;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
   #committedOffset: bigint | undefined;
   /**
@@ -132,6 +139,7 @@ export class CommitPipeline {
     this.#stats = options.stats;
     this.#onStop = options.onStop;
     this.#journal = options.journal;
+    this.#recover = options.recover;
     this.#committedOffset = options.committedOffset;
     this.#handedOffset = options.committedOffset;
   }
@@ -231,6 +239,32 @@ export class CommitPipeline {
       throw this.fail(err);
     } finally {
       this.#reachBoundary();
+    }
+  }
+
+  /**
+   * The message's handler (or the store before it) failed with an error the store recovers from:
+   * the message is dropped, without stopping the pipeline; {@link CommitPipeline.rebase} follows.
+   */
+  dropMessage(): void {
+    this.#processing = false;
+    this.#dropCurrent = false;
+    this.#reachBoundary();
+  }
+
+  /**
+   * Drops the uncommitted batch and goes on from `offset`, the store's committed offset as re-read
+   * (another process may have moved it either way). Only with no write in flight.
+   */
+  rebase(offset: bigint | undefined): void {
+    const before = this.#committedOffset;
+    this.discard();
+    this.#committedOffset = offset;
+    this.#handedOffset = offset;
+    this.#lastOffset = offset;
+    // Moved on by another process: committed up to there, which waitForOffset() is told.
+    if (offset !== undefined && (before === undefined || offset > before)) {
+      for (const listener of this.#commitListeners) listener(offset);
     }
   }
 
@@ -428,7 +462,12 @@ export class CommitPipeline {
         if (this.#journal !== undefined) await this.#journal({ ops, lastOffset, baseOffset });
         await this.#store.write({ ops, lastOffset, baseOffset });
       } catch (err) {
-        throw this.fail(err);
+        if (this.#inflightOps === batchOps) this.#inflightOps = undefined;
+        // Recovered (a lost connection, a deadlock): the pipeline was rebased on the stored offset;
+        // the batch's messages are delivered again.
+        const recovered = this.#recover?.(err);
+        if (recovered === true) return;
+        throw this.fail(recovered ?? err);
       } finally {
         if (this.#inflightOps === batchOps) this.#inflightOps = undefined;
       }

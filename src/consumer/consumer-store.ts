@@ -25,7 +25,7 @@ export interface StoreBatch {
  * package's entries: the stores implement it.
  */
 export interface ConsumerStore {
-  /** The consumer's committed offset, as read at open. */
+  /** The consumer's committed offset: as read at open, after each commit, and as re-read at a fence. */
   readonly committedOffset: bigint | undefined;
   /** Reads one record outside any batch (a scope's verifier state). */
   get(key: string): Promise<Uint8Array | undefined>;
@@ -51,6 +51,24 @@ export interface ConsumerStore {
   discard(): void;
   /** Releases what the consumer holds (the name claim; an owned store or connection). */
   close(): Promise<void>;
+  /**
+   * What to do about `error`, which ended a message (before or in its handler): `undefined` to stop
+   * the consumer with it (LevelDB: always); a {@link Rewind} to drop the batch and go on from the
+   * store's {@link ConsumerStore.committedOffset} (re-read: another process may have moved it); an
+   * Error to stop with that error instead (retries exhausted).
+   */
+  recover?(error: unknown): Rewind | Error | undefined;
+}
+
+/** See {@link ConsumerStore.recover}. */
+export interface Rewind {
+  /**
+   * `fenced`: another process moved the offset; `retry`: a transient failure (a deadlock);
+   * `reconnect`: the connection to the store was lost.
+   */
+  readonly kind: 'fenced' | 'retry' | 'reconnect';
+  /** How long to wait before subscribing again, in ms. */
+  readonly delayMs: number;
 }
 
 /**

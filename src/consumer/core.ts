@@ -65,6 +65,9 @@ export class VerifyingConsumerCore {
     skips: 0,
     unidentified: 0,
     commits: 0,
+    fences: 0,
+    retries: 0,
+    reconnects: 0,
   };
   readonly #store: ConsumerStore;
   readonly #opts: ResolvedVerifyingConsumerOptions;
@@ -78,6 +81,8 @@ export class VerifyingConsumerCore {
   readonly #stopListeners = new Set<(error: Error) => void>();
   #unobserve: () => void = () => undefined;
   readonly #extensions: CoreExtensions;
+  /** The transport's way to subscribe again from the committed offset (see {@link VerifyingConsumerCore.onRewind}). */
+  #rewindListener: ((delayMs: number) => void) | undefined;
 
   private constructor(
     store: ConsumerStore,
@@ -103,6 +108,7 @@ export class VerifyingConsumerCore {
       options,
       stats: this.stats,
       onStop: (error, cause, first) => this.#stopped(error, cause, first),
+      recover: (error) => this.#recover(error, false),
       journal: extensions.journal,
     });
     if (level !== undefined) {
@@ -210,6 +216,16 @@ export class VerifyingConsumerCore {
     }
   }
 
+  /**
+   * Lets the consumer go on after a fence or a retryable failure (PostgreSQL store): `listener` is
+   * called once the batch is dropped and the committed offset re-read, and must subscribe again
+   * from {@link VerifyingConsumerCore.resumeOffset} after `delayMs` (what was delivered for the old
+   * subscription is not processed). Without a listener such errors stop the consumer.
+   */
+  onRewind(listener: (delayMs: number) => void): void {
+    this.#rewindListener = listener;
+  }
+
   /** Reads a value the handler committed (outside any batch). */
   readEffect(key: string): Promise<Buffer | undefined> {
     if (this.#effects === undefined) {
@@ -247,13 +263,53 @@ export class VerifyingConsumerCore {
       const entering = this.#store.enter();
       applying = entering === undefined ? this.#apply(message) : entering.then(() => this.#apply(message));
     } catch (err) {
-      throw pipeline.abortMessage(err);
+      const recovered = this.#recover(err, true);
+      if (recovered === true) return undefined;
+      throw pipeline.abortMessage(recovered ?? err);
     }
     if (applying === undefined) return pipeline.endMessage(message.offset, message.settle);
     return applying.then(
       () => pipeline.endMessageAsync(message.offset, message.settle),
-      (err: unknown) => pipeline.abortMessageAsync(err),
+      (err: unknown) => {
+        const recovered = this.#recover(err, true);
+        if (recovered !== true) pipeline.abortMessageAsync(recovered ?? err);
+      },
     );
+  }
+
+  /**
+   * After a message (`inMessage`) or a batch's write failed with `err`: true when the store
+   * recovers from it (a fence, a deadlock, a lost connection): the message and the uncommitted
+   * batch are dropped (rolled back), the cached verifier states forgotten, and the transport
+   * subscribes again from the store's committed offset (re-read at the next batch: a COMMIT whose
+   * answer was lost shows as a fence then). Otherwise the consumer must stop: with `err`
+   * (`undefined` returned) or the store's error (its retries ran out).
+   */
+  #recover(err: unknown, inMessage: boolean): true | Error | undefined {
+    const recovery = this.#rewindListener === undefined ? undefined : this.#store.recover?.(err);
+    if (recovery === undefined || recovery instanceof Error) return recovery;
+    const pipeline = this.#pipeline;
+    if (inMessage) pipeline.dropMessage();
+    pipeline.rebase(this.#store.committedOffset);
+    this.#scopes.clear();
+    if (recovery.kind === 'fenced') this.stats.fences++;
+    else if (recovery.kind === 'retry') this.stats.retries++;
+    else this.stats.reconnects++;
+    this.#opts.logger.warn(
+      {
+        consumer: this.consumerName,
+        err,
+        resumeOffset: this.resumeOffset?.toString(),
+        delayMs: recovery.delayMs,
+      },
+      recovery.kind === 'fenced'
+        ? 'stream-dedup: verifying consumer fenced (another process moved its offset); its batch is rolled back and it goes on from the stored offset'
+        : recovery.kind === 'retry'
+          ? 'stream-dedup: batch rolled back after a transient failure; running it again from the committed offset'
+          : 'stream-dedup: lost the connection to the store; reconnecting, then running the batch again from the committed offset',
+    );
+    this.#rewindListener!(recovery.delayMs);
+    return true;
   }
 
   /**

@@ -117,6 +117,17 @@ export class Resubscriber<C extends Connection> {
     this.enqueue(() => this.#resubscribe(delayMs));
   }
 
+  /**
+   * Drops the current subscription at once and subscribes again from the consumer's (re-read)
+   * committed offset `delayMs` later, as {@link Resubscriber.leave} does: after a fence or a
+   * retryable failure of the store (VerifyingConsumerCore.onRewind). Ignored while stopping.
+   */
+  rewind(delayMs: number): void {
+    if (this.#stopping) return;
+    this.#retire();
+    this.enqueue(() => this.#resubscribe(delayMs));
+  }
+
   /** Runs `task` after everything queued before it: deliveries in order, resubscriptions between them. */
   enqueue(task: () => Promise<void>): void {
     this.#queue = this.#queue.then(task);

@@ -95,6 +95,11 @@ export class ScopeCache implements ScopeStager {
     return this.#scopes.get(scope);
   }
 
+  /** Forgets every cached state: another process may have committed newer ones (a fence). */
+  clear(): void {
+    this.#scopes.clear();
+  }
+
   /** Reads the scope's state from the store (a new scope starts empty). */
   async load(scope: string): Promise<ScopeState> {
     const raw = await this.#db.get(scopeStateKey(scope));

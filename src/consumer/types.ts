@@ -227,6 +227,21 @@ export interface VerifyStats {
   unidentified: number;
   /** LevelDB batches committed (each with effects, verifier state and offset). */
   commits: number;
+  /**
+   * Times the consumer found its offset moved by another process under its name (PostgreSQL store):
+   * each time its batch was rolled back and it went on from the stored offset. Since 0.6.0.
+   */
+  fences: number;
+  /**
+   * Batches rolled back and run again after a serialization failure or a deadlock (PostgreSQL
+   * store). Since 0.6.0.
+   */
+  retries: number;
+  /**
+   * Batches dropped because the connection to the store was lost (PostgreSQL store), each followed
+   * by a reconnection attempt. Since 0.6.0.
+   */
+  reconnects: number;
 }
 
 /**

@@ -7,11 +7,12 @@
  */
 import type pg from 'pg';
 import type { Pool, PoolClient } from 'pg';
-import type { ConsumerStore, StoreBatch } from '../consumer/consumer-store.js';
+import type { ConsumerStore, Rewind, StoreBatch } from '../consumer/consumer-store.js';
 import { DedupError } from '../errors.js';
 import { offsetKey, scopeKeyOfStateKey } from '../store/consumer-keys.js';
+import { Backoff } from '../util/backoff.js';
 import { HandlerTransaction } from './handler-client.js';
-import { refusal } from './refusal.js';
+import { errorCode, refusal } from './refusal.js';
 import type { Tables } from './schema.js';
 
 /** How the store bounds its waits, in ms. */
@@ -29,6 +30,65 @@ export interface TransactionLimits {
    * returns, within it.
    */
   readonly queryTimeoutMs: number;
+  /**
+   * How many times in a row a batch that failed with a serialization failure or a deadlock
+   * (SQLSTATE 40001, 40P01) is rolled back and run again before the consumer stops.
+   */
+  readonly retries: number;
+  /**
+   * How long the consumer keeps reconnecting after it lost its connection (before or inside a
+   * handler) before it stops; from the first failure since the last commit.
+   */
+  readonly reconnectTimeoutMs: number;
+}
+
+/** SQLSTATEs after which the same batch, run again, may succeed: serialization failure, deadlock. */
+const RETRYABLE = new Set(['40001', '40P01']);
+
+/** The backoff between two runs of a batch that failed with a {@link RETRYABLE} error, in ms. */
+const RETRY_BACKOFF = { initialDelayMs: 50, maxDelayMs: 2_000 } as const;
+
+/** The backoff between two attempts to reach a server that went away, in ms. */
+const RECONNECT_BACKOFF = { initialDelayMs: 100, maxDelayMs: 2_000 } as const;
+
+/**
+ * Codes of a lost or refused connection: the server restarting (57P01 admin shutdown, 57P02 crash
+ * shutdown, 57P03 starting up), SQLSTATE class 08, and Node.js's socket errors. A time-out is not
+ * one of them: a server that accepts and never answers stops the consumer (`queryTimeoutMs`).
+ */
+const CONNECTION_LOST = new Set(['57P01', '57P02', '57P03', 'ECONNRESET', 'ECONNREFUSED', 'EPIPE']);
+
+/** `err`, then the errors it wraps (a handler or the store may wrap the driver's error). */
+function* causes(err: unknown): Generator<unknown> {
+  for (let e = err, depth = 0; e !== undefined && e !== null && depth < 4; depth++) {
+    yield e;
+    e = (e as { cause?: unknown }).cause;
+  }
+}
+
+/** The SQLSTATE of `err` or of the error it wraps, when running the batch again may succeed. */
+function retryableCode(err: unknown): string | undefined {
+  for (const e of causes(err)) {
+    const code = errorCode(e);
+    if (code !== undefined && RETRYABLE.has(code)) return code;
+  }
+  return undefined;
+}
+
+/** True when `err` (or what it wraps) says the connection to the server was lost or refused. */
+function connectionLost(err: unknown): boolean {
+  for (const e of causes(err)) {
+    const code = errorCode(e);
+    if (code !== undefined && (CONNECTION_LOST.has(code) || code.startsWith('08'))) return true;
+    // pg's own words when the server closes the socket (no code).
+    if (
+      e instanceof Error &&
+      /^Connection terminated|connection error and is not queryable/.test(e.message)
+    ) {
+      return true;
+    }
+  }
+  return false;
 }
 
 /** A statement of the store's own, bounded by `queryTimeoutMs`. */
@@ -65,6 +125,12 @@ export class PgConsumerStore implements ConsumerStore {
   #opening: Promise<void> | undefined;
   /** The commit or rollback in flight: the next transaction opens after it. */
   #settling: Promise<void> = Promise.resolve();
+  /** Batches run again in a row after a retryable failure (none since the last commit). */
+  #retried = 0;
+  readonly #retryBackoff = new Backoff(RETRY_BACKOFF);
+  /** When the connection was first found lost since the last commit (ms since the epoch). */
+  #lostSince: number | undefined;
+  readonly #reconnectBackoff = new Backoff(RECONNECT_BACKOFF);
 
   private constructor(
     pool: Pool,
@@ -174,6 +240,39 @@ export class PgConsumerStore implements ConsumerStore {
     this.#settling = this.#rollback(tx);
   }
 
+  recover(error: unknown): Rewind | Error | undefined {
+    if (error instanceof DedupError && error.code === 'DEDUP_CONSUMER_FENCED') {
+      // #open re-read the stored offset: the consumer goes on from there, with no wait.
+      return { kind: 'fenced', delayMs: 0 };
+    }
+    if (connectionLost(error)) {
+      const now = Date.now();
+      this.#lostSince ??= now;
+      if (now - this.#lostSince >= this.#limits.reconnectTimeoutMs) {
+        return new DedupError(
+          'DEDUP_STORE_REFUSED',
+          `consumer "${this.#consumer}" could not reach the database for ${now - this.#lostSince} ms ` +
+            `(reconnectTimeoutMs ${this.#limits.reconnectTimeoutMs}): ${error instanceof Error ? error.message : String(error)}`,
+          { cause: error },
+        );
+      }
+      return { kind: 'reconnect', delayMs: Math.round(this.#reconnectBackoff.next()) };
+    }
+    const code = retryableCode(error);
+    if (code === undefined) return undefined;
+    if (this.#retried >= this.#limits.retries) {
+      return new DedupError(
+        'DEDUP_STORE_REFUSED',
+        `consumer "${this.#consumer}" gave up a batch after ${this.#retried} retries: ` +
+          `${code === '40P01' ? 'deadlock' : 'serialization failure'} every time (SQLSTATE ${code}); ` +
+          'nothing of it was applied',
+        { cause: error },
+      );
+    }
+    this.#retried++;
+    return { kind: 'retry', delayMs: Math.round(this.#retryBackoff.next()) };
+  }
+
   async close(): Promise<void> {
     this.discard();
     await this.#opening?.catch(() => undefined);
@@ -219,11 +318,14 @@ export class PgConsumerStore implements ConsumerStore {
       }
       const stored = row.committed_offset === null ? undefined : BigInt(row.committed_offset);
       if (stored !== this.#committed) {
+        const mine = this.#committed;
+        // Where to resume: what the other process committed (see recover()).
+        this.#committed = stored;
         throw new DedupError(
           'DEDUP_CONSUMER_FENCED',
-          `consumer "${this.#consumer}" is fenced: its committed offset moved from ${this.#committed ?? 'none'} ` +
+          `consumer "${this.#consumer}" is fenced: its committed offset moved from ${mine ?? 'none'} ` +
             `to ${stored ?? 'none'} under it, so another process consumes under this name; nothing of ` +
-            'this batch was applied. Restart it to resume from the stored offset',
+            'this batch was applied',
         );
       }
       this.#tx = { client, xid: row.xid, handlers: new Set(), misuse: undefined };
@@ -289,6 +391,10 @@ export class PgConsumerStore implements ConsumerStore {
     }
     this.#releaseClient(client, undefined);
     this.#committed = batch.lastOffset;
+    this.#retried = 0;
+    this.#retryBackoff.reset();
+    this.#lostSince = undefined;
+    this.#reconnectBackoff.reset();
   }
 
   async #rollback(tx: OpenTransaction): Promise<void> {

@@ -52,6 +52,24 @@ export interface PostgresStoreOptions {
    * @defaultValue 60000
    */
   readonly queryTimeoutMs?: number;
+  /**
+   * How many times in a row a batch that failed with a serialization failure or a deadlock
+   * (SQLSTATE 40001, 40P01, raised by the handler's own SQL) is rolled back and run again — the
+   * handlers run again on the same messages — with a backoff of 50 ms doubling to 2 s (jittered),
+   * before the consumer stops with `DEDUP_STORE_REFUSED` (the last failure as its `cause`). An
+   * integer from 0 to 1000. @defaultValue 5 @remarks Since 0.6.0
+   */
+  readonly retries?: number;
+  /**
+   * How long a consumer keeps reconnecting, in ms, after its connection was lost or refused (a
+   * server restart, a network cut) while it opened a batch or ran a handler: the batch is rolled
+   * back (the server did that already) and run again once a connection opens, with a backoff of
+   * 100 ms doubling to 2 s (jittered). Past this bound, counted from the first failure since the
+   * last commit, it stops with `DEDUP_STORE_REFUSED`. A connection lost during the library's own
+   * COMMIT stops the consumer (restart it: the stored offset says whether the batch committed).
+   * 0 stops at the first loss. @defaultValue 60000 @remarks Since 0.6.0
+   */
+  readonly reconnectTimeoutMs?: number;
 }
 
 /**
@@ -108,6 +126,14 @@ export class PostgresStore implements ConsumerStoreProvider {
         'idleInTransactionTimeoutMs',
         15_000,
         1,
+        2_147_483_647,
+      ),
+      retries: integerOption(options.retries, 'retries', 5, 0, 1_000),
+      reconnectTimeoutMs: integerOption(
+        options.reconnectTimeoutMs,
+        'reconnectTimeoutMs',
+        60_000,
+        0,
         2_147_483_647,
       ),
     });

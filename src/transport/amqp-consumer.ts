@@ -135,6 +135,7 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
       logger: this.#log,
       target: { queue: options.queue },
     });
+    core.onRewind((delayMs) => this.#subscriptions.rewind(delayMs));
   }
 
   /**

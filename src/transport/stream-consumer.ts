@@ -168,6 +168,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       target: { stream: options.stream },
       onNewGeneration: () => this.#delivery.clear(),
     });
+    core.onRewind((delayMs) => this.#subscriptions.rewind(delayMs));
   }
 
   /**

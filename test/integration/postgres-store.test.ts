@@ -97,6 +97,55 @@ async function feed(core: VerifyingConsumerCore, messages: IncomingMessage[]): P
   return undefined;
 }
 
+/**
+ * Reads `messages` as a transport does: after a rewind (a fence, a retried batch) it waits the delay
+ * asked and reads again from the core's resume offset. Returns what stopped it, if anything.
+ */
+async function readAll(core: VerifyingConsumerCore, messages: IncomingMessage[]): Promise<unknown> {
+  let rewound: number | undefined;
+  core.onRewind((delayMs) => {
+    core.discardPending();
+    rewound = delayMs;
+  });
+  try {
+    let next = Number(core.resumeOffset ?? 0n);
+    while (next < messages.length) {
+      await core.process(messages[next]!);
+      if (rewound === undefined) next++;
+      else {
+        await new Promise((resolve) => setTimeout(resolve, rewound));
+        rewound = undefined;
+        next = Number(core.resumeOffset ?? 0n);
+      }
+    }
+    await core.flush();
+  } catch (err) {
+    return err;
+  }
+  return undefined;
+}
+
+/** A store that reaches the server through a {@link FaultProxy}, on a fresh schema with a balances table. */
+async function throughProxy(options: { reconnectTimeoutMs?: number }) {
+  const db = await useSchema();
+  cleanups.push(db.drop);
+  await db.pool.query(
+    `CREATE TABLE "${db.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+  );
+  const target = new URL(PG_URL);
+  const proxy = await FaultProxy.start(target.hostname, Number(target.port));
+  cleanups.push(() => proxy.close());
+  const viaProxy = new URL(PG_URL);
+  viaProxy.port = String(proxy.port);
+  const store = await PostgresStore.open({
+    connectionString: viaProxy.toString(),
+    schema: db.schema,
+    ...options,
+  });
+  cleanups.push(() => store.close());
+  return { ...db, proxy, store };
+}
+
 describe('verifying consumer on PostgreSQL', () => {
   it('postgres - the SQL balances equal the exactly-once fold with planted copies and reordering', async () => {
     const { pool, schema, store } = await setUp();
@@ -226,24 +275,220 @@ describe('verifying consumer on PostgreSQL', () => {
     expect(await storedOffset(pool, schema)).toBeNull();
   });
 
-  it('postgres - two consumers under one name: the one whose offset moved is fenced, no effect twice', async () => {
+  it('postgres - two consumers under one name alternate: the fenced one re-reads the offset and goes on, every (producer, ID) applied once', async () => {
     const { pool, schema, store } = await setUp();
+    await pool.query(`CREATE TABLE "${schema}".applied (id text NOT NULL)`);
     const other = await PostgresStore.open({ connectionString: PG_URL, schema });
     cleanups.push(() => other.close());
-    const first = await openCore(store, schema, { commit: 'message' });
-    const second = await openCore(other, schema, { commit: 'message' });
-    const stream = [credit(0, 'a', 1, 1), credit(1, 'a', 2, 10), credit(2, 'a', 3, 100)];
-    expect(await feed(first, stream.slice(0, 2))).toBeUndefined();
-    // The second read the offset before the first committed: its first batch finds it moved.
-    const err = await feed(second, stream);
+    const recording: PostgresMessageHandler = async (message, context) => {
+      await crediting(schema)(message, context);
+      const { producerName, publishingId } = message.identity!;
+      await context.client.query(`INSERT INTO "${schema}".applied (id) VALUES ($1)`, [
+        `${producerName}/${publishingId}`,
+      ]);
+    };
+    // 40 messages: producers a and b, 30 IDs, 10 copies planted 3 to 7 offsets later.
+    const plan: Array<[string, number]> = [];
+    for (let i = 1; i <= 15; i++) plan.push(['a', i], ['b', i]);
+    for (let k = 0; k < 10; k++) plan.splice(3 * k + 8, 0, plan[3 * k + 2]!);
+    const stream = plan.map(([producer, id], i) => credit(i, producer, id, id));
+    const fold = 2 * ((15 * 16) / 2);
+    // Each process reads the stream as a transport does: after a fence it subscribes again from
+    // the offset it re-read (the core's rewind), and what it read before is not processed.
+    const processes = await Promise.all(
+      [store, other].map(async (on) => {
+        const core = await openCore(on, schema, { commitEvery: 2 }, recording);
+        const reader = { core, next: 0, rewinds: 0 };
+        core.onRewind(() => {
+          reader.rewinds++;
+          core.discardPending();
+          reader.next = Number(core.resumeOffset ?? 0n);
+        });
+        return reader;
+      }),
+    );
+    // They alternate 1 to 3 messages at a time, so each finds the offset moved by the other.
+    let turn = 0;
+    while (processes.some((p) => p.next < stream.length)) {
+      const reader = processes[turn++ % 2]!;
+      for (let n = 1 + (turn % 3); n > 0 && reader.next < stream.length; n--) {
+        const at = reader.next;
+        await reader.core.process(stream[at]!);
+        if (reader.next === at) reader.next++;
+      }
+      await reader.core.flush();
+    }
+    for (const { core } of processes) await core.close();
+    const fences = processes.map((p) => p.core.stats.fences);
+    expect(fences.map((n, i) => n === processes[i]!.rewinds)).toEqual([true, true]);
+    expect(fences[0]! + fences[1]!).toBeGreaterThan(4);
+    for (const { core } of processes) expect(core.failure).toBeUndefined();
+    expect(await balances(pool, schema)).toEqual({ x: fold });
+    const { rows } = await pool.query<{ id: string; n: string }>(
+      `SELECT id, count(*) AS n FROM "${schema}".applied GROUP BY id`,
+    );
+    expect(rows.length).toBe(30);
+    expect(rows.filter((r) => r.n !== '1')).toEqual([]);
+    expect(await storedOffset(pool, schema)).toBe(String(stream.length - 1));
+    console.log(`[postgres fenced] fences per process: ${fences.join(', ')}`);
+  });
+
+  it('postgres - a deadlock between two consumers of different streams is rolled back and retried: both finish, exact folds', async () => {
+    const { pool, schema, store } = await setUp();
+    await pool.query(`INSERT INTO "${schema}".balances (account, amount) VALUES ('r1', 0), ('r2', 0)`);
+    // Each message's handler adds its amount to both rows, in opposite orders for the two
+    // consumers; at offset 1 each waits (at most 300 ms) for the other to hold its first row: a
+    // deadlock, which the server breaks after its deadlock_timeout (1 s).
+    const holding = new Map<string, () => void>();
+    let met = false;
+    const rendezvous = (key: string): Promise<void> =>
+      new Promise((resolve) => {
+        const other = holding.get(key);
+        if (other !== undefined) {
+          holding.delete(key);
+          other();
+          resolve();
+          return;
+        }
+        const timer = setTimeout(() => {
+          holding.delete(key);
+          resolve();
+        }, 300);
+        holding.set(key, () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    const add =
+      (rows: [string, string]): PostgresMessageHandler =>
+      async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        const update = `UPDATE "${schema}".balances SET amount = amount + $2 WHERE account = $1`;
+        await client.query(update, [rows[0], amount]);
+        // Once, at offset 1: both hold their first row, then each asks for the other's.
+        if (message.offset === 1n && !met) await rendezvous('1').then(() => (met = true));
+        await client.query(update, [rows[1], amount]);
+      };
+    const streams = [
+      [credit(0, 'a', 1, 1), credit(1, 'a', 2, 2), credit(2, 'a', 3, 4)],
+      [credit(0, 'b', 1, 10), credit(1, 'b', 2, 20), credit(2, 'b', 3, 40)],
+    ];
+    const cores = await Promise.all([
+      openCore(store, schema, { consumerName: 'one', commit: 'message' }, add(['r1', 'r2'])),
+      openCore(store, schema, { consumerName: 'two', commit: 'message' }, add(['r2', 'r1'])),
+    ]);
+    const started = Date.now();
+    await Promise.all(cores.map((core, i) => readAll(core, streams[i]!)));
+    const took = Date.now() - started;
+    for (const core of cores) await core.close();
+    for (const core of cores) expect(core.failure).toBeUndefined();
+    const retries = cores.map((c) => c.stats.retries);
+    expect(retries[0]! + retries[1]!).toBeGreaterThan(0);
+    expect(cores.map((c) => c.stats.new)).toEqual([3, 3]);
+    expect(await balances(pool, schema)).toEqual({ r1: 77, r2: 77 });
+    expect(await storedOffset(pool, schema, 'one')).toBe('2');
+    expect(await storedOffset(pool, schema, 'two')).toBe('2');
+    console.log(`[postgres deadlock] retries per consumer: ${retries.join(', ')}; ${took} ms`);
+  });
+
+  it('postgres - a batch that fails with a serialization failure every time stops the consumer after `retries` runs, with DEDUP_STORE_REFUSED and nothing applied', async () => {
+    const { pool, schema } = await setUp();
+    const store = await PostgresStore.open({ pool, schema, retries: 2 });
+    cleanups.push(() => store.close());
+    let runs = 0;
+    const core = await openCore(store, schema, { commit: 'message' }, async (message, context) => {
+      runs++;
+      await crediting(schema)(message, context);
+      await context.client.query(
+        "DO $$ BEGIN RAISE EXCEPTION 'planted' USING ERRCODE = 'serialization_failure'; END $$",
+      );
+    });
+    const err = await readAll(core, [credit(0, 'a', 1, 5)]);
+    await core.close();
     expect(err).toBeInstanceOf(DedupError);
-    expect((err as DedupError).code).toBe('DEDUP_CONSUMER_FENCED');
-    expect(second.stats.commits).toBe(0);
-    expect(await feed(first, stream.slice(2))).toBeUndefined();
-    await first.close();
-    await second.close();
-    expect(await balances(pool, schema)).toEqual({ x: 111 });
+    expect((err as DedupError).code).toBe('DEDUP_STORE_REFUSED');
+    expect((err as DedupError).message).toMatch(/after 2 retries: serialization failure/);
+    expect(((err as DedupError).cause as { code?: string }).code).toBe('40001');
+    expect(runs).toBe(3);
+    expect(core.stats.retries).toBe(2);
+    expect(await balances(pool, schema)).toEqual({});
+    expect(await storedOffset(pool, schema)).toBeNull();
+  });
+
+  it('postgres - a connection cut mid-batch, with new connections refused for 700 ms: the consumer reconnects and goes on, exact fold', async () => {
+    const { pool, schema, proxy, store } = await throughProxy({});
+    let cutAt: number | undefined;
+    const core = await openCore(store, schema, { commitEvery: 3 }, async (message, context) => {
+      if (message.offset === 4n && cutAt === undefined) {
+        // Messages 3 and 4 are in the open batch: the server rolls it back when the socket goes.
+        cutAt = Date.now();
+        proxy.refuse(true);
+        proxy.cut();
+        setTimeout(() => proxy.refuse(false), 700);
+      }
+      await crediting(schema)(message, context);
+    });
+    const stream = Array.from({ length: 9 }, (_, i) => credit(i, 'a', i + 1, i + 1));
+    expect(await readAll(core, stream)).toBeUndefined();
+    const back = Date.now() - cutAt!;
+    await core.close();
+    expect(core.failure).toBeUndefined();
+    expect(core.stats.reconnects).toBeGreaterThan(0);
+    // `new` counts the rolled-back run of message 3 too; the SQL holds each once.
+    expect(core.stats.new).toBeGreaterThanOrEqual(9);
+    expect(await balances(pool, schema)).toEqual({ x: 45 });
+    expect(await storedOffset(pool, schema)).toBe('8');
+    expect(back).toBeLessThan(5_000);
+    console.log(`[postgres reconnect] ${core.stats.reconnects} attempts, done ${back} ms after the cut`);
+  });
+
+  it('postgres - a connection cut as a batch commits: the consumer reconnects and runs the batch again, exact fold', async () => {
+    const { pool, schema, proxy, store } = await throughProxy({});
+    let cut = false;
+    const core = await openCore(store, schema, {
+      commitEvery: 3,
+      hooks: {
+        beforeCommit: ({ lastOffset }) => {
+          if (lastOffset !== 5n || cut) return;
+          cut = true;
+          proxy.refuse(true);
+          proxy.cut();
+          setTimeout(() => proxy.refuse(false), 500);
+        },
+      },
+    });
+    const stream = Array.from({ length: 9 }, (_, i) => credit(i, 'a', i + 1, i + 1));
+    expect(await readAll(core, stream)).toBeUndefined();
+    await core.close();
+    expect(cut).toBe(true);
+    expect(core.failure).toBeUndefined();
+    expect(core.stats.reconnects).toBeGreaterThan(0);
+    expect(await balances(pool, schema)).toEqual({ x: 45 });
+    expect(await storedOffset(pool, schema)).toBe('8');
+    console.log(
+      `[postgres reconnect at commit] ${core.stats.reconnects} attempts, ${core.stats.fences} fences`,
+    );
+  });
+
+  it('postgres - a server that stays unreachable stops the consumer after reconnectTimeoutMs with DEDUP_STORE_REFUSED', async () => {
+    const { pool, schema, proxy, store } = await throughProxy({ reconnectTimeoutMs: 500 });
+    const core = await openCore(store, schema, { commitEvery: 3 });
+    const stream = Array.from({ length: 6 }, (_, i) => credit(i, 'a', i + 1, i + 1));
+    expect(await readAll(core, stream.slice(0, 3))).toBeUndefined();
+    proxy.refuse(true);
+    proxy.cut();
+    const started = Date.now();
+    const err = await readAll(core, stream);
+    const took = Date.now() - started;
+    await core.close();
+    expect(err).toBeInstanceOf(DedupError);
+    expect((err as DedupError).code).toBe('DEDUP_STORE_REFUSED');
+    expect((err as DedupError).message).toMatch(/could not reach the database for \d+ ms/);
+    expect(took).toBeGreaterThanOrEqual(500);
+    expect(took).toBeLessThan(3_000);
+    expect(await balances(pool, schema)).toEqual({ x: 6 });
     expect(await storedOffset(pool, schema)).toBe('2');
+    console.log(`[postgres unreachable] stopped after ${took} ms, ${core.stats.reconnects} attempts`);
   });
 
   it('postgres - refuses a wrong password, an unknown database, a missing schema, another version and a read-only role within a second', async () => {
