@@ -13,12 +13,11 @@ import { messageBytes, type StreamMessage } from '../src/transport/stream-delive
  * A message of `offset` whose content has `offset % 7` bytes and, for odd offsets, an application
  * property of `(offset % 5) * 100` characters: the read-ahead counts both (messageBytes).
  */
-const message = (offset: bigint): StreamMessage =>
-  ({
-    offset,
-    content: Buffer.alloc(Number(offset % 7n)),
-    ...(offset % 2n === 1n ? { applicationProperties: { p: 'x'.repeat(Number(offset % 5n) * 100) } } : {}),
-  });
+const message = (offset: bigint): StreamMessage => ({
+  offset,
+  content: Buffer.alloc(Number(offset % 7n)),
+  ...(offset % 2n === 1n ? { applicationProperties: { p: 'x'.repeat(Number(offset % 5n) * 100) } } : {}),
+});
 const bytesOf = (offsets: readonly bigint[]): number =>
   offsets.reduce((n, o) => n + messageBytes(message(o)), 0);
 /** What a message holds at the least, counted here without messageBytes: its body and property characters. */
