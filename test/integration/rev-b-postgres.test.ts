@@ -1,0 +1,322 @@
+/**
+ * Hostile review B (issue 34): failing tests against the real PostgreSQL server of
+ * `scripts/postgres.sh` (no broker: the core is fed messages directly, as postgres-store.test.ts does).
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../../src/consumer/core.js';
+import type { IncomingMessage } from '../../src/consumer/types.js';
+import { identityHeaders } from '../../src/identity/headers.js';
+import { postgresHandler, type PostgresMessageHandler } from '../../src/postgres/handler.js';
+import { PostgresStore } from '../../src/postgres/store.js';
+import { useSchema } from '../support/postgres.js';
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function setUp(poolOptions?: pg.PoolConfig) {
+  const db = await useSchema();
+  cleanups.push(db.drop);
+  await db.pool.query(
+    `CREATE TABLE "${db.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+  );
+  const pool = poolOptions === undefined ? db.pool : new pg.Pool(poolOptions);
+  if (pool !== db.pool) {
+    pool.on('error', () => undefined);
+    cleanups.push(() => pool.end().catch(() => undefined));
+  }
+  const store = await PostgresStore.open({ pool, schema: db.schema });
+  cleanups.push(() => store.close());
+  return { ...db, userPool: pool, store };
+}
+
+const credit = (offset: number, producer: string, id: number, amount: number): IncomingMessage => ({
+  offset: BigInt(offset),
+  content: Buffer.from(JSON.stringify({ account: 'x', amount })),
+  applicationProperties: identityHeaders(producer, BigInt(id)),
+});
+
+const add = (schema: string, amount: number): [string, unknown[]] => [
+  `INSERT INTO "${schema}".balances (account, amount) VALUES ('x', $1)
+   ON CONFLICT (account) DO UPDATE SET amount = balances.amount + excluded.amount`,
+  [amount],
+];
+
+function openCore(
+  store: PostgresStore,
+  handler: PostgresMessageHandler,
+  options: Partial<VerifyingConsumerOptions> = {},
+): Promise<VerifyingConsumerCore> {
+  return VerifyingConsumerCore.open({
+    consumerName: 'ledger',
+    store,
+    handler: postgresHandler(handler),
+    commitEvery: 3,
+    ...options,
+  });
+}
+
+async function feed(core: VerifyingConsumerCore, messages: IncomingMessage[]): Promise<unknown> {
+  try {
+    for (const message of messages) await core.process(message);
+    await core.flush();
+  } catch (err) {
+    return err;
+  }
+  return undefined;
+}
+
+async function balance(pool: pg.Pool, schema: string): Promise<number | undefined> {
+  const { rows } = await pool.query<{ amount: string }>(`SELECT amount FROM "${schema}".balances`);
+  return rows[0] === undefined ? undefined : Number(rows[0].amount);
+}
+
+describe('rev-b: PostgreSQL store', () => {
+  it.each([
+    [
+      'standard_conforming_strings off',
+      ['SET LOCAL standard_conforming_strings = off', "SELECT '\\''; ROLLBACK; SELECT 1 --'"],
+    ],
+    ['a non-ASCII identifier holding $', ['SELECT 1 AS ÿ$a$; ROLLBACK; SELECT 1 AS ÿ$a$']],
+  ])(
+    'rev-b - a ROLLBACK the statement guard misses (%s) must not leave the batch marked as seen (effects lost)',
+    async (_what, sqls) => {
+      const { pool, schema, store } = await setUp();
+      const stream = [credit(0, 'a', 1, 1), credit(1, 'a', 2, 10), credit(2, 'a', 3, 100)];
+      // Message 2's handler: legal SQL the scanner reads wrongly. With standard_conforming_strings off,
+      // '\'' is a one-quote literal for the server; the scanner reads it as an unterminated ''-escaped
+      // literal that swallows "; ROLLBACK; SELECT 1 --" and ends at the last quote.
+      const core = await openCore(store, async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        if (amount === 100) {
+          for (const sql of sqls) await client.query(sql);
+        }
+        await client.query(...add(schema, amount));
+      });
+      const err = await feed(core, stream);
+      await core.close();
+      // The library detects the ended transaction (its xid check) and stops: fine. But it ran the
+      // scope states' upsert BEFORE that check, outside any transaction (autocommit): IDs 1..3 are now
+      // recorded as seen while messages 0 and 1's effects were rolled back.
+      expect(err).toBeInstanceOf(TypeError);
+      const { rows } = await pool.query(`SELECT scope FROM "${schema}".scope_states`);
+      // The error says "nothing of this batch is committed by the library".
+      expect.soft(rows).toEqual([]);
+      // And the consequence: a restart from the stored offset re-delivers 0..2 as duplicates.
+      const again = await openCore(store, async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        await client.query(...add(schema, amount));
+      });
+      expect(await feed(again, stream)).toBeUndefined();
+      await again.close();
+      expect(await balance(pool, schema)).toBe(111); // exactly-once fold; observed: 100
+    },
+  );
+
+  it('rev-b - a pg.Query whose text changes after the guard read it ends the transaction unseen (guard reads a mutable object)', async () => {
+    const { pool, schema, store } = await setUp();
+    const stream = [credit(0, 'a', 1, 1), credit(1, 'a', 2, 10), credit(2, 'a', 3, 100)];
+    const core = await openCore(store, async (message, { client }) => {
+      const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+      if (amount === 100) {
+        const busy = client.query('SELECT pg_sleep(0.05)'); // the next one waits in pg's queue
+        const q = new pg.Query('SELECT 1');
+        const done = client.query(q as never) as unknown;
+        (q as unknown as { text: string }).text = 'ROLLBACK'; // read by the guard at the call, by pg when it is sent
+        await busy;
+        await new Promise<void>((resolve) => {
+          (done as pg.Query).on('end', () => resolve());
+          (done as pg.Query).on('error', () => resolve());
+        });
+      }
+      await client.query(...add(schema, amount));
+    });
+    const err = await feed(core, stream);
+    await core.close();
+    // The guard should have refused it (or the store should read the text it checked).
+    expect(err).toBeInstanceOf(TypeError);
+    expect(String((err as Error).message)).toMatch(/may not control/);
+    const { rows } = await pool.query(`SELECT scope FROM "${schema}".scope_states`);
+    expect(rows).toEqual([]);
+  });
+
+  it('rev-b - close() returns when the batch waits for a connection of an exhausted user pool (no connectionTimeoutMillis)', async () => {
+    const base = await useSchema();
+    cleanups.push(base.drop);
+    const { PG_URL } = await import('../support/postgres.js');
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 1 });
+    pool.on('error', () => undefined);
+    cleanups.push(() => pool.end().catch(() => undefined));
+    await pool.query(
+      `CREATE TABLE "${base.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+    );
+    const store = await PostgresStore.open({ pool, schema: base.schema, queryTimeoutMs: 500 });
+    cleanups.push(() => store.close());
+    const core = await openCore(store, async (message, { client }) => {
+      const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+      await client.query(...add(base.schema, amount));
+    });
+    // The application holds the pool's one connection (a long report, a leaked client).
+    const held = await pool.connect();
+    cleanups.unshift(() => Promise.resolve(held.release()));
+    const processing = Promise.resolve(core.process(credit(0, 'a', 1, 1))).catch((e: unknown) => e);
+    const closed = core.close().then(() => 'closed');
+    const outcome = await Promise.race([
+      closed,
+      new Promise((resolve) => setTimeout(() => resolve('still waiting after 5 s'), 5_000)),
+    ]);
+    held.release();
+    cleanups.shift();
+    await processing;
+    expect(outcome).toBe('closed');
+  });
+
+  it('rev-b - a handler statement that timed out client-side (the pool query_timeout the store sets) still commits with the batch', async () => {
+    const db = await useSchema();
+    cleanups.push(db.drop);
+    await db.pool.query(
+      `CREATE TABLE "${db.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+    );
+    const { PG_URL } = await import('../support/postgres.js');
+    // The store's own pool: its query_timeout (= queryTimeoutMs) bounds the handler's queries too.
+    const store = await PostgresStore.open({
+      connectionString: PG_URL,
+      schema: db.schema,
+      queryTimeoutMs: 400,
+    });
+    cleanups.push(() => store.close());
+    let timeouts = 0;
+    const core = await openCore(store, async (message, { client }) => {
+      const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+      const insert = `INSERT INTO "${db.schema}".balances (account, amount) SELECT 'x', $1 FROM pg_sleep($2)
+        ON CONFLICT (account) DO UPDATE SET amount = balances.amount + excluded.amount`;
+      try {
+        await client.query(insert, [amount, amount === 100 ? 0.6 : 0]);
+      } catch {
+        // The driver said it failed ("Query read timeout"): the handler tries once more.
+        timeouts++;
+        await client.query(insert, [amount, 0]);
+      }
+    });
+    const err = await feed(core, [credit(0, 'a', 1, 1), credit(1, 'a', 2, 10), credit(2, 'a', 3, 100)]);
+    await core.close();
+    expect(timeouts).toBe(1);
+    // Either the batch is refused (the statement's outcome was unknown to the handler), or the effect
+    // is applied once. Observed: the batch commits with 100 applied twice (211).
+    if (err === undefined) expect(await balance(db.pool, db.schema)).toBe(111);
+    else expect(await balance(db.pool, db.schema)).toBeUndefined();
+  });
+
+  it('rev-b - commitLingerMs beyond idleInTransactionTimeoutMs is refused at open (else the first quiet tail stops the consumer)', async () => {
+    const db = await useSchema();
+    cleanups.push(db.drop);
+    await db.pool.query(
+      `CREATE TABLE "${db.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+    );
+    const store = await PostgresStore.open({
+      pool: db.pool,
+      schema: db.schema,
+      idleInTransactionTimeoutMs: 300,
+    });
+    cleanups.push(() => store.close());
+    const opened = await openCore(
+      store,
+      async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        await client.query(...add(db.schema, amount));
+      },
+      { commitEvery: 100, commitLingerMs: 1_000 },
+    ).then(
+      (core) => core,
+      (err: unknown) => err,
+    );
+    if (!(opened instanceof VerifyingConsumerCore)) return; // refused before I/O: what we ask for
+    const core = opened;
+    await core.process(credit(0, 'a', 1, 1));
+    await new Promise((resolve) => setTimeout(resolve, 1_500)); // the linger commits the quiet tail
+    const failure = core.failure;
+    await core.close();
+    // Observed: DEDUP_STORE_REFUSED ("terminating connection due to idle-in-transaction timeout").
+    expect(failure).toBeUndefined();
+    expect(await balance(db.pool, db.schema)).toBe(1);
+  });
+
+  it('rev-b - stream-dedup migrate returns within a bound when another session holds the migration lock (a paused migrate)', async () => {
+    const db = await useSchema({ migrated: false });
+    cleanups.push(db.drop);
+    const { PG_URL } = await import('../support/postgres.js');
+    const { migrateFromUrl } = await import('../../src/postgres/migrate-command.js');
+    // Another migrate of the same schema, paused (SIGSTOP) inside its transaction.
+    const other = await db.pool.connect();
+    await other.query('BEGIN');
+    await other.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`stream-dedup:${db.schema}`]);
+    const started = Date.now();
+    const outcome = await Promise.race([
+      migrateFromUrl(PG_URL, db.schema, 1_000).then(
+        () => 'migrated',
+        (err: unknown) => `refused: ${(err as Error).message}`,
+      ),
+      new Promise<string>((resolve) => setTimeout(() => resolve('still waiting after 8 s'), 8_000)),
+    ]);
+    await other.query('ROLLBACK');
+    other.release();
+    // Observed: no lock_timeout, no statement/query timeout on migrate's statements: it waits for ever.
+    expect(outcome).not.toBe('still waiting after 8 s');
+    expect(Date.now() - started).toBeLessThan(8_000);
+  });
+
+  it('rev-b - no handler runs after the commit it waited for failed (the consumer has stopped)', async () => {
+    const { schema, store } = await setUp();
+    const calls: number[] = [];
+    const core = await openCore(
+      store,
+      async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        calls.push(amount);
+        if (amount === 1) {
+          // An error the handler swallows: the transaction is aborted, so its COMMIT fails (25P02).
+          await client.query('SELECT 1/0').catch(() => undefined);
+          return;
+        }
+        await client.query(...add(schema, amount));
+      },
+      { commitEvery: 1 },
+    );
+    await core.process(credit(0, 'a', 1, 1)); // its batch is being written (pipelined)
+    // The next delivery waits for that write before its transaction opens.
+    const second = await Promise.resolve(core.process(credit(1, 'a', 2, 10))).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const failure = core.failure;
+    await core.close();
+    expect(failure).toBeDefined();
+    expect(second).toBeDefined();
+    // Observed: [1, 10]: message 1's handler ran (its side effects outside the database too) after
+    // the consumer had stopped, on a fresh transaction that then stays open until close().
+    expect(calls).toEqual([1]);
+  });
+
+  it('rev-b - a session setting a handler leaves on the pooled connection (default read only) does not stop later batches', async () => {
+    const { PG_URL } = await import('../support/postgres.js');
+    const { pool, schema, store } = await setUp({ connectionString: PG_URL, max: 1 });
+    const core = await openCore(
+      store,
+      async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        await client.query(...add(schema, amount));
+        // Not transaction control, so the guard lets it through; it outlives the COMMIT.
+        if (amount === 1) await client.query('SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY');
+      },
+      { commitEvery: 1 },
+    );
+    const err = await feed(core, [credit(0, 'a', 1, 1), credit(1, 'a', 2, 10)]);
+    await core.close();
+    await pool.query('SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE').catch(() => undefined);
+    // Observed: DEDUP_STORE_REFUSED "the role or the server is read-only" (25006) on the next BEGIN's
+    // FOR UPDATE: the store's BEGIN does not say READ WRITE. (The setting also leaks into a user pool.)
+    expect(err).toBeUndefined();
+  });
+});
