@@ -242,6 +242,26 @@ export class PgConsumerStore implements ConsumerStore {
     for (const handler of tx.handlers) handler.revoke();
     try {
       if (tx.misuse !== undefined) throw tx.misuse;
+      // FIRST, before any other write: the transaction must still be the one that locked the row.
+      // A handler's COMMIT or ROLLBACK that the guard missed would have ended it, and every later
+      // statement would run in autocommit: a scope state written then would mark the batch's IDs
+      // as seen while its effects were rolled back (lost on restart). In autocommit this UPDATE
+      // matches no row (a fresh xid): nothing of the library's is written (a missed COMMIT has
+      // committed the handlers' effects before it: said loudly).
+      const updated = await client.query(
+        bounded(
+          `UPDATE ${this.#tables.offsets} SET committed_offset = $2 ` +
+            'WHERE consumer = $1 AND pg_current_xact_id()::text = $3',
+          [this.#consumer, batch.lastOffset.toString(), tx.xid],
+          this.#limits,
+        ),
+      );
+      if (updated.rowCount !== 1) {
+        throw new TypeError(
+          `consumer "${this.#consumer}": the batch's transaction was ended inside a handler (a COMMIT or ROLLBACK ` +
+            'run through the client): nothing of this batch is committed by the library',
+        );
+      }
       const scopes: Buffer[] = [];
       const states: Buffer[] = [];
       const ownOffset = offsetKey(this.#consumer);
@@ -260,22 +280,6 @@ export class PgConsumerStore implements ConsumerStore {
             [this.#consumer, scopes, states],
             this.#limits,
           ),
-        );
-      }
-      // The transaction must still be the one that locked the row: a handler's COMMIT that the
-      // guard missed would have ended it (and its effects are then committed already: said loudly).
-      const updated = await client.query(
-        bounded(
-          `UPDATE ${this.#tables.offsets} SET committed_offset = $2 ` +
-            'WHERE consumer = $1 AND pg_current_xact_id()::text = $3',
-          [this.#consumer, batch.lastOffset.toString(), tx.xid],
-          this.#limits,
-        ),
-      );
-      if (updated.rowCount !== 1) {
-        throw new TypeError(
-          `consumer "${this.#consumer}": the batch's transaction was ended inside a handler (a COMMIT or ROLLBACK ` +
-            'run through the client): nothing of this batch is committed by the library',
         );
       }
       await client.query(bounded('COMMIT', undefined, this.#limits));

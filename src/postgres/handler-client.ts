@@ -30,11 +30,29 @@ export interface PostgresTransaction {
   readonly client: PostgresClient;
 }
 
-/** The text of a `query` call's first argument, when it has one. */
-function textOf(first: unknown): string | undefined {
-  if (typeof first === 'string') return first;
-  const text = (first as QueryConfig | null | undefined)?.text;
-  return typeof text === 'string' ? text : undefined;
+/**
+ * A `query` call's first argument as it will be sent: a string, or a fresh copy of a config object
+ * (own properties, read once), so that the text checked is the text pg sends, whatever getters or
+ * later assignments the caller's object has. `undefined` for what cannot be checked: no text, or a
+ * Submittable (pg.Query, a cursor: pg hands it the raw connection and reads its text when it sends it).
+ */
+function checkable(first: unknown): { query: string | QueryConfig; text: string } | undefined {
+  if (typeof first === 'string') return { query: first, text: first };
+  if (typeof first !== 'object' || first === null) return undefined;
+  if (typeof (first as { submit?: unknown }).submit === 'function') return undefined;
+  const copy = { ...(first as QueryConfig) };
+  // A copy that still submits (an own `submit`, read once above as not a function) is refused too.
+  if (typeof (copy as { submit?: unknown }).submit === 'function') return undefined;
+  return typeof copy.text === 'string' ? { query: copy, text: copy.text } : undefined;
+}
+
+/** What {@link transactionControlIn} or {@link checkable} found, in words. */
+function describe(control: string): string {
+  if (control === 'unchecked')
+    return 'a query without a text it can check, or a Submittable such as pg.Query or a cursor';
+  if (control === '?')
+    return 'SQL it cannot read to its end, or that reads differently with standard_conforming_strings off';
+  return control.toUpperCase();
 }
 
 /**
@@ -55,11 +73,12 @@ export class HandlerTransaction implements PostgresTransaction {
           'the PostgreSQL client was used after the handler returned: its SQL would run outside the message’s transaction',
         );
       } else {
-        const text = textOf(args[0]);
-        const control = text === undefined ? 'a query without text' : transactionControlIn(text);
+        const checked = checkable(args[0]);
+        const control = checked === undefined ? 'unchecked' : transactionControlIn(checked.text);
+        if (checked !== undefined) args[0] = checked.query;
         if (control !== undefined) {
           error = new TypeError(
-            `the handler may not control the batch's transaction (${control === '?' ? 'unterminated SQL' : control.toUpperCase()}): ` +
+            `the handler may not control the batch's transaction (${describe(control)}): ` +
               'the library begins and commits it, with the verifier state and the offset',
           );
         }

@@ -1,0 +1,197 @@
+/**
+ * The handler's client on the real PostgreSQL server of `scripts/postgres.sh` (no broker: the core is
+ * fed messages directly, as postgres-store.test.ts does): SQL that ends the batch's transaction
+ * without the statement guard seeing it must not leave the batch marked as seen while its effects
+ * are rolled back (found by hostile review B, H1).
+ */
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import pg from 'pg';
+import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../../src/consumer/core.js';
+import type { IncomingMessage } from '../../src/consumer/types.js';
+import { identityHeaders } from '../../src/identity/headers.js';
+import { postgresHandler, type PostgresMessageHandler } from '../../src/postgres/handler.js';
+import { PostgresStore } from '../../src/postgres/store.js';
+import type * as TransactionControl from '../../src/postgres/transaction-control.js';
+import { useSchema } from '../support/postgres.js';
+
+/** Whether the statement guard is blinded: it then lets everything through, as it would SQL it misreads. */
+const guard = vi.hoisted(() => ({ blind: false }));
+vi.mock('../../src/postgres/transaction-control.js', async (original) => {
+  const actual = await original<typeof TransactionControl>();
+  return {
+    transactionControlIn: (sql: string) => (guard.blind ? undefined : actual.transactionControlIn(sql)),
+  };
+});
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  guard.blind = false;
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function setUp(poolOptions?: pg.PoolConfig) {
+  const db = await useSchema();
+  cleanups.push(db.drop);
+  await db.pool.query(
+    `CREATE TABLE "${db.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+  );
+  const pool = poolOptions === undefined ? db.pool : new pg.Pool(poolOptions);
+  if (pool !== db.pool) {
+    pool.on('error', () => undefined);
+    cleanups.push(() => pool.end().catch(() => undefined));
+  }
+  const store = await PostgresStore.open({ pool, schema: db.schema });
+  cleanups.push(() => store.close());
+  return { ...db, userPool: pool, store };
+}
+
+const credit = (offset: number, producer: string, id: number, amount: number): IncomingMessage => ({
+  offset: BigInt(offset),
+  content: Buffer.from(JSON.stringify({ account: 'x', amount })),
+  applicationProperties: identityHeaders(producer, BigInt(id)),
+});
+
+const add = (schema: string, amount: number): [string, unknown[]] => [
+  `INSERT INTO "${schema}".balances (account, amount) VALUES ('x', $1)
+   ON CONFLICT (account) DO UPDATE SET amount = balances.amount + excluded.amount`,
+  [amount],
+];
+
+function openCore(
+  store: PostgresStore,
+  handler: PostgresMessageHandler,
+  options: Partial<VerifyingConsumerOptions> = {},
+): Promise<VerifyingConsumerCore> {
+  return VerifyingConsumerCore.open({
+    consumerName: 'ledger',
+    store,
+    handler: postgresHandler(handler),
+    commitEvery: 3,
+    ...options,
+  });
+}
+
+async function feed(core: VerifyingConsumerCore, messages: IncomingMessage[]): Promise<unknown> {
+  try {
+    for (const message of messages) await core.process(message);
+    await core.flush();
+  } catch (err) {
+    return err;
+  }
+  return undefined;
+}
+
+async function balance(pool: pg.Pool, schema: string): Promise<number | undefined> {
+  const { rows } = await pool.query<{ amount: string }>(`SELECT amount FROM "${schema}".balances`);
+  return rows[0] === undefined ? undefined : Number(rows[0].amount);
+}
+
+describe('PostgreSQL store - SQL the statement guard misses', () => {
+  it.each([
+    [
+      'standard_conforming_strings off',
+      ['SET LOCAL standard_conforming_strings = off', "SELECT '\\''; ROLLBACK; SELECT 1 --'"],
+    ],
+    ['a non-ASCII identifier holding $', ['SELECT 1 AS ÿ$a$; ROLLBACK; SELECT 1 AS ÿ$a$']],
+  ])(
+    'a ROLLBACK the statement guard missed (%s) leaves nothing of the batch recorded: a restart applies it exactly once',
+    async (_what, sqls) => {
+      const { pool, schema, store } = await setUp();
+      const stream = [credit(0, 'a', 1, 1), credit(1, 'a', 2, 10), credit(2, 'a', 3, 100)];
+      // Message 2's handler: legal SQL the scanner reads wrongly. With standard_conforming_strings off,
+      // '\'' is a one-quote literal for the server; the scanner reads it as an unterminated ''-escaped
+      // literal that swallows "; ROLLBACK; SELECT 1 --" and ends at the last quote.
+      const core = await openCore(store, async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        if (amount === 100) {
+          for (const sql of sqls) await client.query(sql);
+        }
+        await client.query(...add(schema, amount));
+      });
+      const err = await feed(core, stream);
+      await core.close();
+      // The guard refuses the SQL ('?': it reads differently by the setting) or, where it cannot
+      // see it, the commit's xid check finds the transaction ended and stops; either way its first
+      // statement, so no scope state is written in autocommit (IDs recorded as seen with their
+      // effects rolled back: a restart would skip them as duplicates).
+      expect(err).toBeInstanceOf(TypeError);
+      const { rows } = await pool.query(`SELECT scope FROM "${schema}".scope_states`);
+      expect(rows).toEqual([]);
+      // And the consequence: a restart from the stored offset re-delivers 0..2 as duplicates.
+      const again = await openCore(store, async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        await client.query(...add(schema, amount));
+      });
+      expect(await feed(again, stream)).toBeUndefined();
+      await again.close();
+      expect(await balance(pool, schema)).toBe(111); // the exactly-once fold (100 before the fix)
+    },
+  );
+
+  it.each([
+    // What follows a missed transaction end runs in autocommit (message 2's +100 is kept), and a
+    // missed COMMIT has committed messages 0 and 1's +11: the library cannot undo either (the error
+    // says so). What it must not do is record the IDs as seen: the restart applies all three again
+    // (+111). Before the fix the restart skipped them: 100 and 111.
+    ['ROLLBACK', 211],
+    ['COMMIT', 222],
+  ])(
+    'a %s that reaches the server unseen (any gap of the guard) writes nothing of the library: the offset check runs first',
+    async (control, expected) => {
+      const { pool, schema, store } = await setUp();
+      const stream = [credit(0, 'a', 1, 1), credit(1, 'a', 2, 10), credit(2, 'a', 3, 100)];
+      const core = await openCore(store, async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        if (amount === 100) {
+          guard.blind = true;
+          await client.query(control);
+          guard.blind = false;
+        }
+        await client.query(...add(schema, amount));
+      });
+      const err = await feed(core, stream);
+      await core.close();
+      expect(err).toBeInstanceOf(TypeError);
+      expect(String((err as Error).message)).toMatch(/ended inside a handler/);
+      const scopes = await pool.query(`SELECT scope FROM "${schema}".scope_states`);
+      expect(scopes.rows).toEqual([]); // before the fix: the batch's scope, written in autocommit
+      const offsets = await pool.query(`SELECT committed_offset FROM "${schema}".consumer_offsets`);
+      expect(offsets.rows).toEqual([{ committed_offset: null }]);
+      const again = await openCore(store, async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        await client.query(...add(schema, amount));
+      });
+      expect(await feed(again, stream)).toBeUndefined();
+      await again.close();
+      expect(await balance(pool, schema)).toBe(expected);
+    },
+  );
+
+  it('refuses a pg.Query (a Submittable: pg reads its text when it sends it and hands it the raw connection)', async () => {
+    const { pool, schema, store } = await setUp();
+    const stream = [credit(0, 'a', 1, 1), credit(1, 'a', 2, 10), credit(2, 'a', 3, 100)];
+    let refused: unknown;
+    const core = await openCore(store, async (message, { client }) => {
+      const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+      if (amount === 100) {
+        const busy = client.query('SELECT pg_sleep(0.05)'); // the next one would wait in pg's queue
+        const q = new pg.Query('SELECT 1');
+        const done = (client.query(q as never) as unknown as Promise<unknown>).catch(
+          (e: unknown) => (refused = e),
+        );
+        (q as unknown as { text: string }).text = 'ROLLBACK'; // pg would read this when it sends it
+        await busy;
+        await done;
+      }
+      await client.query(...add(schema, amount));
+    });
+    const err = await feed(core, stream);
+    await core.close();
+    expect(refused).toBeInstanceOf(TypeError);
+    expect(String((refused as Error).message)).toMatch(/may not control .*Submittable/);
+    expect(err).toBe(refused); // the consumer stops with it, even though the handler went on
+    const { rows } = await pool.query(`SELECT scope FROM "${schema}".scope_states`);
+    expect(rows).toEqual([]);
+    expect(await balance(pool, schema)).toBeUndefined();
+  });
+});
