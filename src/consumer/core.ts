@@ -130,6 +130,15 @@ export class VerifyingConsumerCore {
     if (provider !== undefined && opts.scopeTtlMs > 0) {
       outOfRange('scopeTtlMs', '0 with this store (it does not evict idle scopes)', opts.scopeTtlMs);
     }
+    // A quiet tail's batch stays open commitLingerMs: the server must not end it first.
+    const lingerLimit = provider?.commitLingerLimitMs;
+    if (lingerLimit !== undefined && opts.commitLingerMs >= lingerLimit) {
+      outOfRange(
+        'commitLingerMs',
+        `less than the store's idleInTransactionTimeoutMs (${lingerLimit})`,
+        opts.commitLingerMs,
+      );
+    }
     // The store may stop the consumer itself (a handler that used its client after returning).
     let fail = (error: Error): void => void error;
     const store =

@@ -194,4 +194,24 @@ describe('PostgreSQL store - SQL the statement guard misses', () => {
     expect(rows).toEqual([]);
     expect(await balance(pool, schema)).toBeUndefined();
   });
+
+  it('refuses a consumer whose commitLingerMs is not below idleInTransactionTimeoutMs (the server would end its quiet tail)', async () => {
+    const db = await useSchema();
+    cleanups.push(db.drop);
+    const store = await PostgresStore.open({
+      pool: db.pool,
+      schema: db.schema,
+      idleInTransactionTimeoutMs: 300,
+    });
+    cleanups.push(() => store.close());
+    const err = await openCore(store, () => Promise.resolve(), { commitLingerMs: 1_000 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    // Before the fix it opened, and the first quiet tail stopped it with DEDUP_STORE_REFUSED
+    // ("terminating connection due to idle-in-transaction timeout").
+    expect(err).toBeInstanceOf(RangeError);
+    const { rows } = await db.pool.query(`SELECT consumer FROM "${db.schema}".consumer_offsets`);
+    expect(rows).toEqual([]); // nothing written: refused before the store's own I/O
+  });
 });
