@@ -193,10 +193,11 @@ export class PgConsumerStore implements ConsumerStore {
     client.on('error', ignoreError);
     try {
       const { lockTimeoutMs, idleInTransactionTimeoutMs } = this.#limits;
-      // READ COMMITTED (docs/design.md §13: why it suffices); one round trip for the three.
+      // READ COMMITTED (docs/design.md §13: why it suffices); one round trip for the three. READ
+      // WRITE whatever the session's default (a handler's SET SESSION CHARACTERISTICS outlives its batch).
       await client.query(
         bounded(
-          `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ${lockTimeoutMs}; ` +
+          `BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; SET LOCAL lock_timeout = ${lockTimeoutMs}; ` +
             `SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionTimeoutMs}`,
           undefined,
           this.#limits,

@@ -2,7 +2,8 @@
  * The handler's client on the real PostgreSQL server of `scripts/postgres.sh` (no broker: the core is
  * fed messages directly, as postgres-store.test.ts does): SQL that ends the batch's transaction
  * without the statement guard seeing it must not leave the batch marked as seen while its effects
- * are rolled back (found by hostile review B, H1).
+ * are rolled back (found by hostile review B, H1); what a handler leaves on the connection (L5) and
+ * a linger the server would cut short (L1) do not stop the consumer later.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import pg from 'pg';
@@ -213,5 +214,26 @@ describe('PostgreSQL store - SQL the statement guard misses', () => {
     expect(err).toBeInstanceOf(RangeError);
     const { rows } = await db.pool.query(`SELECT consumer FROM "${db.schema}".consumer_offsets`);
     expect(rows).toEqual([]); // nothing written: refused before the store's own I/O
+  });
+
+  it("a handler's SET SESSION CHARACTERISTICS … READ ONLY on the pooled connection does not stop later batches (BEGIN says READ WRITE)", async () => {
+    const { PG_URL } = await import('../support/postgres.js');
+    const { pool, schema, store } = await setUp({ connectionString: PG_URL, max: 1 });
+    const core = await openCore(
+      store,
+      async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        await client.query(...add(schema, amount));
+        // Not transaction control, so the guard lets it through; it outlives the COMMIT.
+        if (amount === 1) await client.query('SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY');
+      },
+      { commitEvery: 1 },
+    );
+    const err = await feed(core, [credit(0, 'a', 1, 1), credit(1, 'a', 2, 10)]);
+    await core.close();
+    await pool.query('SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE').catch(() => undefined);
+    // Before the fix: DEDUP_STORE_REFUSED "the role or the server is read-only" (25006) on the next
+    // batch's FOR UPDATE. (The setting still leaks into a user pool's other queries: handlers use SET LOCAL.)
+    expect(err).toBeUndefined();
   });
 });
