@@ -254,7 +254,8 @@ export class VerifyingConsumerCore {
     try {
       // A transactional store opens the batch's transaction first (LevelDB: nothing to wait for).
       const entering = this.#store.enter();
-      applying = entering === undefined ? this.#apply(message) : entering.then(() => this.#apply(message));
+      applying =
+        entering === undefined ? this.#apply(message) : entering.then(() => this.#applyUnlessFailed(message));
     } catch (err) {
       throw pipeline.abortMessage(err);
     }
@@ -263,6 +264,17 @@ export class VerifyingConsumerCore {
       () => pipeline.endMessageAsync(message.offset, message.settle),
       (err: unknown) => pipeline.abortMessageAsync(err),
     );
+  }
+
+  /**
+   * {@link VerifyingConsumerCore.#apply} once the store's batch is open, unless the commit that
+   * opening waited for failed meanwhile: the consumer has stopped, and no handler may run after that
+   * (its side effects outside the store would happen for a message never committed).
+   */
+  #applyUnlessFailed(message: IncomingMessage): Promise<void> | undefined {
+    const failure = this.#pipeline.failure;
+    if (failure !== undefined) throw failure;
+    return this.#apply(message);
   }
 
   /**

@@ -3,7 +3,8 @@
  * fed messages directly, as postgres-store.test.ts does): SQL that ends the batch's transaction
  * without the statement guard seeing it must not leave the batch marked as seen while its effects
  * are rolled back (found by hostile review B, H1); what a handler leaves on the connection (L5) and
- * a linger the server would cut short (L1) do not stop the consumer later.
+ * a linger the server would cut short (L1) do not stop the consumer later; no handler runs once a
+ * commit failed (L3).
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import pg from 'pg';
@@ -235,5 +236,37 @@ describe('PostgreSQL store - SQL the statement guard misses', () => {
     // Before the fix: DEDUP_STORE_REFUSED "the role or the server is read-only" (25006) on the next
     // batch's FOR UPDATE. (The setting still leaks into a user pool's other queries: handlers use SET LOCAL.)
     expect(err).toBeUndefined();
+  });
+
+  it('no handler runs after the commit its batch waited for failed (the consumer has stopped)', async () => {
+    const { schema, store } = await setUp();
+    const calls: number[] = [];
+    const core = await openCore(
+      store,
+      async (message, { client }) => {
+        const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+        calls.push(amount);
+        if (amount === 1) {
+          // An error the handler swallows: the transaction is aborted, so its COMMIT fails (25P02).
+          await client.query('SELECT 1/0').catch(() => undefined);
+          return;
+        }
+        await client.query(...add(schema, amount));
+      },
+      { commitEvery: 1 },
+    );
+    await core.process(credit(0, 'a', 1, 1)); // its batch is being written (pipelined)
+    // The next delivery waits for that write before its transaction opens.
+    const second = await Promise.resolve(core.process(credit(1, 'a', 2, 10))).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const failure = core.failure;
+    await core.close();
+    expect(failure).toBeDefined();
+    expect(second).toBeDefined();
+    // Before the fix: [1, 10]: message 1's handler ran (its side effects outside the database too) after
+    // the consumer had stopped, on a fresh transaction that then stays open until close().
+    expect(calls).toEqual([1]);
   });
 });
