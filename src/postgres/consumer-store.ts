@@ -144,10 +144,15 @@ export class PgConsumerStore implements ConsumerStore {
   handlerContext(): unknown {
     const tx = this.#tx;
     if (tx === undefined) throw new Error('no batch transaction is open');
-    const handler = new HandlerTransaction(tx.client, (error) => {
-      tx.misuse ??= error;
-      this.#onFailure(error);
-    });
+    const handler = new HandlerTransaction(
+      tx.client,
+      (error) => {
+        tx.misuse ??= error;
+        this.#onFailure(error);
+      },
+      // A statement of unknown outcome: the commit refuses (and destroys the connection).
+      (error) => (tx.misuse ??= error),
+    );
     tx.handlers.add(handler);
     return handler;
   }

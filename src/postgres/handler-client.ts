@@ -3,6 +3,7 @@
  * `query` only, refusing transaction control (the transaction is the library's) and any use after
  * the handler returned (that SQL would run in a later batch's transaction, or in none).
  */
+import pg from 'pg';
 import type { PoolClient, QueryConfig } from 'pg';
 import { transactionControlIn } from './transaction-control.js';
 
@@ -56,6 +57,15 @@ function describe(control: string): string {
 }
 
 /**
+ * True for an error the server did not send (no SQLSTATE): the driver's `query_timeout`, a lost or
+ * closed connection. The statement's outcome is then unknown (it may still run and succeed) while
+ * the handler is told it failed: a handler that goes on or retries would commit it twice.
+ */
+function unknownOutcome(err: unknown): boolean {
+  return !(err instanceof pg.DatabaseError);
+}
+
+/**
  * One handler call's transaction. `misuse` is told of a refused call (the consumer stops and the
  * batch rolls back, even if the handler swallows the error).
  *
@@ -65,7 +75,15 @@ export class HandlerTransaction implements PostgresTransaction {
   readonly client: PostgresClient;
   #usable = true;
 
-  constructor(connection: PoolClient, misuse: (error: TypeError) => void) {
+  /**
+   * @param poison - told of a query that failed without a SQLSTATE (see {@link unknownOutcome}):
+   *   the batch must not commit, its connection is destroyed (the server rolls it back).
+   */
+  constructor(
+    connection: PoolClient,
+    misuse: (error: TypeError) => void,
+    poison: (error: Error) => void = () => undefined,
+  ) {
     const query = (...args: unknown[]): unknown => {
       let error: TypeError | undefined;
       if (!this.#usable) {
@@ -92,7 +110,26 @@ export class HandlerTransaction implements PostgresTransaction {
         }
         return Promise.reject(error);
       }
-      return (connection.query as (...a: unknown[]) => unknown)(...args);
+      // The callback forms: the last argument, or a config object's `callback` (copied above).
+      const told =
+        (callback: unknown) =>
+        (err: unknown, ...rest: unknown[]): unknown => {
+          if (err !== null && err !== undefined && unknownOutcome(err)) poison(err as Error);
+          return (callback as (...a: unknown[]) => unknown)(err, ...rest);
+        };
+      const last = args.length - 1;
+      if (typeof args[last] === 'function') args[last] = told(args[last]);
+      const config = args[0] as { callback?: unknown };
+      if (typeof config === 'object' && typeof config.callback === 'function') {
+        config.callback = told(config.callback);
+      }
+      const sent = (connection.query as (...a: unknown[]) => unknown)(...args);
+      // A promise (pg's own, or the one of the pool's `Promise` option).
+      if (typeof (sent as PromiseLike<unknown> | undefined)?.then !== 'function') return sent;
+      return Promise.resolve(sent).catch((err: unknown) => {
+        if (unknownOutcome(err)) poison(err as Error);
+        throw err;
+      });
     };
     this.client = Object.freeze({ query: query as PostgresClient['query'] });
   }

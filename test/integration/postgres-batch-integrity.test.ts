@@ -4,13 +4,14 @@
  * without the statement guard seeing it must not leave the batch marked as seen while its effects
  * are rolled back (found by hostile review B, H1); what a handler leaves on the connection (L5) and
  * a linger the server would cut short (L1) do not stop the consumer later; no handler runs once a
- * commit failed (L3).
+ * commit failed (L3); a statement whose outcome the driver cannot know poisons its batch (M1).
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import pg from 'pg';
 import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../../src/consumer/core.js';
 import type { IncomingMessage } from '../../src/consumer/types.js';
 import { identityHeaders } from '../../src/identity/headers.js';
+import { DedupError } from '../../src/errors.js';
 import { postgresHandler, type PostgresMessageHandler } from '../../src/postgres/handler.js';
 import { PostgresStore } from '../../src/postgres/store.js';
 import type * as TransactionControl from '../../src/postgres/transaction-control.js';
@@ -268,5 +269,45 @@ describe('PostgreSQL store - SQL the statement guard misses', () => {
     // Before the fix: [1, 10]: message 1's handler ran (its side effects outside the database too) after
     // the consumer had stopped, on a fresh transaction that then stays open until close().
     expect(calls).toEqual([1]);
+  });
+
+  it('a handler statement that timed out client-side (outcome unknown) poisons the batch: never committed, the connection destroyed', async () => {
+    const db = await useSchema();
+    cleanups.push(db.drop);
+    await db.pool.query(
+      `CREATE TABLE "${db.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+    );
+    const { PG_URL } = await import('../support/postgres.js');
+    // The store's own pool: its query_timeout (= queryTimeoutMs) bounds the handler's queries too.
+    const store = await PostgresStore.open({
+      connectionString: PG_URL,
+      schema: db.schema,
+      queryTimeoutMs: 400,
+      lockTimeoutMs: 300,
+      idleInTransactionTimeoutMs: 200,
+    });
+    cleanups.push(() => store.close());
+    let timeouts = 0;
+    const core = await openCore(store, async (message, { client }) => {
+      const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+      const insert = `INSERT INTO "${db.schema}".balances (account, amount) SELECT 'x', $1 FROM pg_sleep($2)
+        ON CONFLICT (account) DO UPDATE SET amount = balances.amount + excluded.amount`;
+      try {
+        await client.query(insert, [amount, amount === 100 ? 0.6 : 0]);
+      } catch {
+        // The driver said it failed ("Query read timeout"): the handler tries once more.
+        timeouts++;
+        await client.query(insert, [amount, 0]);
+      }
+    });
+    const err = await feed(core, [credit(0, 'a', 1, 1), credit(1, 'a', 2, 10), credit(2, 'a', 3, 100)]);
+    await core.close();
+    expect(timeouts).toBe(1);
+    // Before the fix the batch committed with 100 applied twice (211): the timed-out INSERT went on
+    // running in the transaction and the retry added it again.
+    expect(err).toBeInstanceOf(DedupError);
+    expect((err as DedupError).code).toBe('DEDUP_STORE_REFUSED');
+    expect(String((err as DedupError).cause)).toMatch(/timeout/i);
+    expect(await balance(db.pool, db.schema)).toBeUndefined();
   });
 });

@@ -1,4 +1,5 @@
 import type { PoolClient } from 'pg';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { HandlerTransaction } from '../../src/postgres/handler-client.js';
 
@@ -45,5 +46,39 @@ describe('HandlerTransaction - the text checked is the text sent', () => {
     expect(misuses).toHaveLength(1);
     expect(misuses[0]).toBeInstanceOf(TypeError);
     expect(sent).toEqual([]);
+  });
+});
+
+describe('HandlerTransaction - a statement of unknown outcome poisons the batch', () => {
+  function failing(err: Error): PoolClient {
+    return {
+      query: (...args: unknown[]) => {
+        const callback = args.at(-1);
+        if (typeof callback === 'function') {
+          (callback as (e: Error) => void)(err);
+          return undefined;
+        }
+        return Promise.reject(err);
+      },
+    } as unknown as PoolClient;
+  }
+
+  it.each([
+    ['a client-side time-out', new Error('Query read timeout'), true],
+    ['a lost connection', Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }), true],
+    ['a server error (SQLSTATE)', new pg.DatabaseError('division by zero', 0, 'error'), false],
+  ])('%s, through a promise or a callback', async (_what, err, poisons) => {
+    const poisoned: Error[] = [];
+    const tx = new HandlerTransaction(
+      failing(err),
+      () => undefined,
+      (e) => poisoned.push(e),
+    );
+    await expect(tx.client.query('SELECT 1')).rejects.toBe(err);
+    const seen = await new Promise((resolve) => {
+      tx.client.query('SELECT 1', [], (e: Error) => resolve(e));
+    });
+    expect(seen).toBe(err);
+    expect(poisoned).toEqual(poisons ? [err, err] : []);
   });
 });
