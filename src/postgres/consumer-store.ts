@@ -191,7 +191,7 @@ export class PgConsumerStore implements ConsumerStore {
     await this.#settling;
     let client: PoolClient;
     try {
-      client = await this.#pool.connect();
+      client = await this.#connect();
     } catch (err) {
       throw refusal(err, `consumer "${this.#consumer}" cannot reach the database`);
     }
@@ -241,6 +241,34 @@ export class PgConsumerStore implements ConsumerStore {
         ? err
         : refusal(err, `consumer "${this.#consumer}" cannot begin a batch`);
     }
+  }
+
+  /**
+   * A connection of the pool within `queryTimeoutMs`: a user pool without `connectionTimeoutMillis`
+   * whose connections the application holds would make the batch, and `close()`, wait for ever. A
+   * connection that comes later goes back to the pool.
+   */
+  #connect(): Promise<PoolClient> {
+    return new Promise((resolve, reject) => {
+      let late = false;
+      const timer = setTimeout(() => {
+        late = true;
+        reject(
+          new Error(`no connection from the pool within queryTimeoutMs (${this.#limits.queryTimeoutMs} ms)`),
+        );
+      }, this.#limits.queryTimeoutMs);
+      this.#pool.connect().then(
+        (client) => {
+          clearTimeout(timer);
+          if (late) client.release();
+          else resolve(client);
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          reject(err instanceof Error ? err : new Error(String(err)));
+        },
+      );
+    });
   }
 
   async #commit(tx: OpenTransaction, batch: StoreBatch): Promise<void> {

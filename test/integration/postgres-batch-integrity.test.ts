@@ -4,7 +4,8 @@
  * without the statement guard seeing it must not leave the batch marked as seen while its effects
  * are rolled back (found by hostile review B, H1); what a handler leaves on the connection (L5) and
  * a linger the server would cut short (L1) do not stop the consumer later; no handler runs once a
- * commit failed (L3); a statement whose outcome the driver cannot know poisons its batch (M1).
+ * commit failed (L3); a statement whose outcome the driver cannot know poisons its batch (M1); waiting for
+ * a pool's connection is bounded (M2).
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import pg from 'pg';
@@ -309,5 +310,50 @@ describe('PostgreSQL store - SQL the statement guard misses', () => {
     expect((err as DedupError).code).toBe('DEDUP_STORE_REFUSED');
     expect(String((err as DedupError).cause)).toMatch(/timeout/i);
     expect(await balance(db.pool, db.schema)).toBeUndefined();
+  });
+
+  it('a batch waiting for a connection of an exhausted user pool (no connectionTimeoutMillis) gives up within queryTimeoutMs, and close() returns', async () => {
+    const base = await useSchema();
+    cleanups.push(base.drop);
+    const { PG_URL } = await import('../support/postgres.js');
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 1 });
+    pool.on('error', () => undefined);
+    cleanups.push(() => pool.end().catch(() => undefined));
+    await pool.query(
+      `CREATE TABLE "${base.schema}".balances (account text PRIMARY KEY, amount bigint NOT NULL)`,
+    );
+    const store = await PostgresStore.open({
+      pool,
+      schema: base.schema,
+      queryTimeoutMs: 500,
+      lockTimeoutMs: 400,
+      idleInTransactionTimeoutMs: 300,
+    });
+    cleanups.push(() => store.close());
+    const core = await openCore(store, async (message, { client }) => {
+      const { amount } = JSON.parse(message.body.toString()) as { amount: number };
+      await client.query(...add(base.schema, amount));
+    });
+    // The application holds the pool's one connection (a long report, a leaked client).
+    const held = await pool.connect();
+    cleanups.unshift(() => Promise.resolve(held.release()));
+    const started = Date.now();
+    const processing = Promise.resolve(core.process(credit(0, 'a', 1, 1))).catch((e: unknown) => e);
+    const closed = core.close().then(() => 'closed');
+    const outcome = await Promise.race([
+      closed,
+      new Promise((resolve) => setTimeout(() => resolve('still waiting after 5 s'), 5_000)),
+    ]);
+    const elapsed = Date.now() - started;
+    held.release();
+    cleanups.shift();
+    const err = await processing;
+    // Before the fix: still waiting after 5 s.
+    expect(outcome).toBe('closed');
+    expect(elapsed).toBeLessThan(2_000);
+    expect(err).toBeInstanceOf(DedupError);
+    expect((err as DedupError).code).toBe('DEDUP_STORE_REFUSED');
+    // The connection that came late went back to the pool: the application can use it.
+    expect((await pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
   });
 });
