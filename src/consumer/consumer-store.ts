@@ -85,6 +85,13 @@ export interface ConsumerStoreProvider {
    * @internal
    */
   openConsumerStore(consumerName: string, onFailure: (error: Error) => void): Promise<ConsumerStore>;
+  /**
+   * `commitLingerMs` must be less than this (PostgreSQL: `idleInTransactionTimeoutMs`, which would
+   * end a quiet tail's open batch first); checked when a consumer opens, before any I/O.
+   *
+   * @internal
+   */
+  readonly commitLingerLimitMs?: number;
 }
 
 /** True when `value` is a {@link ConsumerStoreProvider}. */

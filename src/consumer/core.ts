@@ -136,6 +136,15 @@ export class VerifyingConsumerCore {
     if (provider !== undefined && opts.scopeTtlMs > 0) {
       outOfRange('scopeTtlMs', '0 with this store (it does not evict idle scopes)', opts.scopeTtlMs);
     }
+    // A quiet tail's batch stays open commitLingerMs: the server must not end it first.
+    const lingerLimit = provider?.commitLingerLimitMs;
+    if (lingerLimit !== undefined && opts.commitLingerMs >= lingerLimit) {
+      outOfRange(
+        'commitLingerMs',
+        `less than the store's idleInTransactionTimeoutMs (${lingerLimit})`,
+        opts.commitLingerMs,
+      );
+    }
     // The store may stop the consumer itself (a handler that used its client after returning).
     let fail = (error: Error): void => void error;
     const store =
@@ -261,7 +270,8 @@ export class VerifyingConsumerCore {
     try {
       // A transactional store opens the batch's transaction first (LevelDB: nothing to wait for).
       const entering = this.#store.enter();
-      applying = entering === undefined ? this.#apply(message) : entering.then(() => this.#apply(message));
+      applying =
+        entering === undefined ? this.#apply(message) : entering.then(() => this.#applyUnlessFailed(message));
     } catch (err) {
       const recovered = this.#recover(err, true);
       if (recovered === true) return undefined;
@@ -310,6 +320,17 @@ export class VerifyingConsumerCore {
     );
     this.#rewindListener!(recovery.delayMs);
     return true;
+  }
+
+  /**
+   * {@link VerifyingConsumerCore.#apply} once the store's batch is open, unless the commit that
+   * opening waited for failed meanwhile: the consumer has stopped, and no handler may run after that
+   * (its side effects outside the store would happen for a message never committed).
+   */
+  #applyUnlessFailed(message: IncomingMessage): Promise<void> | undefined {
+    const failure = this.#pipeline.failure;
+    if (failure !== undefined) throw failure;
+    return this.#apply(message);
   }
 
   /**

@@ -210,10 +210,15 @@ export class PgConsumerStore implements ConsumerStore {
   handlerContext(): unknown {
     const tx = this.#tx;
     if (tx === undefined) throw new Error('no batch transaction is open');
-    const handler = new HandlerTransaction(tx.client, (error) => {
-      tx.misuse ??= error;
-      this.#onFailure(error);
-    });
+    const handler = new HandlerTransaction(
+      tx.client,
+      (error) => {
+        tx.misuse ??= error;
+        this.#onFailure(error);
+      },
+      // A statement of unknown outcome: the commit refuses (and destroys the connection).
+      (error) => (tx.misuse ??= error),
+    );
     tx.handlers.add(handler);
     return handler;
   }
@@ -285,17 +290,18 @@ export class PgConsumerStore implements ConsumerStore {
     await this.#settling;
     let client: PoolClient;
     try {
-      client = await this.#pool.connect();
+      client = await this.#connect();
     } catch (err) {
       throw refusal(err, `consumer "${this.#consumer}" cannot reach the database`);
     }
     client.on('error', ignoreError);
     try {
       const { lockTimeoutMs, idleInTransactionTimeoutMs } = this.#limits;
-      // READ COMMITTED (docs/design.md §13: why it suffices); one round trip for the three.
+      // READ COMMITTED (docs/design.md §13: why it suffices); one round trip for the three. READ
+      // WRITE whatever the session's default (a handler's SET SESSION CHARACTERISTICS outlives its batch).
       await client.query(
         bounded(
-          `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ${lockTimeoutMs}; ` +
+          `BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; SET LOCAL lock_timeout = ${lockTimeoutMs}; ` +
             `SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionTimeoutMs}`,
           undefined,
           this.#limits,
@@ -339,11 +345,59 @@ export class PgConsumerStore implements ConsumerStore {
     }
   }
 
+  /**
+   * A connection of the pool within `queryTimeoutMs`: a user pool without `connectionTimeoutMillis`
+   * whose connections the application holds would make the batch, and `close()`, wait for ever. A
+   * connection that comes later goes back to the pool.
+   */
+  #connect(): Promise<PoolClient> {
+    return new Promise((resolve, reject) => {
+      let late = false;
+      const timer = setTimeout(() => {
+        late = true;
+        reject(
+          new Error(`no connection from the pool within queryTimeoutMs (${this.#limits.queryTimeoutMs} ms)`),
+        );
+      }, this.#limits.queryTimeoutMs);
+      this.#pool.connect().then(
+        (client) => {
+          clearTimeout(timer);
+          if (late) client.release();
+          else resolve(client);
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          reject(err instanceof Error ? err : new Error(String(err)));
+        },
+      );
+    });
+  }
+
   async #commit(tx: OpenTransaction, batch: StoreBatch): Promise<void> {
     const { client } = tx;
     for (const handler of tx.handlers) handler.revoke();
     try {
       if (tx.misuse !== undefined) throw tx.misuse;
+      // FIRST, before any other write: the transaction must still be the one that locked the row.
+      // A handler's COMMIT or ROLLBACK that the guard missed would have ended it, and every later
+      // statement would run in autocommit: a scope state written then would mark the batch's IDs
+      // as seen while its effects were rolled back (lost on restart). In autocommit this UPDATE
+      // matches no row (a fresh xid): nothing of the library's is written (a missed COMMIT has
+      // committed the handlers' effects before it: said loudly).
+      const updated = await client.query(
+        bounded(
+          `UPDATE ${this.#tables.offsets} SET committed_offset = $2 ` +
+            'WHERE consumer = $1 AND pg_current_xact_id()::text = $3',
+          [this.#consumer, batch.lastOffset.toString(), tx.xid],
+          this.#limits,
+        ),
+      );
+      if (updated.rowCount !== 1) {
+        throw new TypeError(
+          `consumer "${this.#consumer}": the batch's transaction was ended inside a handler (a COMMIT or ROLLBACK ` +
+            'run through the client): nothing of this batch is committed by the library',
+        );
+      }
       const scopes: Buffer[] = [];
       const states: Buffer[] = [];
       const ownOffset = offsetKey(this.#consumer);
@@ -362,22 +416,6 @@ export class PgConsumerStore implements ConsumerStore {
             [this.#consumer, scopes, states],
             this.#limits,
           ),
-        );
-      }
-      // The transaction must still be the one that locked the row: a handler's COMMIT that the
-      // guard missed would have ended it (and its effects are then committed already: said loudly).
-      const updated = await client.query(
-        bounded(
-          `UPDATE ${this.#tables.offsets} SET committed_offset = $2 ` +
-            'WHERE consumer = $1 AND pg_current_xact_id()::text = $3',
-          [this.#consumer, batch.lastOffset.toString(), tx.xid],
-          this.#limits,
-        ),
-      );
-      if (updated.rowCount !== 1) {
-        throw new TypeError(
-          `consumer "${this.#consumer}": the batch's transaction was ended inside a handler (a COMMIT or ROLLBACK ` +
-            'run through the client): nothing of this batch is committed by the library',
         );
       }
       await client.query(bounded('COMMIT', undefined, this.#limits));

@@ -3,6 +3,7 @@
  * `query` only, refusing transaction control (the transaction is the library's) and any use after
  * the handler returned (that SQL would run in a later batch's transaction, or in none).
  */
+import pg from 'pg';
 import type { PoolClient, QueryConfig } from 'pg';
 import { transactionControlIn } from './transaction-control.js';
 
@@ -30,11 +31,38 @@ export interface PostgresTransaction {
   readonly client: PostgresClient;
 }
 
-/** The text of a `query` call's first argument, when it has one. */
-function textOf(first: unknown): string | undefined {
-  if (typeof first === 'string') return first;
-  const text = (first as QueryConfig | null | undefined)?.text;
-  return typeof text === 'string' ? text : undefined;
+/**
+ * A `query` call's first argument as it will be sent: a string, or a fresh copy of a config object
+ * (own properties, read once), so that the text checked is the text pg sends, whatever getters or
+ * later assignments the caller's object has. `undefined` for what cannot be checked: no text, or a
+ * Submittable (pg.Query, a cursor: pg hands it the raw connection and reads its text when it sends it).
+ */
+function checkable(first: unknown): { query: string | QueryConfig; text: string } | undefined {
+  if (typeof first === 'string') return { query: first, text: first };
+  if (typeof first !== 'object' || first === null) return undefined;
+  if (typeof (first as { submit?: unknown }).submit === 'function') return undefined;
+  const copy = { ...(first as QueryConfig) };
+  // A copy that still submits (an own `submit`, read once above as not a function) is refused too.
+  if (typeof (copy as { submit?: unknown }).submit === 'function') return undefined;
+  return typeof copy.text === 'string' ? { query: copy, text: copy.text } : undefined;
+}
+
+/** What {@link transactionControlIn} or {@link checkable} found, in words. */
+function describe(control: string): string {
+  if (control === 'unchecked')
+    return 'a query without a text it can check, or a Submittable such as pg.Query or a cursor';
+  if (control === '?')
+    return 'SQL it cannot read to its end, or that reads differently with standard_conforming_strings off';
+  return control.toUpperCase();
+}
+
+/**
+ * True for an error the server did not send (no SQLSTATE): the driver's `query_timeout`, a lost or
+ * closed connection. The statement's outcome is then unknown (it may still run and succeed) while
+ * the handler is told it failed: a handler that goes on or retries would commit it twice.
+ */
+function unknownOutcome(err: unknown): boolean {
+  return !(err instanceof pg.DatabaseError);
 }
 
 /**
@@ -47,7 +75,15 @@ export class HandlerTransaction implements PostgresTransaction {
   readonly client: PostgresClient;
   #usable = true;
 
-  constructor(connection: PoolClient, misuse: (error: TypeError) => void) {
+  /**
+   * @param poison - told of a query that failed without a SQLSTATE (see {@link unknownOutcome}):
+   *   the batch must not commit, its connection is destroyed (the server rolls it back).
+   */
+  constructor(
+    connection: PoolClient,
+    misuse: (error: TypeError) => void,
+    poison: (error: Error) => void = () => undefined,
+  ) {
     const query = (...args: unknown[]): unknown => {
       let error: TypeError | undefined;
       if (!this.#usable) {
@@ -55,11 +91,12 @@ export class HandlerTransaction implements PostgresTransaction {
           'the PostgreSQL client was used after the handler returned: its SQL would run outside the message’s transaction',
         );
       } else {
-        const text = textOf(args[0]);
-        const control = text === undefined ? 'a query without text' : transactionControlIn(text);
+        const checked = checkable(args[0]);
+        const control = checked === undefined ? 'unchecked' : transactionControlIn(checked.text);
+        if (checked !== undefined) args[0] = checked.query;
         if (control !== undefined) {
           error = new TypeError(
-            `the handler may not control the batch's transaction (${control === '?' ? 'unterminated SQL' : control.toUpperCase()}): ` +
+            `the handler may not control the batch's transaction (${describe(control)}): ` +
               'the library begins and commits it, with the verifier state and the offset',
           );
         }
@@ -73,7 +110,26 @@ export class HandlerTransaction implements PostgresTransaction {
         }
         return Promise.reject(error);
       }
-      return (connection.query as (...a: unknown[]) => unknown)(...args);
+      // The callback forms: the last argument, or a config object's `callback` (copied above).
+      const told =
+        (callback: unknown) =>
+        (err: unknown, ...rest: unknown[]): unknown => {
+          if (err !== null && err !== undefined && unknownOutcome(err)) poison(err as Error);
+          return (callback as (...a: unknown[]) => unknown)(err, ...rest);
+        };
+      const last = args.length - 1;
+      if (typeof args[last] === 'function') args[last] = told(args[last]);
+      const config = args[0] as { callback?: unknown };
+      if (typeof config === 'object' && typeof config.callback === 'function') {
+        config.callback = told(config.callback);
+      }
+      const sent = (connection.query as (...a: unknown[]) => unknown)(...args);
+      // A promise (pg's own, or the one of the pool's `Promise` option).
+      if (typeof (sent as PromiseLike<unknown> | undefined)?.then !== 'function') return sent;
+      return Promise.resolve(sent).catch((err: unknown) => {
+        if (unknownOutcome(err)) poison(err as Error);
+        throw err;
+      });
     };
     this.client = Object.freeze({ query: query as PostgresClient['query'] });
   }

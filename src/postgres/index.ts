@@ -4,5 +4,5 @@
  */
 export { postgresHandler, type PostgresMessageHandler } from './handler.js';
 export type { PostgresClient, PostgresTransaction } from './handler-client.js';
-export { migrate, SCHEMA_VERSION, type MigrateResult } from './schema.js';
+export { migrate, SCHEMA_VERSION, type MigrateOptions, type MigrateResult } from './schema.js';
 export { PostgresStore, type PostgresStoreOptions } from './store.js';

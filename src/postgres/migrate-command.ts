@@ -6,7 +6,8 @@ import pg from 'pg';
 import { migrate, type MigrateResult } from './schema.js';
 
 /**
- * Connects to `url`, migrates `schema` and closes the pool.
+ * Connects to `url`, migrates `schema` and closes the pool; `connectTimeoutMs` also bounds the wait
+ * for the migration lock and each statement.
  *
  * @throws TypeError, RangeError for a bad schema name, before any I/O.
  * @throws DedupError `DEDUP_STORE_REFUSED` (see {@link migrate}).
@@ -19,7 +20,8 @@ export async function migrateFromUrl(
   const pool = new pg.Pool({ connectionString: url, connectionTimeoutMillis: connectTimeoutMs, max: 1 });
   pool.on('error', () => undefined);
   try {
-    return await migrate(pool, { schema });
+    // One bound for the whole command: connecting, the migration lock, each statement.
+    return await migrate(pool, { schema, timeoutMs: connectTimeoutMs });
   } finally {
     await pool.end().catch(() => undefined);
   }

@@ -2,8 +2,10 @@
  * The PostgreSQL store's schema (docs/design.md §13): versioned, in a schema the application names,
  * created or upgraded only by {@link migrate} (or `stream-dedup migrate`), and checked by every open.
  */
+import type pg from 'pg';
 import type { Pool, PoolClient } from 'pg';
 import { DedupError } from '../errors.js';
+import { integerOption } from '../util/options.js';
 import { refusal } from './refusal.js';
 
 /** The schema version this library writes and reads. */
@@ -52,6 +54,22 @@ export interface MigrateResult {
 }
 
 /**
+ * Options of {@link migrate}.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface MigrateOptions {
+  /** The schema to create or check (`^[a-z_][a-z0-9_]*$`, at most 63 bytes). */
+  readonly schema: string;
+  /**
+   * How long the migration may wait, in ms: for the migration lock (another process migrating the
+   * same schema), for any other lock, and for each statement (`lock_timeout`, `statement_timeout`,
+   * and the driver's `query_timeout` one second later). @defaultValue 30000 @remarks Since 0.6.0
+   */
+  readonly timeoutMs?: number;
+}
+
+/**
  * Creates the store's tables in `schema` (and the schema, if it is missing), or checks that they are
  * of this library's version. Idempotent, and safe to run from several processes at once (a
  * transaction-scoped advisory lock serialises them).
@@ -65,25 +83,32 @@ export interface MigrateResult {
  * ```
  * @throws TypeError, RangeError for a bad schema name, before any I/O.
  * @throws DedupError `DEDUP_STORE_REFUSED` when the server cannot be reached, refuses the role or
- *   its rights, or holds a newer version of the schema; the server's error is the `cause`.
+ *   its rights, or holds a newer version of the schema, or when the migration lock or a statement
+ *   waits past `timeoutMs` (another migrate of the schema paused, a silent server); the server's
+ *   error is the `cause`.
  * @remarks Since 0.6.0
  */
-export async function migrate(pool: Pool, options: { readonly schema: string }): Promise<MigrateResult> {
+export async function migrate(pool: Pool, options: MigrateOptions): Promise<MigrateResult> {
   const schema = checkSchemaName(options?.schema);
+  const timeoutMs = integerOption(options.timeoutMs, 'timeoutMs', 30_000, 1, 2_147_483_647);
   const t = tablesOf(schema);
   let client: PoolClient | undefined;
   try {
     client = await pool.connect();
-    await client.query('BEGIN');
+    const connection = client;
+    // Each statement: the server gives up at timeoutMs, the driver (a server that does not answer) soon after.
+    const run = <R extends pg.QueryResultRow>(text: string, values?: unknown[]) =>
+      connection.query<R>({ text, values, query_timeout: timeoutMs + 1_000 } as pg.QueryConfig);
+    await run(`BEGIN; SET LOCAL lock_timeout = ${timeoutMs}; SET LOCAL statement_timeout = ${timeoutMs}`);
     // One migration at a time: the key is the schema's name.
-    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`stream-dedup:${schema}`]);
-    await client.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`);
-    await client.query(
+    await run('SELECT pg_advisory_xact_lock(hashtext($1))', [`stream-dedup:${schema}`]);
+    await run(`CREATE SCHEMA IF NOT EXISTS "${schema}"`);
+    await run(
       `CREATE TABLE IF NOT EXISTS ${t.meta} (
          singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
          version integer NOT NULL)`,
     );
-    const found = await client.query<{ version: number }>(`SELECT version FROM ${t.meta}`);
+    const found = await run<{ version: number }>(`SELECT version FROM ${t.meta}`);
     const previous = found.rows[0]?.version;
     if (previous !== undefined && previous > SCHEMA_VERSION) {
       throw new DedupError(
@@ -92,24 +117,27 @@ export async function migrate(pool: Pool, options: { readonly schema: string }):
       );
     }
     if (previous === undefined) {
-      await client.query(
+      await run(
         `CREATE TABLE ${t.offsets} (
            consumer text PRIMARY KEY,
            committed_offset bigint)`,
       );
-      await client.query(
+      await run(
         `CREATE TABLE ${t.scopes} (
            consumer text NOT NULL,
            scope bytea NOT NULL,
            state bytea NOT NULL,
            PRIMARY KEY (consumer, scope))`,
       );
-      await client.query(`INSERT INTO ${t.meta} (version) VALUES ($1)`, [SCHEMA_VERSION]);
+      await run(`INSERT INTO ${t.meta} (version) VALUES ($1)`, [SCHEMA_VERSION]);
     }
-    await client.query('COMMIT');
+    await run('COMMIT');
     return { version: SCHEMA_VERSION, previousVersion: previous };
   } catch (err) {
-    await client?.query('ROLLBACK').catch(() => undefined);
+    // Destroyed, not asked to ROLLBACK (a silent server would not answer that either): the server
+    // rolls back a transaction whose connection goes.
+    client?.release(true);
+    client = undefined;
     throw err instanceof DedupError ? err : refusal(err, `cannot migrate schema "${schema}"`);
   } finally {
     client?.release();

@@ -7,7 +7,7 @@ import pg from 'pg';
 import type { Pool } from 'pg';
 import type { ConsumerStore, ConsumerStoreProvider } from '../consumer/consumer-store.js';
 import { DedupError } from '../errors.js';
-import { expectObject, integerOption, timerOption, typeMismatch } from '../util/options.js';
+import { expectObject, integerOption, outOfRange, timerOption, typeMismatch } from '../util/options.js';
 import { PgConsumerStore, type TransactionLimits } from './consumer-store.js';
 import { refusal } from './refusal.js';
 import { checkSchema, checkSchemaName, tablesOf, type Tables } from './schema.js';
@@ -32,7 +32,8 @@ export interface PostgresStoreOptions {
   /**
    * How long a batch waits for its consumer's offset row while another process holds it, in ms
    * (PostgreSQL's `lock_timeout`); past it the consumer stops with `DEDUP_STORE_REFUSED`. Longer
-   * than `idleInTransactionTimeoutMs`, so that a paused process's batch ends first.
+   * than `idleInTransactionTimeoutMs`, so that a paused process's batch ends first (RangeError
+   * otherwise).
    * @defaultValue 30000
    */
   readonly lockTimeoutMs?: number;
@@ -40,13 +41,14 @@ export interface PostgresStoreOptions {
    * How long a batch's transaction may stay idle, in ms (PostgreSQL's
    * `idle_in_transaction_session_timeout`): a process paused in the middle of a batch loses its
    * transaction (rolled back by the server) and frees the offset row. A handler's own non-SQL work
-   * counts as idle. @defaultValue 15000
+   * counts as idle. A consumer's `commitLingerMs` must be less (RangeError when it opens).
+   * @defaultValue 15000
    */
   readonly idleInTransactionTimeoutMs?: number;
   /**
    * How long each of the store's own statements (BEGIN, the offset row's lock, the verifier state,
    * the offset, COMMIT, a scope's read) may wait for the server's answer, in ms; more than
-   * `lockTimeoutMs`, whose wait it includes. A server that accepts and never answers then stops the
+   * `lockTimeoutMs`, whose wait it includes (RangeError otherwise). A server that accepts and never answers then stops the
    * consumer with `DEDUP_STORE_REFUSED`, and `close()` returns, within it. The handler's own
    * queries are bounded by the pool's `query_timeout` (set to this with `connectionString`).
    * @defaultValue 60000
@@ -137,6 +139,24 @@ export class PostgresStore implements ConsumerStoreProvider {
         2_147_483_647,
       ),
     });
+    // The orderings the design relies on (docs/design.md §13), refused before any I/O.
+    if (limits.lockTimeoutMs <= limits.idleInTransactionTimeoutMs) {
+      // A live process waiting for the row a paused one holds would give up before the server ends
+      // the paused one's batch.
+      outOfRange(
+        'lockTimeoutMs',
+        `more than idleInTransactionTimeoutMs (${limits.idleInTransactionTimeoutMs})`,
+        limits.lockTimeoutMs,
+      );
+    }
+    if (limits.queryTimeoutMs <= limits.lockTimeoutMs) {
+      // The offset row's lock waits up to lockTimeoutMs inside one statement of the store's.
+      outOfRange(
+        'queryTimeoutMs',
+        `more than lockTimeoutMs (${limits.lockTimeoutMs})`,
+        limits.queryTimeoutMs,
+      );
+    }
     const pool =
       given ??
       new pg.Pool({
@@ -165,6 +185,11 @@ export class PostgresStore implements ConsumerStoreProvider {
       throw err;
     }
     return new PostgresStore(pool, given === undefined, tablesOf(schema), limits);
+  }
+
+  /** @internal */
+  get commitLingerLimitMs(): number {
+    return this.#limits.idleInTransactionTimeoutMs;
   }
 
   /** @internal */

@@ -5,9 +5,31 @@
  * dollar quotes and comments, and each one's first words are read.
  */
 
-/** A dollar quote's opening tag, and a word (sticky: matched where `lastIndex` says, no copies). */
-const DOLLAR_TAG = /\$([A-Za-z_][A-Za-z0-9_]*)?\$/y;
-const WORD = /[A-Za-z_][A-Za-z0-9_$]*/y;
+/**
+ * A dollar quote's opening tag, and a word (sticky: matched where `lastIndex` says, no copies). As
+ * PostgreSQL's lexer (scan.l: ident_start `[A-Za-z\200-\377_]`, ident_cont adds `[0-9$]`; dollar
+ * tags the same without `$`), every non-ASCII character is a letter: `ÿ$a$` is one identifier, not
+ * `ÿ` and a dollar quote.
+ */
+const DOLLAR_TAG = /\$([A-Za-z_\u0080-\uffff][A-Za-z0-9_\u0080-\uffff]*)?\$/y;
+const WORD = /[A-Za-z_\u0080-\uffff][A-Za-z0-9_$\u0080-\uffff]*/y;
+const WORD_START = /[A-Za-z_\u0080-\uffff]/;
+
+/**
+ * Where the literal whose opening quote is at `open` ends (the index of its closing quote), or -1
+ * when it is unterminated. With `backslashes`, `\x` is one escaped character (E'…', or '…' when
+ * `standard_conforming_strings` is off).
+ */
+function literalEnd(sql: string, open: number, quote: string, backslashes: boolean): number {
+  for (let i = open + 1; i < sql.length;) {
+    const d = sql[i]!;
+    if (backslashes && d === '\\') i += 2;
+    else if (d === quote && sql[i + 1] === quote) i += 2;
+    else if (d === quote) return i;
+    else i++;
+  }
+  return -1;
+}
 
 /** Statements whose first word ends, nests or splits the transaction. */
 const CONTROL = new Set(['begin', 'start', 'commit', 'end', 'rollback', 'abort', 'savepoint', 'release']);
@@ -33,8 +55,12 @@ export function transactionControlIn(sql: string): string | undefined {
     if (first === 'prepare' && second === 'transaction') return 'prepare transaction';
     return undefined;
   };
+  // The word just before `i`, with nothing between (E'…' is an escape string; the E'…' of "the'…'" is not).
+  let previousWord = '';
   while (i < n) {
     const c = sql[i]!;
+    const before = previousWord;
+    previousWord = '';
     if (c === ';') {
       const found = check();
       if (found !== undefined) return found;
@@ -58,18 +84,14 @@ export function transactionControlIn(sql: string): string | undefined {
       if (depth > 0) return '?';
     } else if (c === "'" || c === '"') {
       // E'…' takes backslash escapes; the E was read as a word already (harmless: one word).
-      const escapes =
-        c === "'" && /[eE]$/.test(sql.slice(Math.max(0, i - 1), i)) && !/\w/.test(sql[i - 2] ?? '');
-      i++;
-      for (;;) {
-        if (i >= n) return '?';
-        const d = sql[i]!;
-        if (escapes && d === '\\') i += 2;
-        else if (d === c && sql[i + 1] === c) i += 2;
-        else if (d === c) break;
-        else i++;
-      }
-      i++;
+      const escapes = c === "'" && /^[eE]$/.test(before);
+      let end = literalEnd(sql, i, c, escapes);
+      // A plain '…' takes them too when standard_conforming_strings is off (a SET, set_config, a
+      // role's or database's default): read both ways, and a literal whose end depends on the
+      // setting cannot be judged.
+      if (c === "'" && !escapes && end !== literalEnd(sql, i, c, true)) end = -1;
+      if (end < 0) return '?';
+      i = end + 1;
       push('');
     } else if (c === '$') {
       DOLLAR_TAG.lastIndex = i;
@@ -83,11 +105,13 @@ export function transactionControlIn(sql: string): string | undefined {
       if (end < 0) return '?';
       i = end + tag[0].length;
       push('');
-    } else if (/[A-Za-z_]/.test(c)) {
+    } else if (WORD_START.test(c)) {
       WORD.lastIndex = i;
       const word = WORD.exec(sql)![0];
       push(word.toLowerCase());
       i += word.length;
+      previousWord = word;
+      continue;
     } else if (/\s/.test(c)) {
       i++;
     } else {

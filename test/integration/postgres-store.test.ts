@@ -605,6 +605,8 @@ describe('verifying consumer on PostgreSQL', () => {
       connectionString: viaProxy.toString(),
       schema: db.schema,
       queryTimeoutMs: 500,
+      lockTimeoutMs: 400, // below queryTimeoutMs, above idleInTransactionTimeoutMs (the store checks)
+      idleInTransactionTimeoutMs: 300,
     });
     cleanups.push(() => store.close());
     const core = await openCore(store, db.schema, { commitEvery: 100 });

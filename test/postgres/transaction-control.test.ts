@@ -23,6 +23,18 @@ describe('transactionControlIn - the statements a handler may not run', () => {
     ["SELECT 'unterminated", '?'],
     ['/* unterminated', '?'],
     ['SELECT $a$ unterminated', '?'],
+    // PostgreSQL's identifiers take any non-ASCII character and '$': "ÿ$a$" is one alias, not a
+    // dollar quote hiding the ROLLBACK (ran as written on the server, ending the transaction).
+    ['SELECT 1 AS ÿ$a$; ROLLBACK; SELECT 1 AS ÿ$a$', 'rollback'],
+    ['SELECT 1 AS é$q$; COMMIT; SELECT 1 AS é$q$', 'commit'],
+    // Dollar tags take non-ASCII letters too: the quote is inside the $ÿ$ … $ÿ$ body.
+    ["SELECT $ÿ$ ' $ÿ$; ROLLBACK; SELECT '", 'rollback'],
+    // With standard_conforming_strings off '\'' is one quote: a literal whose end depends on the
+    // setting cannot be judged.
+    ["SELECT '\\''; ROLLBACK; SELECT 1 --'", '?'],
+    ["SELECT 'a\\'; ROLLBACK; SELECT 'b'", '?'],
+    // "the'…'" is an identifier then a plain literal, not an E'…' escape string.
+    ["SELECT the'\\'; ROLLBACK; --'", '?'],
   ])('%j is refused as %s', (sql, found) => {
     expect(transactionControlIn(sql)).toBe(found);
   });
@@ -38,6 +50,9 @@ describe('transactionControlIn - the statements a handler may not run', () => {
     'INSERT INTO begin_log (x) VALUES (1)',
     'SELECT 1; SELECT 2;',
     "SELECT E'\\\\'; SELECT 1",
+    // A backslash that ends no literal reads the same either way.
+    "SELECT 'C:\\temp', '\\\\'; SELECT 1",
+    'SELECT 1 AS ÿ, 2 AS "é"; SELECT 3',
     '',
   ])('%j passes', (sql) => {
     expect(transactionControlIn(sql)).toBeUndefined();
