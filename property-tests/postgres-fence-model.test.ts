@@ -312,7 +312,15 @@ describe('PostgreSQL fence model', () => {
           const finished = await done;
           stats.runs++;
           stats.fenced += db.fenced;
-          expect(db.unexpected).toEqual([]);
+          // A life stops only when killed — or, in a run whose handler ended its transaction where
+          // the guard does not see it, with the library's refusal of that batch (its TypeError).
+          const unseenRun = unseenEndAt !== null && unseenEndAt < stream.length;
+          expect(
+            db.unexpected.filter(
+              (err) =>
+                !(unseenRun && err instanceof TypeError && /was ended inside a handler/.test(err.message)),
+            ),
+          ).toEqual([]);
           expect(finished.every(Boolean)).toBe(true);
           // The identity headers name (producer, ID): equal headers, equal identity.
           const distinct = new Set(stream.map((m) => JSON.stringify(m.applicationProperties)));
@@ -320,7 +328,7 @@ describe('PostgreSQL fence model', () => {
           // After a transaction ended unseen, what ran after it was autocommitted (and a restart
           // applies it again): the library cannot undo that. What it must not do is record an ID as
           // seen whose effect was rolled back: every ID is applied at least once.
-          const unseen = unseenEndAt !== null && unseenEndAt < stream.length;
+          const unseen = unseenRun;
           if (unseen) stats.unseenEnds++;
           for (const [key, count] of db.committed.applied) {
             if (unseen) expect(count, key).toBeGreaterThanOrEqual(1);
