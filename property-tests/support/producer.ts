@@ -19,6 +19,13 @@ import {
 import type { ConnectionHooks, SimNetwork, SimTransport } from './network.js';
 import { realDelay, within } from './turns.js';
 
+/**
+ * Wall-clock bound of the model's liveness waits (a close, a reconnect): the cores run on fake
+ * time, so these only catch a hang. 2 s was exceeded once by a healthy close on a 2-core machine
+ * at load 10 (the whole property project beside an integration run): a hang still fails, later.
+ */
+const WALL_LIMIT_MS = 10_000;
+
 /** How a producer's publishing IDs are chosen. */
 export type ProducerIdMode = 'auto' | 'explicit' | 'keyed';
 
@@ -853,7 +860,7 @@ export class ProducerHarness {
   /** Waits until this life's core is in `connect()`; false when it closed instead. */
   async untilConnecting(life: ProducerLife): Promise<boolean> {
     // Date.now: wall time even under fake timers (which fake setTimeout, setInterval and performance).
-    const deadline = Date.now() + 2_000;
+    const deadline = Date.now() + WALL_LIMIT_MS;
     for (;;) {
       if (life.transport.hasPendingConnect) return true;
       if (life.coreClosed || life.crashed || life.closeResolved) return false;
@@ -861,7 +868,7 @@ export class ProducerHarness {
       this.#advance(1);
       await within(
         Promise.race([life.transport.connectAttempt(), life.core.closed(), realDelay(1)]),
-        2_000,
+        WALL_LIMIT_MS,
         `${this.spec.producerName} reconnect`,
       );
     }
@@ -1006,7 +1013,7 @@ export class ProducerHarness {
     const life = this.life;
     if (life === undefined) return;
     this.beginClose();
-    await within(life.closed!, 2_000, `${this.spec.producerName} close`);
+    await within(life.closed!, WALL_LIMIT_MS, `${this.spec.producerName} close`);
   }
 
   /**
