@@ -17,6 +17,7 @@ import {
   type AuditSums,
 } from './audit.js';
 import { CliError, formatTable, plural, printable, toJson } from './output.js';
+import { DOES_NOT_EXIST, responseCode } from './broker-client.js';
 
 /** What `audit <name>` reads: one stream, or every partition of a super stream. */
 export type AuditTarget =
@@ -72,15 +73,6 @@ export function chooseAuditTarget(name: string, lookup: NameLookup, forced?: For
     'DEDUP_BROKER_REFUSED',
     `cannot read stream "${name}": it does not exist, and no super stream of that name exists either`,
   );
-}
-
-/** Stream protocol response code 2: no stream (for the partitions query: no exchange) of that name. */
-const DOES_NOT_EXIST = 2;
-
-/** The response code in rabbitmq-stream-js-client's "… returned error with code N …" messages. */
-function responseCode(err: unknown): number | undefined {
-  const m = err instanceof Error ? /returned error with code (\d+)/.exec(err.message) : null;
-  return m === null ? undefined : Number(m[1]);
 }
 
 /**
