@@ -1,7 +1,7 @@
 import { openSync, writeSync } from 'node:fs';
 import { DedupError } from '../errors.js';
-import { AmqpDedupPublisher } from '../transport/amqp.js';
-import { StreamDedupPublisher, SuperStreamDedupPublisher } from '../transport/stream.js';
+import { AmqpDedupPublisher } from '../amqp.js';
+import { StreamDedupPublisher, SuperStreamDedupPublisher } from '../stream.js';
 import type { Durability } from '../publisher/types.js';
 import { silentLogger } from '../telemetry/logger.js';
 import type { SubEntryOptions } from '../transport/stream-options.js';
