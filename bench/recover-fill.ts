@@ -9,7 +9,7 @@
  *   node --import tsx bench/recover-fill.ts <proxy port> <stream> <store folder> <producer name> <count> <size>
  */
 import { randomBytes } from 'node:crypto';
-import { StreamDedupPublisher } from '../src/transport/stream.js';
+import { StreamDedupPublisher } from '../src/stream.js';
 
 const args = process.argv.slice(2);
 if (args.length !== 6)

@@ -24,7 +24,7 @@ import { VerifyingConsumerCore } from '../src/consumer/core.js';
 import { identityHeaders } from '../src/identity/headers.js';
 import { SCOPE_STATE_KEYS } from '../src/store/consumer-keys.js';
 import { DedupStore, type KeyValueDb } from '../src/store/store.js';
-import { StreamDedupPublisher } from '../src/transport/stream.js';
+import { StreamDedupPublisher } from '../src/stream.js';
 import { CONNECTION } from './common.js';
 
 /** One reading of process.memoryUsage(), in bytes. */

@@ -45,7 +45,7 @@ import { fileURLToPath } from 'node:url';
 import { inspectStore } from '../src/cli/inspect.js';
 import { identityHeaders, readIdentity } from '../src/identity/headers.js';
 import { DedupStore } from '../src/store/store.js';
-import { readStreamToEnd, StreamDedupPublisher, StreamVerifyingConsumer } from '../src/transport/stream.js';
+import { readStreamToEnd, StreamDedupPublisher, StreamVerifyingConsumer } from '../src/stream.js';
 import { withTimeout } from '../src/transport/util.js';
 import { allConfirmed, CONNECTION, connectClient, measureInChild, median, uniqueName } from './common.js';
 import { PublishDroppingProxy } from './publish-dropping-proxy.js';

@@ -1,7 +1,7 @@
 /**
  * The text and `--json` forms of a `stream-dedup audit` report (audit.ts is the analysis). Pure.
  */
-import type { AuditReport } from './audit.js';
+import type { AuditReport } from './audit-report.js';
 import { describeRange, RANGE_NOTE, rangeJson, type AuditRange } from './audit-range.js';
 import { formatTable, plural, printable, toJson } from './output.js';
 

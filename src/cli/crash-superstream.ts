@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { checkHistory, type HistoryReport, type OrderViolation } from '../history/checker.js';
 import { readIdentity } from '../identity/headers.js';
 import { Locator } from '../superstream/partitions.js';
-import { readStreamToEnd } from '../transport/stream.js';
+import { readStreamToEnd } from '../transport/stream-ops.js';
 import { auditRecords, type AuditReport } from './audit.js';
 import { runKillLoop, withCrashDir, type CrashRunOptions } from './crash.js';
 import { connectionFromEnv } from './env.js';

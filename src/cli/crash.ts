@@ -7,7 +7,7 @@ import { checkHistory, type HistoryReport } from '../history/checker.js';
 import { readIdentity } from '../identity/headers.js';
 import { auditRecords, type AuditReport } from './audit.js';
 import type { Durability } from '../publisher/types.js';
-import { readStreamToEnd } from '../transport/stream.js';
+import { readStreamToEnd } from '../transport/stream-ops.js';
 import { connectionFromEnv } from './env.js';
 
 /** What every crash scenario takes: the producer processes and how they are killed. */

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { AmqpSocketOptions } from '../transport/amqp-connect.js';
-import type { StreamConnectionOptions } from '../transport/stream.js';
+import type { StreamConnectionOptions } from '../transport/util.js';
 
 /**
  * TLS settings from the environment, or `undefined` without TLS: RABBITMQ_TLS=1, or any of the

@@ -6,7 +6,7 @@ import { createInterface } from 'node:readline/promises';
 import { parseArgs } from 'node:util';
 import { DedupError } from '../errors.js';
 import { DedupStore } from '../store/store.js';
-import { readStreamToEnd } from '../transport/stream.js';
+import { readStreamToEnd } from '../transport/stream-ops.js';
 import {
   auditSuperStream,
   chooseAuditTarget,

@@ -1,7 +1,8 @@
 import { openSync, writeSync } from 'node:fs';
 import { DedupError } from '../errors.js';
-import { AmqpDedupPublisher } from '../transport/amqp.js';
-import { StreamDedupPublisher, SuperStreamDedupPublisher } from '../transport/stream.js';
+import { AmqpDedupPublisher } from '../transport/amqp-publisher.js';
+import { SuperStreamDedupPublisher } from '../superstream/publisher.js';
+import { StreamDedupPublisher } from '../transport/stream-publisher.js';
 import type { Durability } from '../publisher/types.js';
 import { silentLogger } from '../telemetry/logger.js';
 import type { SubEntryOptions } from '../transport/stream-options.js';

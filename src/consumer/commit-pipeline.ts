@@ -7,12 +7,12 @@
  * hold half a message, and the handler may still throw.
  */
 import { encodeOffset } from '../store/consumer-keys.js';
-import type { ConsumerStore } from './consumer-store.js';
+import type { ConsumerStore, Op } from './consumer-store.js';
 import type { ResolvedVerifyingConsumerOptions } from './options.js';
 import type { VerifyStats } from './types.js';
 
-/** One write of a LevelDB batch. */
-export type Op = { type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string };
+// Op lives in consumer-store.ts (the store writes it; no import cycle); its importers find it here.
+export type { Op } from './consumer-store.js';
 
 /** A handler's write in the pending batch: a string value is encoded once, when the batch is written. */
 export type PendingOp =

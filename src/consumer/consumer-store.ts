@@ -5,7 +5,9 @@
  * writes the verifier state and the offset in it, fenced on the offset row. The core and the commit
  * pipeline are the same for both.
  */
-import type { Op } from './commit-pipeline.js';
+
+/** One write of a LevelDB batch. */
+export type Op = { type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string };
 
 /** A batch as the pipeline hands it to its store: what it writes and the offsets it covers. */
 export interface StoreBatch {

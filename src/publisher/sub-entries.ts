@@ -10,6 +10,7 @@
 import type { Headers } from '../store/codec.js';
 import type { Entry } from './entry.js';
 import { headersSize } from './message.js';
+import type { BatchCodec } from './types.js';
 
 /**
  * The most uncompressed bytes a sub-entry batch may declare: RabbitMQ's
@@ -20,8 +21,8 @@ import { headersSize } from './message.js';
  */
 export const DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES = 67_108_864;
 
-/** How a sub-entry batch's data may be compressed ('none': written as it is). */
-export type BatchCodec = 'none' | 'gzip' | 'zstd';
+// BatchCodec lives in types.ts (an option's type; no import cycle); its importers find it here.
+export type { BatchCodec } from './types.js';
 
 /**
  * An upper bound of the bytes `codec` makes of `raw` bytes, incompressible data included (where

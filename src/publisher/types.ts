@@ -1,7 +1,9 @@
 import type { Headers } from '../store/codec.js';
 import type { DedupStore } from '../store/store.js';
 import type { Logger } from '../telemetry/logger.js';
-import type { BatchCodec } from './sub-entries.js';
+
+/** How a sub-entry batch's data may be compressed ('none': written as it is). */
+export type BatchCodec = 'none' | 'gzip' | 'zstd';
 
 /**
  * A message for a transport to put on the wire. The transport stamps the identity

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AmqpDedupPublisher, AmqpVerifyingConsumer } from '../../src/transport/amqp.js';
+import { AmqpDedupPublisher, AmqpVerifyingConsumer } from '../../src/amqp.js';
 import { BROKER, uniqueName } from '../support/broker.js';
 import { FaultProxy } from '../support/proxy.js';
 import { connectClient, readAll } from '../support/stream.js';

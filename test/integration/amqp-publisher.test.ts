@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { connect as amqpConnect } from 'amqplib';
 import { describe, expect, it } from 'vitest';
 import { ID_HEADER, PRODUCER_HEADER, readIdentity } from '../../src/identity/headers.js';
-import { AmqpDedupPublisher } from '../../src/transport/amqp.js';
+import { AmqpDedupPublisher } from '../../src/amqp.js';
 import { AMQP_URL, uniqueName } from '../support/broker.js';
 import { readAll, useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';

@@ -3,7 +3,7 @@ import { Offset } from 'rabbitmq-stream-js-client';
 import { afterAll, describe, expect, it } from 'vitest';
 import { readIdentity } from '../../src/identity/headers.js';
 import { decodeDeliveriesOurselves } from '../../src/transport/stream-client-internals.js';
-import { readStreamToEnd } from '../../src/transport/stream.js';
+import { readStreamToEnd } from '../../src/stream.js';
 import { AMQP_URL, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { connectClient, useClient, type Message } from '../support/stream.js';
 

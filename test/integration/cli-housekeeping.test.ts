@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { StreamDedupPublisher } from '../../src/transport/stream.js';
+import { StreamDedupPublisher } from '../../src/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE, runCliOnBroker as cli } from '../support/cli.js';
 import { useClient } from '../support/stream.js';

@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { identityHeaders } from '../../src/identity/headers.js';
-import { SuperStreamDedupPublisher } from '../../src/transport/stream.js';
+import { SuperStreamDedupPublisher } from '../../src/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { runCliOnBroker, type CliRun } from '../support/cli.js';
 import { useClient } from '../support/stream.js';

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
-import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { runCliOnBroker, type CliRun } from '../support/cli.js';
 import { useClient } from '../support/stream.js';

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { runCrashScenario } from '../../src/cli/crash.js';
 import { formatReport } from '../../src/testing.js';
-import { StreamDedupPublisher } from '../../src/transport/stream.js';
+import { StreamDedupPublisher } from '../../src/stream.js';
 import { BROKER, uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';
 import { readAppliedEffects } from '../support/effects.js';

@@ -9,7 +9,7 @@ import {
   SuperStreamVerifyingConsumer,
   type AssignmentEvent,
   type SuperStreamVerifyingConsumerOptions,
-} from '../../src/transport/stream.js';
+} from '../../src/stream.js';
 import { ledgerHandler, ledgerIds, publishLedger as publish, type Sent } from '../support/group-ledger.js';
 import { STREAM_CONNECTION } from '../support/broker.js';
 import { useClient } from '../support/stream.js';

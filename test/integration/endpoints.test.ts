@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { changelogStreamName } from '../../src/group/consumer.js';
-import { SuperStreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { SuperStreamVerifyingConsumer } from '../../src/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { ledgerHandler, publishLedger, type Sent } from '../support/group-ledger.js';
 import { useClient } from '../support/stream.js';

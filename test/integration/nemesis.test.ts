@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { runCrashScenario } from '../../src/cli/crash.js';
 import { checkHistory, formatReport } from '../../src/testing.js';
-import { readStreamToEnd, StreamDedupPublisher } from '../../src/transport/stream.js';
+import { readStreamToEnd, StreamDedupPublisher } from '../../src/stream.js';
 import { DedupError } from '../../src/errors.js';
 import { uniqueName } from '../support/broker.js';
 import { CLI_FROM_SOURCE } from '../support/cli.js';

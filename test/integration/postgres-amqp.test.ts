@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { postgresHandler } from '../../src/postgres/handler.js';
 import { PostgresStore } from '../../src/postgres/store.js';
-import { AmqpVerifyingConsumer } from '../../src/transport/amqp.js';
+import { AmqpVerifyingConsumer } from '../../src/amqp.js';
 import { AMQP_URL, uniqueName } from '../support/broker.js';
 import { useSchema } from '../support/postgres.js';
 import { useClient } from '../support/stream.js';

@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { postgresHandler } from '../../src/postgres/handler.js';
 import { PostgresStore } from '../../src/postgres/store.js';
-import { StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { StreamVerifyingConsumer } from '../../src/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { PG_URL, useSchema } from '../support/postgres.js';
 import { useClient } from '../support/stream.js';

@@ -3,7 +3,7 @@ import { connect, type Client, type ClientParams } from 'rabbitmq-stream-js-clie
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkHistory, formatReport } from '../../src/testing.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
-import { StreamDedupPublisher, type StreamDedupPublisherOptions } from '../../src/transport/stream.js';
+import { StreamDedupPublisher, type StreamDedupPublisherOptions } from '../../src/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { FaultProxy } from '../support/proxy.js';
 import { connectClient, readAll } from '../support/stream.js';

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
-import { StreamDedupPublisher, type StreamDedupPublisherOptions } from '../../src/transport/stream.js';
+import { StreamDedupPublisher, type StreamDedupPublisherOptions } from '../../src/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { connectClient, readAll, useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';

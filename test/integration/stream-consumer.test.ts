@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { identityHeaders } from '../../src/identity/headers.js';
-import { StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { StreamVerifyingConsumer } from '../../src/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';

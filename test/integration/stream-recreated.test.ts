@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { isDedupError } from '../../src/errors.js';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { changelogStreamName } from '../../src/group/consumer.js';
-import { StreamVerifyingConsumer, SuperStreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { StreamVerifyingConsumer, SuperStreamVerifyingConsumer } from '../../src/stream.js';
 import { ledgerHandler, publishLedger, type Sent } from '../support/group-ledger.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { useClient } from '../support/stream.js';

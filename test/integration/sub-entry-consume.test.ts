@@ -4,7 +4,7 @@ import { CompressionType } from 'rabbitmq-stream-js-client/dist/compression.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { identityHeaders, readIdentity } from '../../src/identity/headers.js';
 import { decodeDeliveriesOurselves } from '../../src/transport/stream-client-internals.js';
-import { readStreamToEnd, StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { readStreamToEnd, StreamVerifyingConsumer } from '../../src/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { connectClient, useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';

@@ -9,7 +9,7 @@ import {
   StreamDedupPublisher,
   SuperStreamDedupPublisher,
   type StreamDedupPublisherOptions,
-} from '../../src/transport/stream.js';
+} from '../../src/stream.js';
 import { BROKER, STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { FaultProxy } from '../support/proxy.js';
 import { connectClient } from '../support/stream.js';

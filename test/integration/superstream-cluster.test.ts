@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { checkHistory, formatReport } from '../../src/testing.js';
 import { readStreamToEnd } from '../../src/transport/stream-ops.js';
-import { SuperStreamDedupPublisher } from '../../src/transport/stream.js';
+import { SuperStreamDedupPublisher } from '../../src/stream.js';
 import { BROKER, uniqueName } from '../support/broker.js';
 import {
   CLUSTER_CONNECTION,

@@ -4,13 +4,13 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { isDedupError } from '../../src/errors.js';
-import { AmqpDedupPublisher, AmqpVerifyingConsumer } from '../../src/transport/amqp.js';
+import { AmqpDedupPublisher, AmqpVerifyingConsumer } from '../../src/amqp.js';
 import {
   readStreamToEnd,
   StreamDedupPublisher,
   StreamVerifyingConsumer,
   type StreamConnectionOptions,
-} from '../../src/transport/stream.js';
+} from '../../src/stream.js';
 import { BROKER, uniqueName } from '../support/broker.js';
 import { runCli } from '../support/cli.js';
 import { useTempDir } from '../support/tmp.js';

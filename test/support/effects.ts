@@ -1,4 +1,4 @@
-import { StreamVerifyingConsumer, type StreamConnectionOptions } from '../../src/transport/stream.js';
+import { StreamVerifyingConsumer, type StreamConnectionOptions } from '../../src/stream.js';
 
 /** The consumer name test/fixtures/effects-consumer.ts verifies and applies under. */
 export const EFFECTS_CONSUMER = 'cluster-effects';

@@ -5,7 +5,7 @@
  * and the batch's commit; 'during-commit': a few ms into the commit's statements; 'none': run to
  * the end) and after how many handler calls. Prints `done` and exits 0 once `lastOffset` is committed.
  */
-import { StreamVerifyingConsumer } from '../../src/transport/stream.js';
+import { StreamVerifyingConsumer } from '../../src/stream.js';
 import { postgresHandler } from '../../src/postgres/handler.js';
 import { PostgresStore } from '../../src/postgres/store.js';
 import { STREAM_CONNECTION } from './broker.js';

@@ -11,7 +11,7 @@
  *
  * @packageDocumentation
  */
-export { AmqpDedupPublisher } from './amqp-publisher.js';
-export type { AmqpDedupPublisherOptions } from './amqp-options.js';
-export { AmqpVerifyingConsumer, type AmqpVerifyingConsumerOptions } from './amqp-consumer.js';
-export type { AmqpSocketOptions } from './amqp-connect.js';
+export { AmqpDedupPublisher } from './transport/amqp-publisher.js';
+export type { AmqpDedupPublisherOptions } from './transport/amqp-options.js';
+export { AmqpVerifyingConsumer, type AmqpVerifyingConsumerOptions } from './transport/amqp-consumer.js';
+export type { AmqpSocketOptions } from './transport/amqp-connect.js';

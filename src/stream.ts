@@ -7,12 +7,16 @@
  *
  * @packageDocumentation
  */
-export { StreamDedupPublisher } from './stream-publisher.js';
-export type { StreamDedupPublisherOptions, SubEntryCompression, SubEntryOptions } from './stream-options.js';
-export { StreamVerifyingConsumer, type StreamVerifyingConsumerOptions } from './stream-consumer.js';
-export { readStreamToEnd, type StreamRecord } from './stream-ops.js';
-export type { StreamConnectionOptions, StreamTlsOptions } from './util.js';
-export { SuperStreamDedupPublisher } from '../superstream/publisher.js';
+export { StreamDedupPublisher } from './transport/stream-publisher.js';
+export type {
+  StreamDedupPublisherOptions,
+  SubEntryCompression,
+  SubEntryOptions,
+} from './transport/stream-options.js';
+export { StreamVerifyingConsumer, type StreamVerifyingConsumerOptions } from './transport/stream-consumer.js';
+export { readStreamToEnd, type StreamRecord } from './transport/stream-ops.js';
+export type { StreamConnectionOptions, StreamTlsOptions } from './transport/util.js';
+export { SuperStreamDedupPublisher } from './superstream/publisher.js';
 export type {
   RoutingKeyFunction,
   SuperStreamDedupPublisherOptions,
@@ -21,12 +25,12 @@ export type {
   SuperStreamRoutedPublisherOptions,
   SuperStreamRouting,
   SuperStreamSendResult,
-} from '../superstream/options.js';
-export { SuperStreamVerifyingConsumer } from '../group/consumer.js';
+} from './superstream/options.js';
+export { SuperStreamVerifyingConsumer } from './group/consumer.js';
 export type {
   AssignmentEvent,
   CommitInfo,
   GroupMessageHandler,
   GroupStats,
   SuperStreamVerifyingConsumerOptions,
-} from '../group/types.js';
+} from './group/types.js';
