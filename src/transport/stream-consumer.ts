@@ -33,7 +33,10 @@ import {
 
 /** Options of {@link StreamVerifyingConsumer.open}. */
 export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions, SubscriptionOptions {
-  /** Connection parameters; defaults as for `StreamDedupPublisher`. */
+  /**
+   * Connection parameters; defaults as for `StreamDedupPublisher`.
+   * @defaultValue `{ hostname: 'localhost', port: 5552, username: 'guest', password: 'guest', vhost: '/' }`
+   */
   readonly connection?: StreamConnectionOptions;
   /** The stream to consume. */
   readonly stream: string;
