@@ -26,6 +26,7 @@ import {
   explainDeclareFailure,
   MissingStreamCheck,
   openThroughEndpoints,
+  StreamDoesNotExistError,
   StreamNotAvailableError,
   withTimeout,
   type StreamConnectionOptions,
@@ -284,7 +285,8 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',
-        `cannot consume stream "${this.#options.stream}": ${errorText(err)}`,
+        `cannot consume stream "${this.#options.stream}": ${errorText(err)}` +
+          (err instanceof StreamDoesNotExistError ? ' (a consumer does not create it: create it first)' : ''),
         { cause: err },
       );
     }
