@@ -29,9 +29,9 @@ export type DedupErrorCode =
   /**
    * Reserved: never thrown. Meant for a message's missing or malformed identity headers, which the
    * verifying consumer reports instead through its `unidentified` option, `unidentified` events and
-   * `stats.unidentified`. Kept so that code switching on it still compiles.
-   *
-   * @deprecated Since 0.2.0: nothing throws it; do not wait for it.
+   * `stats.unidentified`. Kept so that code switching on it still compiles. Deprecated since
+   * 0.2.0: nothing throws it; do not wait for it. (A union member takes no `@deprecated` tag:
+   * TypeScript does not mark it, and TypeDoc refuses block tags there.)
    */
   | 'DEDUP_INVALID_IDENTITY'
   /** A wait was cancelled through an `AbortSignal`. */
@@ -39,23 +39,23 @@ export type DedupErrorCode =
   /**
    * `open()` refused a combination of options that cannot keep the exactly-once promise: keyed IDs
    * without an outbox (`durability: 'reserve'`), or explicit IDs without one where the broker cannot
-   * report its last publishing ID (AMQP 0-9-1). Nothing was sent. @remarks Since 0.2.0
+   * report its last publishing ID (AMQP 0-9-1). Nothing was sent. Since 0.2.0.
    */
   | 'DEDUP_UNSAFE_OPTIONS'
   /**
    * A `DedupStore` was used after its `close()`: a publisher or consumer opened on a closed store,
    * or a store closed under a publisher still writing to it. (0.1 reported this as
-   * `DEDUP_STORE_CORRUPT`.) @remarks Since 0.2.0
+   * `DEDUP_STORE_CORRUPT`.) Since 0.2.0.
    */
   | 'DEDUP_STORE_CLOSED'
-  /** A verifying consumer was used after `close()`. @remarks Since 0.2.0 */
+  /** A verifying consumer was used after `close()`. Since 0.2.0. */
   | 'DEDUP_CONSUMER_CLOSED'
   /**
    * A super stream's partitions are not the ones the store last saw for the producer (another
    * count, other names or another order), or its bindings route a key to a stream that is not one
    * of them. Routing would move keys to other partitions, away from their per-partition IDs,
    * outboxes and keys: the publisher refuses rather than reroute silently. Nothing was sent.
-   * @remarks Since 0.3.0
+   * Since 0.3.0.
    */
   | 'DEDUP_PARTITIONS_CHANGED'
   /**
@@ -63,7 +63,7 @@ export type DedupErrorCode =
    * compressed with a codec this process cannot read (snappy, lz4; zstd before Node.js 22.15). The
    * verifying stream consumer stops before applying anything of that chunk, and a restart stops at
    * the same chunk: nothing is skipped silently. `readStreamToEnd` (and `audit`) fail with it.
-   * @remarks Since 0.4.0
+   * Since 0.4.0.
    */
   | 'DEDUP_STREAM_UNREADABLE'
   /**
@@ -71,7 +71,7 @@ export type DedupErrorCode =
    * not decode, writes outside its partition's keys, is out of order, starts after the state it
    * would apply to (a hole), or the changelog lost its first entries (a retention policy). The
    * member stops before applying anything of the partition: nothing is guessed.
-   * @remarks Since 0.5.0
+   * Since 0.5.0.
    */
   | 'DEDUP_CHANGELOG_INVALID'
   /**
@@ -81,21 +81,21 @@ export type DedupErrorCode =
    * stream's first messages silently; the consumer stops instead. Only an empty stream is
    * detected: a recreated stream that already holds more messages than the committed offset is
    * not (the broker exposes no stream identity).
-   * @remarks Since 0.6.0
+   * Since 0.6.0.
    */
   | 'DEDUP_STREAM_REGRESSION'
   /**
    * The PostgreSQL store (`stream-dedup/postgres`) refused: a wrong password, an unknown database,
    * an unreachable server, a missing schema or one of another version (run `migrate`), a role
    * without the rights the store needs (read-only), or a batch the server would not commit. The
-   * server's error is the `cause`. @remarks Since 0.6.0
+   * server's error is the `cause`. Since 0.6.0.
    */
   | 'DEDUP_STORE_REFUSED'
   /**
    * A verifying consumer on the PostgreSQL store found its committed offset moved by another
    * process consuming under the same name (a second instance, a zombie after a pause): its batch
    * was rolled back, nothing of it applied. The stream and AMQP 0-9-1 consumers go on from the
-   * stored offset instead of stopping (`stats.fences`). @remarks Since 0.6.0
+   * stored offset instead of stopping (`stats.fences`). Since 0.6.0.
    */
   | 'DEDUP_CONSUMER_FENCED';
 

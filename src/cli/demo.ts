@@ -46,6 +46,9 @@ export async function demo(args: readonly string[], cli: readonly string[]): Pro
         `${result.streamMessages} messages in the stream (${seconds} s)`,
     );
     console.log(`audit: ${formatReport(result.report)}`);
+    console.log(
+      'audit: (recovered: unacknowledged at a kill, yet in the stream once; unacknowledged-missing: killed before reaching the outbox, never promised)',
+    );
     const audit = result.audit;
     console.log(
       `audit: stream-dedup audit: ${audit.gaps} gaps, ${audit.duplicates} duplicates, ${audit.outOfOrder} out of order` +

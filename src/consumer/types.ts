@@ -187,20 +187,27 @@ export interface VerifyingConsumerOptions {
    * @defaultValue 0
    */
   readonly scopeTtlMs?: number;
-  /** Observation: duplicates, stale messages, gaps, skips, unidentified messages. */
+  /**
+   * Observation: duplicates, stale messages, gaps, skips, unidentified messages.
+   * @defaultValue none: outcomes are only counted in `stats`
+   */
   readonly onEvent?: (event: VerifyEvent) => void;
-  /** A pino-compatible logger (open, commit failures). Silent by default. */
+  /**
+   * A pino-compatible logger (open, commit failures). Silent by default.
+   * @defaultValue none: the library logs nothing
+   */
   readonly logger?: Logger;
   /**
    * Observation hooks around each commit (for example fault injection in tests). A hook that
    * throws stops the consumer with what it threw: nothing of the batch is written when
    * `beforeCommit` throws (its messages come again after a restart); the batch stays committed
    * when `afterCommit` throws.
+   * @defaultValue none
    */
   readonly hooks?: {
-    /** Called before a batch is written. */
+    /** Called before a batch is written. @defaultValue none */
     readonly beforeCommit?: (info: { readonly messages: number; readonly lastOffset: bigint }) => void;
-    /** Called once a batch is durable, before its messages are settled. */
+    /** Called once a batch is durable, before its messages are settled. @defaultValue none */
     readonly afterCommit?: (info: { readonly messages: number; readonly lastOffset: bigint }) => void;
   };
 }
@@ -280,7 +287,12 @@ export interface SubscriptionOptions {
    * the first wait is `initialDelayMs`, each next one doubles up to `maxDelayMs`, with jitter.
    * @defaultValue `{ initialDelayMs: 100, maxDelayMs: 5000 }`
    */
-  readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
+  readonly reconnect?: {
+    /** The first wait, in ms. @defaultValue 100 */
+    readonly initialDelayMs?: number;
+    /** The longest wait, in ms. @defaultValue 5000 */
+    readonly maxDelayMs?: number;
+  };
   /**
    * How long one connection attempt may take, in ms (an integer ≥ 1), all of it: over AMQP 0-9-1
    * the handshake, the channel's opening, prefetch and consume together (a late channel is closed).

@@ -32,7 +32,9 @@ export type GroupMessageHandler = (
  */
 export type AssignmentEvent =
   | {
+      /** The partition came to this member (restored from its changelog, subscribed). */
       readonly kind: 'assigned';
+      /** The partition's stream name. */
       readonly partition: string;
       /** The partition's last committed offset after the restore (`undefined`: nothing yet). */
       readonly offset: bigint | undefined;
@@ -42,7 +44,9 @@ export type AssignmentEvent =
       readonly ms: number;
     }
   | {
+      /** The partition left this member. */
       readonly kind: 'revoked';
+      /** The partition's stream name. */
       readonly partition: string;
       /** Why: given to another member, a lost connection, a fenced changelog write, close. */
       readonly reason: string;
@@ -67,7 +71,10 @@ export interface SuperStreamVerifyingConsumerOptions
   readonly consumerName: string;
   /** The handler, applied once per new message of the partitions this member holds. */
   readonly handler: GroupMessageHandler;
-  /** Connection parameters; defaults as for `StreamDedupPublisher`. */
+  /**
+   * Connection parameters; defaults as for `StreamDedupPublisher`.
+   * @defaultValue `{ hostname: 'localhost', port: 5552, username: 'guest', password: 'guest', vhost: '/' }`
+   */
   readonly connection?: StreamConnectionOptions;
   /**
    * How long appending one batch to its changelog may take, reconnections included (an integer
@@ -95,12 +102,15 @@ export interface SuperStreamVerifyingConsumerOptions
    * injection in tests): `beforeCommit` before the batch goes to the changelog, `afterCommit` once
    * it is in the changelog and in this member's store, before its messages are settled. A hook
    * that throws stops the member, as in `VerifyingConsumerOptions.hooks`.
+   * @defaultValue none
    */
   readonly hooks?: {
+    /** Before the batch goes to the changelog. @defaultValue none */
     readonly beforeCommit?: (info: CommitInfo) => void;
+    /** Once the batch is in the changelog and in this member's store. @defaultValue none */
     readonly afterCommit?: (info: CommitInfo) => void;
   };
-  /** Observation: partitions coming to this member and leaving it. */
+  /** Observation: partitions coming to this member and leaving it. @defaultValue none */
   readonly onAssignment?: (event: AssignmentEvent) => void;
   /**
    * A name for the `tenant` function, which every member of the group compares (a non-empty string
@@ -110,9 +120,13 @@ export interface SuperStreamVerifyingConsumerOptions
    * its own stops with `DEDUP_UNSAFE_OPTIONS`.
    *
    * @remarks Since 0.6.0
+   * @defaultValue none: only whether `tenant` is given is compared
    */
   readonly tenantVersion?: string;
-  /** Not supported in a group: an eviction would not be in the changelog. Must be absent or 0. */
+  /**
+   * Not supported in a group: an eviction would not be in the changelog. Must be absent or 0.
+   * @defaultValue 0
+   */
   readonly scopeTtlMs?: 0;
 }
 

@@ -42,9 +42,22 @@ export interface MessageIdentity {
 
 /** What {@link readIdentity} found in a message's headers. */
 export type IdentityReading =
-  | { readonly kind: 'ok'; readonly identity: MessageIdentity }
-  | { readonly kind: 'missing' }
-  | { readonly kind: 'malformed'; readonly reason: string };
+  | {
+      /** Both stamps are there and valid. */
+      readonly kind: 'ok';
+      /** The producer name and publishing ID they carry. */
+      readonly identity: MessageIdentity;
+    }
+  | {
+      /** Neither stamp is there: a message of another writer. */
+      readonly kind: 'missing';
+    }
+  | {
+      /** A stamp is there but not valid (one without the other, a malformed ID or name). */
+      readonly kind: 'malformed';
+      /** What is wrong with it, for a log line. */
+      readonly reason: string;
+    };
 
 /**
  * The two headers for a message. Values are decimal strings: only strings survive every path

@@ -37,7 +37,7 @@ export function producerNameProblem(name: string): string | undefined {
 
 /**
  * Checks a producer name: a non-empty string of at most 256 UTF-8 bytes without control
- * characters, lone UTF-16 surrogates or U+FFFD (see {@link producerNameProblem}). The name is the
+ * characters, lone UTF-16 surrogates or U+FFFD. The name is the
  * producer's identity across restarts, so it must be stable and unique among the live producers
  * of a stream.
  *

@@ -20,9 +20,15 @@ import { checkSchema, checkSchemaName, tablesOf, type Tables } from './schema.js
 export interface PostgresStoreOptions {
   /** The schema that {@link migrate} created for the store's tables. */
   readonly schema: string;
-  /** The application's `pg.Pool`: used, never closed, by the store. */
+  /**
+   * The application's `pg.Pool`: used, never closed, by the store.
+   * @defaultValue none: give `pool` or `connectionString`
+   */
   readonly pool?: Pool;
-  /** A connection URL: the store makes a pool of its own and closes it in `close()`. */
+  /**
+   * A connection URL: the store makes a pool of its own and closes it in `close()`.
+   * @defaultValue none: give `pool` or `connectionString`
+   */
   readonly connectionString?: string;
   /**
    * How long connecting may take, in ms, with `connectionString` (a pool passed in keeps its own

@@ -123,7 +123,12 @@ export interface DedupPublisherOptions {
    * A repeat after that is published again.
    * @defaultValue `{ maxKeys: 100_000, maxAgeMs: 7 days }`
    */
-  readonly keyRetention?: { readonly maxKeys?: number; readonly maxAgeMs?: number };
+  readonly keyRetention?: {
+    /** How many of the last keys are remembered. @defaultValue 100000 */
+    readonly maxKeys?: number;
+    /** How long a key is remembered, in ms. @defaultValue 604800000 (7 days) */
+    readonly maxAgeMs?: number;
+  };
   /**
    * When the broker's last ID for the name is above the store's on open: `error` throws
    * `DEDUP_SEQUENCE_REGRESSION`; `adopt` continues above the broker's ID and re-sends any
@@ -151,7 +156,7 @@ export interface DedupPublisherOptions {
   readonly confirmTimeoutMs?: number;
   /** How long `close()` waits for outstanding confirms, in ms. @defaultValue 10000 */
   readonly closeTimeoutMs?: number;
-  /** Reconnect policy. */
+  /** Reconnect policy. @defaultValue `{ initialDelayMs: 100, maxDelayMs: 5000, giveUpAfterMs: 120000 }` */
   readonly reconnect?: ReconnectOptions;
   /**
    * Every this many ms, compare the broker's last ID for the name with ours; a higher one means
@@ -159,7 +164,10 @@ export interface DedupPublisherOptions {
    * watch off. @defaultValue 0
    */
   readonly watchIntervalMs?: number;
-  /** A pino-compatible logger for open, reconnects, timeouts and fatal errors. Silent by default. */
+  /**
+   * A pino-compatible logger for open, reconnects, timeouts and fatal errors. Silent by default.
+   * @defaultValue none: the library logs nothing
+   */
   readonly logger?: Logger;
 }
 
@@ -169,13 +177,23 @@ export interface SendOptions {
    * Application properties (stream) or headers (AMQP). Values are non-empty strings or non-zero
    * 32-bit integers: other values crash the stream client's decoder on the consumer side. Names
    * starting with `x-dedup-` are reserved.
+   * @defaultValue none: only the identity stamps
    */
   readonly headers?: Readonly<Record<string, string | number>>;
-  /** In `explicit` ID mode: this message's publishing ID, above every earlier one. */
+  /**
+   * In `explicit` ID mode: this message's publishing ID, above every earlier one.
+   * @defaultValue none (required with `idMode: 'explicit'`, refused otherwise)
+   */
   readonly publishingId?: bigint;
-  /** In `keyed` ID mode: the message's domain key (1 to 512 UTF-8 bytes), e.g. `'credit-17'`. */
+  /**
+   * In `keyed` ID mode: the message's domain key (1 to 512 UTF-8 bytes), e.g. `'credit-17'`.
+   * @defaultValue none (required with `idMode: 'keyed'`, refused otherwise)
+   */
   readonly key?: string;
-  /** Cancels the wait for room (backpressure) and for the confirm; the message may still be published. */
+  /**
+   * Cancels the wait for room (backpressure) and for the confirm; the message may still be published.
+   * @defaultValue none: the send waits for its confirm or `confirmTimeoutMs`
+   */
   readonly signal?: AbortSignal;
 }
 

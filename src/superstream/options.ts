@@ -47,8 +47,21 @@ export type RoutingKeyFunction = (
  *   send a key to another existing partition is not detected.
  */
 export type SuperStreamRouting =
-  | { readonly kind: 'hash'; readonly key?: RoutingKeyFunction }
-  | { readonly kind: 'key'; readonly key: RoutingKeyFunction };
+  | {
+      /** MurmurHash3 of the routing key modulo the partition count. */
+      readonly kind: 'hash';
+      /**
+       * Gives the routing key (left out only with keyed IDs: the domain key).
+       * @defaultValue none: only with keyed IDs, where the domain key routes
+       */
+      readonly key?: RoutingKeyFunction;
+    }
+  | {
+      /** The exchange's bindings route the routing key. */
+      readonly kind: 'key';
+      /** Gives the routing key. */
+      readonly key: RoutingKeyFunction;
+    };
 
 /**
  * The options of `SuperStreamDedupPublisher.open` whatever the `idMode`: see
@@ -62,6 +75,7 @@ export interface SuperStreamPublisherCommonOptions extends DedupPublisherOptions
    * parameters every partition has its own connections and reconnects them by itself, and one
    * more connection asks the broker for partitions (and, with `routing.kind: 'key'`, routes);
    * with a `Client` every partition's producer is declared on it and `close()` leaves it open.
+   * @defaultValue `{ hostname: 'localhost', port: 5552, username: 'guest', password: 'guest', vhost: '/' }`
    */
   readonly connection?: StreamConnectionOptions | Client;
   /** The super stream (its exchange's name); its partitions are discovered at `open()`. */
@@ -71,6 +85,7 @@ export interface SuperStreamPublisherCommonOptions extends DedupPublisherOptions
   /**
    * Publish every partition in sub-entry batches, as `StreamDedupPublisher` does.
    * @remarks Since 0.4.0
+   * @defaultValue none: one message per entry
    */
   readonly subEntry?: SubEntryOptions;
 }
@@ -81,7 +96,10 @@ export interface SuperStreamPublisherCommonOptions extends DedupPublisherOptions
  * @remarks Since 0.6.0
  */
 export interface SuperStreamRoutedPublisherOptions extends SuperStreamPublisherCommonOptions {
-  /** `'auto'` (the default) or `'explicit'`; `'keyed'` is {@link SuperStreamKeyedPublisherOptions}. */
+  /**
+   * `'auto'` (the default) or `'explicit'`; `'keyed'` is {@link SuperStreamKeyedPublisherOptions}.
+   * @defaultValue 'auto'
+   */
   readonly idMode?: 'auto' | 'explicit';
   /** How a message finds its partition. */
   readonly routing: SuperStreamRouting;
@@ -100,7 +118,12 @@ export interface SuperStreamKeyedPublisherOptions extends SuperStreamPublisherCo
   /** Only `'outbox'`. @defaultValue 'outbox' */
   readonly durability?: 'outbox';
   /** Left out, or `{ kind: 'hash' }`: the domain key is the routing key. @defaultValue `{ kind: 'hash' }` */
-  readonly routing?: { readonly kind: 'hash'; readonly key?: undefined };
+  readonly routing?: {
+    /** By hash: the only routing keyed IDs take. */
+    readonly kind: 'hash';
+    /** Left out: the domain key is the routing key. @defaultValue none: the domain key routes */
+    readonly key?: undefined;
+  };
 }
 
 /**

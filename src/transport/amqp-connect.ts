@@ -102,7 +102,13 @@ export function closeLate(channel: { close(): Promise<void> }): void {
 export type AmqpSocketOptions = Pick<
   ConnectionOptions,
   'ca' | 'cert' | 'key' | 'passphrase' | 'servername' | 'rejectUnauthorized' | 'pfx'
-> & { readonly timeout?: number };
+> & {
+  /**
+   * The socket's connect time-out in ms, amqplib's own (`connectTimeoutMs` bounds the whole connect).
+   * @defaultValue none: amqplib's own
+   */
+  readonly timeout?: number;
+};
 
 /** The host and port of a connection, for messages: never the credentials. */
 function where(url: string | Options.Connect): string {

@@ -37,6 +37,7 @@ export interface AmqpVerifyingConsumerOptions extends VerifyingConsumerOptions, 
    * TLS for an `amqps://` URL: a custom CA, a client certificate and key (and its passphrase), the
    * server name to verify — Node's `tls.connect` options, passed to amqplib. Secrets given here
    * never appear in errors or logs.
+   * @defaultValue none: Node's defaults (TLS only with an `amqps://` URL)
    */
   readonly socketOptions?: AmqpSocketOptions;
 }

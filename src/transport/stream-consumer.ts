@@ -26,6 +26,7 @@ import {
   explainDeclareFailure,
   MissingStreamCheck,
   openThroughEndpoints,
+  StreamDoesNotExistError,
   StreamNotAvailableError,
   withTimeout,
   type StreamConnectionOptions,
@@ -33,7 +34,10 @@ import {
 
 /** Options of {@link StreamVerifyingConsumer.open}. */
 export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions, SubscriptionOptions {
-  /** Connection parameters; defaults as for `StreamDedupPublisher`. */
+  /**
+   * Connection parameters; defaults as for `StreamDedupPublisher`.
+   * @defaultValue `{ hostname: 'localhost', port: 5552, username: 'guest', password: 'guest', vhost: '/' }`
+   */
   readonly connection?: StreamConnectionOptions;
   /** The stream to consume. */
   readonly stream: string;
@@ -281,7 +285,8 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',
-        `cannot consume stream "${this.#options.stream}": ${errorText(err)}`,
+        `cannot consume stream "${this.#options.stream}": ${errorText(err)}` +
+          (err instanceof StreamDoesNotExistError ? ' (a consumer does not create it: create it first)' : ''),
         { cause: err },
       );
     }

@@ -64,6 +64,7 @@ export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
    * gone, reconnection waits for it (for example the application's `client.restart()`) until
    * `reconnect.giveUpAfterMs`, then closes with `DEDUP_BROKER_UNREACHABLE`; the outbox keeps what
    * was unconfirmed.
+   * @defaultValue `{ hostname: 'localhost', port: 5552, username: 'guest', password: 'guest', vhost: '/' }`
    */
   readonly connection?: StreamConnectionOptions | Client;
   /** The stream to publish into. */
@@ -75,6 +76,7 @@ export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
   /**
    * Publish in sub-entry batches (off by default: one message per entry). See {@link SubEntryOptions}.
    * @remarks Since 0.4.0
+   * @defaultValue none: one message per entry
    */
   readonly subEntry?: SubEntryOptions;
 }

@@ -245,7 +245,11 @@ export class StreamTransport implements PublishTransport {
       }
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',
-        `the broker refused producer "${this.#producerName}" on stream "${this.target}": ${errorText(err)}`,
+        `the broker refused producer "${this.#producerName}" on stream "${this.target}": ${errorText(err)}` +
+          // A newcomer's first refusal (issue 38): say how to get the stream.
+          (err instanceof StreamDoesNotExistError && !this.#createStream
+            ? ' (create it first, or open the publisher with createStream: true)'
+            : ''),
         { cause: err },
       );
     }

@@ -183,12 +183,22 @@ export function withConnectionDefaults<
  * losing the node one connected through does not stop reconnection.
  */
 export type StreamConnectionOptions = Partial<Omit<ClientParams, 'listeners' | 'ssl'>> & {
-  readonly endpoints?: ReadonlyArray<{ readonly hostname: string; readonly port: number }>;
+  /**
+   * A cluster's nodes: every (re)connect tries the next one. Left out: `hostname` and `port`.
+   * @defaultValue none: `hostname` and `port` alone
+   */
+  readonly endpoints?: ReadonlyArray<{
+    /** The node's host name or address. */
+    readonly hostname: string;
+    /** Its stream port (5552, or 5551 with TLS). */
+    readonly port: number;
+  }>;
   /**
    * TLS (the stream port over TLS is 5551 by default): `true` uses the stream client's default,
    * which does NOT verify the broker's certificate; pass options to verify it against a custom CA,
    * present a client certificate and key (with its passphrase), or name the server to verify.
    * Node's `tls.connect` options, passed through. Secrets given here never appear in errors or logs.
+   * @defaultValue `false` (no TLS)
    */
   readonly ssl?: boolean | StreamTlsOptions;
 };

@@ -19,7 +19,17 @@
  * ```
  * @remarks Since 0.1.0
  */
-export type PolicySpec = { readonly kind: 'highest' } | { readonly kind: 'window'; readonly size: number };
+export type PolicySpec =
+  | {
+      /** Only IDs above the highest seen are new. */
+      readonly kind: 'highest';
+    }
+  | {
+      /** Unseen IDs within `size` below the highest seen are new too. */
+      readonly kind: 'window';
+      /** The window's width in IDs (1 to `MAX_WINDOW_SIZE`). */
+      readonly size: number;
+    };
 
 /**
  * An inclusive range of publishing IDs, `from <= to`.

@@ -3,7 +3,11 @@ import { describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../../src/identity/headers.js';
 import { DedupStore } from '../../src/store/store.js';
-import { StreamDedupPublisher, type StreamDedupPublisherOptions } from '../../src/stream.js';
+import {
+  StreamDedupPublisher,
+  StreamVerifyingConsumer,
+  type StreamDedupPublisherOptions,
+} from '../../src/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { connectClient, readAll, useClient } from '../support/stream.js';
 import { useTempDir } from '../support/tmp.js';
@@ -184,10 +188,23 @@ describe('publisher - bad input', () => {
   it('a missing stream is DEDUP_BROKER_REFUSED; an unreachable broker is DEDUP_BROKER_UNREACHABLE', async () => {
     const store = join(await tempDir(), 'store');
     const base = { stream: uniqueName('missing'), producerName: 'p', store };
-    await expect(StreamDedupPublisher.open({ ...base, connection: STREAM_CONNECTION })).rejects.toMatchObject(
-      {
-        code: 'DEDUP_BROKER_REFUSED',
-      },
+    const refusal = await StreamDedupPublisher.open({ ...base, connection: STREAM_CONNECTION }).catch(
+      (err: unknown) => err,
+    );
+    expect(refusal).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
+    // The refusal says how to get the stream (issue 38).
+    expect((refusal as Error).message).toMatch(
+      /stream does not exist \(create it first, or .* createStream: true\)$/,
+    );
+    const consumerRefusal = await StreamVerifyingConsumer.open({
+      ...base,
+      consumerName: 'c',
+      handler: () => undefined,
+      connection: STREAM_CONNECTION,
+    }).catch((err: unknown) => err);
+    expect(consumerRefusal).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
+    expect((consumerRefusal as Error).message).toMatch(
+      /does not exist \(a consumer does not create it: create it first\)$/,
     );
     await expect(
       StreamDedupPublisher.open({
