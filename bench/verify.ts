@@ -1,6 +1,8 @@
 // Consumer-side verification cost, against the bare Map compare-and-set it replaces, in one run.
 //
-//   npm run bench:verify [-- messages scopes]      (the consumer and group rows need the broker running)
+//   npm run bench:verify [-- messages scopes]      (the consumer and group rows need the broker running,
+//                                                   the PostgreSQL rows `bash scripts/postgres.sh up`)
+//   STREAM_DEDUP_BENCH_ONLY=postgres npm run bench:verify   (only the PostgreSQL consumer's rows)
 //
 // Every variant handles the same stream: `messages` checks spread round-robin over `scopes` scopes,
 // with increasing IDs per scope, and records each ID reported new (check + record per message, as a
@@ -10,6 +12,7 @@ import { ScopedVerifier, encodeScopeKey, type PolicySpec } from 'stream-dedup';
 import { measureInChild, median } from './common.js';
 import { measureConsumers } from './consumer.js';
 import { measureGroup, measureTakeover } from './group.js';
+import { measurePostgres, type PostgresRates } from './postgres.js';
 
 const MESSAGES = Number(process.argv[2] ?? 10_000_000);
 const SCOPES = Number(process.argv[3] ?? 1_000);
@@ -112,6 +115,10 @@ if (CHILD_VARIANT !== undefined) {
   process.stdout.write(`${JSON.stringify({ rate: measure(variant) })}\n`);
   process.exit(0);
 }
+if (process.env.STREAM_DEDUP_BENCH_ONLY === 'postgres') {
+  printPostgres(await measurePostgres());
+  process.exit(0);
+}
 for (let round = 0; round < MEASURED; round++) {
   for (const variant of variants) {
     const { rate } = await measureInChild<{ rate: number }>(import.meta.url, process.argv.slice(2), {
@@ -147,12 +154,19 @@ const group = await measureGroup(300_000);
 const groupRatio = group.groupPerSec / group.rawPerSec;
 const takeover = await measureTakeover(100_000);
 
+// The PostgreSQL verifying consumer against the hand-written per-message transaction (bench/postgres.ts).
+const postgres = await measurePostgres();
+
 const targets = {
   consumerToRaw: { target: 0.8, got: Number(consumerRatio.toFixed(3)) },
   subEntryConsumerToRaw: { target: 0.8, got: Number(batchedRatio.toFixed(3)) },
   highestOpsPerSec: { target: 10_000_000, got: Math.round(rate('highest')) },
   highestToMap: { target: 0.8, got: Number((rate('highest') / rate('map-baseline')).toFixed(3)) },
   windowToHighest: { target: 0.5, got: Number((rate('window-1024') / rate('highest')).toFixed(3)) },
+  postgresToHandWritten: {
+    target: 3,
+    got: Number((postgres.perSec.postgres / postgres.perSec.hand).toFixed(3)),
+  },
 };
 const met = {
   consumerToRaw: targets.consumerToRaw.got >= targets.consumerToRaw.target,
@@ -160,6 +174,7 @@ const met = {
   highestOpsPerSec: targets.highestOpsPerSec.got >= targets.highestOpsPerSec.target,
   highestToMap: targets.highestToMap.got >= targets.highestToMap.target,
   windowToHighest: targets.windowToHighest.got >= targets.windowToHighest.target,
+  postgresToHandWritten: targets.postgresToHandWritten.got >= targets.postgresToHandWritten.target,
 };
 
 console.log(
@@ -192,6 +207,7 @@ console.log(
 console.log(
   `${'take-over, 100k changelog'.padEnd(26)} ${Math.round(takeover.takeoverMs).toLocaleString('en').padStart(12)}   ms (${takeover.entries.toLocaleString('en')} entries restored; the raw consumer reads that changelog in ${Math.round(takeover.rawReadMs).toLocaleString('en')} ms: ${(takeover.takeoverMs / takeover.rawReadMs).toFixed(2)}×)`,
 );
+printPostgres(postgres, false);
 for (const [name, ok] of Object.entries(met)) {
   const { target, got } = targets[name as keyof typeof targets];
   console.log(
@@ -231,7 +247,48 @@ console.log(
       rawReadMs: Math.round(takeover.rawReadMs),
       ratio: Number((takeover.takeoverMs / takeover.rawReadMs).toFixed(3)),
     },
+    postgres: postgresJson(postgres),
     targets,
     met,
   }),
 );
+
+/** The PostgreSQL rows, ratios to the hand-written consumer; alone, with their target and JSON line. */
+function printPostgres(p: PostgresRates, alone = true): void {
+  const { perSec } = p;
+  const line = (name: string, rate: number, note: string) =>
+    console.log(`${name.padEnd(26)} ${Math.round(rate).toLocaleString('en').padStart(12)}   msg/s, ${note}`);
+  console.log(
+    `PostgreSQL: ${p.messages.toLocaleString('en')} credits + ${(p.entries - p.messages).toLocaleString('en')} planted copies, median of ${p.rounds}`,
+  );
+  line('raw (postgres stream)', perSec.raw, `${(perSec.raw / perSec.hand).toFixed(2)}× hand-written`);
+  line(
+    'hand-written, tx per msg',
+    perSec.hand,
+    '1.00× (BEGIN; INSERT … ON CONFLICT DO NOTHING; UPDATE; COMMIT)',
+  );
+  line('LevelDB verifying', perSec.level, `${(perSec.level / perSec.hand).toFixed(2)}× hand-written`);
+  line(
+    'PostgreSQL verifying',
+    perSec.postgres,
+    `${(perSec.postgres / perSec.hand).toFixed(2)}× hand-written, ${(perSec.postgres / perSec.level).toFixed(2)}× LevelDB, ${(perSec.postgres / perSec.raw).toFixed(3)}× raw`,
+  );
+  if (!alone) return;
+  const got = perSec.postgres / perSec.hand;
+  console.log(`target postgresToHandWritten: ${got.toFixed(3)} (>= 3) ${got >= 3 ? 'met' : 'MISSED'}`);
+  console.log(JSON.stringify({ bench: 'verify', node: process.version, postgres: postgresJson(p) }));
+}
+
+function postgresJson(p: PostgresRates): Record<string, unknown> {
+  const { perSec } = p;
+  return {
+    messages: p.messages,
+    entries: p.entries,
+    rounds: p.rounds,
+    perSec: Object.fromEntries(Object.entries(perSec).map(([k, v]) => [k, Math.round(v)])),
+    postgresToHand: Number((perSec.postgres / perSec.hand).toFixed(3)),
+    postgresToLevel: Number((perSec.postgres / perSec.level).toFixed(3)),
+    postgresToRaw: Number((perSec.postgres / perSec.raw).toFixed(3)),
+    handToRaw: Number((perSec.hand / perSec.raw).toFixed(3)),
+  };
+}

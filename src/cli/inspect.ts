@@ -137,17 +137,7 @@ export async function inspectStore(store: DedupStore): Promise<StoreInspection> 
 
   const scopes: ScopeInspection[] = [];
   for await (const [key, value] of db.iterator(SCOPE_STATE_KEYS)) {
-    const scopeKey = scopeKeyOfStateKey(key);
-    const scope = decodeScopeKey(scopeKey);
-    const { tracker, lastSeenMs } = decodeRecord(key, () => decodeScopeState(value, scopeKey));
-    const date = new Date(lastSeenMs);
-    scopes.push({
-      ...scope,
-      policy: tracker.spec,
-      highest: tracker.highest,
-      lastSeenMs,
-      lastSeen: Number.isNaN(date.getTime()) ? undefined : date.toISOString(),
-    });
+    scopes.push(scopeInspection(key, scopeKeyOfStateKey(key), value));
   }
   producers.sort(
     byKeys(
@@ -170,6 +160,56 @@ export async function inspectStore(store: DedupStore): Promise<StoreInspection> 
     ),
   );
   return { producers, superStreams, consumers, scopes };
+}
+
+/** One scope's record (`key` names it in errors), decoded. */
+function scopeInspection(key: string, scopeKey: string, value: Uint8Array): ScopeInspection {
+  const scope = decodeRecord(key, () => decodeScopeKey(scopeKey));
+  const { tracker, lastSeenMs } = decodeRecord(key, () => decodeScopeState(value, scopeKey));
+  const date = new Date(lastSeenMs);
+  return {
+    ...scope,
+    policy: tracker.spec,
+    highest: tracker.highest,
+    lastSeenMs,
+    lastSeen: Number.isNaN(date.getTime()) ? undefined : date.toISOString(),
+  };
+}
+
+/** A PostgreSQL store's rows, as the PostgreSQL reader returns them (src/postgres/inspect.ts). */
+export interface PostgresRows {
+  readonly offsets: ReadonlyArray<{
+    readonly consumer: string;
+    readonly committedOffset: bigint | undefined;
+  }>;
+  readonly scopes: ReadonlyArray<{ readonly scopeKey: string; readonly state: Uint8Array }>;
+}
+
+/**
+ * What a PostgreSQL store holds, in the LevelDB view's shape: its verifying consumers (those whose
+ * offset row has a committed offset; a consumer opened and never committed has none) and verifier
+ * scopes, sorted as {@link inspectStore} sorts them. It holds no producers.
+ *
+ * @internal
+ * @throws DedupError `DEDUP_STORE_CORRUPT` when a scope cannot be decoded.
+ */
+export function inspectPostgresRows(rows: PostgresRows): StoreInspection {
+  const consumers: ConsumerInspection[] = [];
+  for (const { consumer, committedOffset } of rows.offsets) {
+    if (committedOffset !== undefined) consumers.push({ consumerName: consumer, committedOffset });
+  }
+  const scopes = rows.scopes.map(({ scopeKey, state }) =>
+    scopeInspection(`scope_states ${scopeKey}`, scopeKey, state),
+  );
+  consumers.sort(byKeys((c) => c.consumerName));
+  scopes.sort(
+    byKeys(
+      (s) => s.consumer,
+      (s) => s.tenant,
+      (s) => s.producer,
+    ),
+  );
+  return { producers: [], superStreams: [], consumers, scopes };
 }
 
 /**

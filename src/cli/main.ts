@@ -21,7 +21,13 @@ import { createSuperStream, planSuperStream } from './create-super-stream.js';
 import { deleteByName, describeDeletion } from './delete.js';
 import { demo } from './demo.js';
 import { connectionFromEnv } from './env.js';
-import { formatInspection, formatInspectionJson, inspectStore, selectProducer } from './inspect.js';
+import {
+  formatInspection,
+  formatInspectionJson,
+  inspectPostgresRows,
+  inspectStore,
+  selectProducer,
+} from './inspect.js';
 import { describeRange, parseAuditRange, type AuditRange } from './audit-range.js';
 import { CliError, plural, progressReporter, runningCount } from './output.js';
 import { checkListArgs, formatList, formatListJson, listStreams } from './list.js';
@@ -53,6 +59,10 @@ Usage:
                                                 consumers (committed offsets) and verifier scopes, or only
                                                 what concerns producer NAME; needs the store's lock, so
                                                 stop the processes using it first
+  stream-dedup inspect <postgres://URL> --schema S [--json] [--producer NAME]
+                                                the same for a PostgreSQL store (stream-dedup/postgres):
+                                                its schema version, consumers and scopes, read in one
+                                                read-only transaction while consumers run
   stream-dedup demo [--kills N] [--per-run N] [--keep]
                                                 publish (--per-run ≥ 100 messages a run), get SIGKILLed
                                                 mid-way --kills times, restart, recover, then audit the
@@ -342,13 +352,19 @@ async function inspect(args: string[]): Promise<number> {
     'inspect',
     args,
     'store-folder',
-    { producer: { type: 'string' } },
-    ' [--producer NAME]',
+    { producer: { type: 'string' }, schema: { type: 'string' } },
+    ' [--producer NAME] [--schema S (with a postgres:// URL)]',
   );
   if (parsed === 'help') return help();
   if (parsed === undefined) return 2;
   const { target: path, json, values } = parsed;
   const producer = typeof values.producer === 'string' ? values.producer : undefined;
+  const schema = typeof values.schema === 'string' ? values.schema : undefined;
+  if (/^postgres(ql)?:\/\//i.test(path)) return inspectPostgres(path, schema, json, producer);
+  if (schema !== undefined) {
+    console.error('inspect: --schema is for a PostgreSQL store (a postgres:// URL), not a store folder');
+    return 2;
+  }
   // DedupStore.open creates a missing store: refuse first, so a typo does not leave a new one behind.
   if (!existsSync(path)) {
     console.error(`error: no store at ${path}: the folder does not exist`);
@@ -538,6 +554,41 @@ async function askYesNo(question: string): Promise<boolean> {
     return /^\s*y(es)?\s*$/i.test(answer);
   } finally {
     rl.close();
+  }
+}
+
+/** `stream-dedup inspect postgres://… --schema S`: loads the PostgreSQL reader (and pg) only now. */
+async function inspectPostgres(
+  url: string,
+  schema: string | undefined,
+  json: boolean,
+  producer: string | undefined,
+): Promise<number> {
+  if (schema === undefined) {
+    console.error('inspect: a PostgreSQL store needs --schema S (the schema migrate created)');
+    return 2;
+  }
+  // The password stays out of what is printed.
+  const shown = `${url.replace(/:[^:@/]*@/, ':***@')} schema ${schema}`;
+  const { readPostgresStore } = await import('../postgres/inspect.js');
+  let contents;
+  try {
+    contents = await readPostgresStore(url, schema);
+  } catch (err) {
+    if (err instanceof TypeError || err instanceof RangeError) {
+      console.error(`inspect: ${err.message}`);
+      return 2;
+    }
+    return reportError(err);
+  }
+  try {
+    const all = inspectPostgresRows(contents);
+    const inspection = producer === undefined ? all : selectProducer(shown, all, producer);
+    const store = `${shown} (version ${contents.version})`;
+    console.log(json ? formatInspectionJson(store, inspection) : formatInspection(store, inspection));
+    return 0;
+  } catch (err) {
+    return reportError(err);
   }
 }
 

@@ -74,7 +74,8 @@ export interface PostgresStoreOptions {
    * back (the server did that already) and run again once a connection opens, with a backoff of
    * 100 ms doubling to 2 s (jittered). Past this bound, counted from the first failure since the
    * last commit, it stops with `DEDUP_STORE_REFUSED`. A connection lost during the library's own
-   * COMMIT stops the consumer (restart it: the stored offset says whether the batch committed).
+   * COMMIT (its outcome unknown) is the same: the next batch locks and reads the offset row, and
+   * goes on after the batch if it committed (counted as a fence), from before it if not.
    * 0 stops at the first loss. @defaultValue 60000 @remarks Since 0.6.0
    */
   readonly reconnectTimeoutMs?: number;

@@ -2,14 +2,19 @@ import { describe, expect, it } from 'vitest';
 import {
   formatInspection,
   formatInspectionJson,
+  inspectPostgresRows,
   inspectStore,
   selectProducer,
   type StoreInspection,
 } from '../../src/cli/inspect.js';
 import { CliError } from '../../src/cli/output.js';
 import { VerifyingConsumerCore } from '../../src/consumer/core.js';
+import { DedupError } from '../../src/errors.js';
 import { identityHeaders } from '../../src/identity/headers.js';
+import { encodeScopeKey } from '../../src/identity/scope-key.js';
+import { encodeScopeState } from '../../src/store/consumer-keys.js';
 import type { DedupStore } from '../../src/store/store.js';
+import { createTracker } from '../../src/verifier/index.js';
 import { memoryStore } from '../support/memory-store.js';
 
 const entry = (id: bigint) => ({ publishingId: id, body: Buffer.from(`m-${id}`), headers: undefined });
@@ -463,5 +468,56 @@ describe('cli inspect --producer', () => {
     expect(() =>
       selectProducer('/e', { producers: [], superStreams: [], consumers: [], scopes: [] }, 'x'),
     ).toThrow(/has no producer named "x" .*it has none\)$/);
+  });
+});
+
+describe('inspectPostgresRows (a PostgreSQL store, stream-dedup inspect postgres://…)', () => {
+  const state = (ids: bigint[], lastSeenMs: number) => {
+    const tracker = createTracker({ kind: 'window', size: 64 });
+    for (const id of ids) tracker.record(id);
+    return encodeScopeState(tracker, lastSeenMs);
+  };
+
+  it('lists consumers with a committed offset and decodes every scope, sorted as the LevelDB view', () => {
+    const q = encodeScopeKey({ consumer: 'ledger', tenant: '', producer: 'q' });
+    const p = encodeScopeKey({ consumer: 'ledger', tenant: 'acme', producer: 'p' });
+    const inspection = inspectPostgresRows({
+      offsets: [
+        { consumer: 'zeta', committedOffset: 7n },
+        { consumer: 'ledger', committedOffset: 41n },
+        { consumer: 'opened-only', committedOffset: undefined },
+      ],
+      scopes: [
+        { scopeKey: q, state: state([1n, 2n], 0) },
+        { scopeKey: p, state: state([5n], 1_700_000_000_000) },
+      ],
+    });
+    expect(inspection.producers).toEqual([]);
+    expect(inspection.superStreams).toEqual([]);
+    expect(inspection.consumers).toEqual([
+      { consumerName: 'ledger', committedOffset: 41n },
+      { consumerName: 'zeta', committedOffset: 7n },
+    ]);
+    expect(inspection.scopes.map((s) => [s.tenant, s.producer, s.highest, s.policy])).toEqual([
+      ['', 'q', 2n, { kind: 'window', size: 64 }],
+      ['acme', 'p', 5n, { kind: 'window', size: 64 }],
+    ]);
+    expect(inspection.scopes[1]!.lastSeen).toBe('2023-11-14T22:13:20.000Z');
+    expect(formatInspection('postgres://u:***@h/db schema s (version 1)', inspection)).toMatch(
+      /store postgres:\/\/u:\*\*\*@h\/db schema s \(version 1\)[\s\S]*verifying consumers: 2[\s\S]*verifier scopes: 2/,
+    );
+  });
+
+  it('a scope state that does not decode is DEDUP_STORE_CORRUPT naming the row', () => {
+    const key = encodeScopeKey({ consumer: 'ledger', tenant: '', producer: 'q' });
+    let caught: unknown;
+    try {
+      inspectPostgresRows({ offsets: [], scopes: [{ scopeKey: key, state: Uint8Array.of(0xff, 1, 2) }] });
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(DedupError);
+    expect((caught as DedupError).code).toBe('DEDUP_STORE_CORRUPT');
+    expect((caught as DedupError).message).toMatch(/scope_states/);
   });
 });
