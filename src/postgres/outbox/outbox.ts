@@ -19,7 +19,7 @@ import { outboxTablesOf } from './tables.js';
  *
  * @remarks Since 0.6.0
  */
-export const OUTBOX_MAX_MESSAGE_BYTES = 1_048_576 - 512;
+export const OUTBOX_MAX_MESSAGE_BYTES: number = 1_048_576 - 512;
 
 /**
  * What `enqueue` needs of a client: a `pg` `Client` or `PoolClient` (or anything with its
