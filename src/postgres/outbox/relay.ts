@@ -37,6 +37,7 @@ export class OutboxPoisonRowError extends DedupError {
   /** The row's `outbox.id`. */
   readonly rowId: bigint;
 
+  /** `rowId`: the row's `outbox.id`; `reason`: why it cannot be published. */
   constructor(rowId: bigint, reason: string) {
     super(
       'DEDUP_BROKER_REFUSED',
@@ -206,6 +207,7 @@ export class PgOutboxRelay {
     this.#finish(undefined);
   }
 
+  /** Calls {@link PgOutboxRelay.close} (`await using relay = …`). */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
