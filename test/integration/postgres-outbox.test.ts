@@ -287,6 +287,35 @@ describe('PgOutboxRelay', () => {
     expect(ids(messages)).toEqual(['1', '2']);
   });
 
+  it('a relay whose lease was taken over numbers nothing more under its old lease', async () => {
+    const { db, stream, outbox, producerName } = await setup();
+    const counter = confirmedCounter();
+    const events: string[] = [];
+    const relay = await openRelay({
+      pool: db.pool,
+      schema: db.schema,
+      producerName,
+      stream,
+      onEvent: (e) => {
+        counter.onEvent(e);
+        events.push(e.type === 'active' ? `active ${e.epoch}` : e.type);
+      },
+    });
+    // Another relay took the name over (its takeover bumped the epoch) while this one held on.
+    await db.pool.query(`UPDATE "${db.schema}".outbox_relays SET epoch = epoch + 1, holder = 'other'`);
+    const c = await db.pool.connect();
+    try {
+      await inTransaction(c, () => outbox.enqueue(c, Buffer.from('x')));
+    } finally {
+      c.release();
+    }
+    await counter.reach(1);
+    // Fenced at its numbering, it let the lock go, took the name again under a new epoch, then numbered.
+    expect(events.filter((e) => e.startsWith('active'))).toEqual(['active 1', 'active 3']);
+    expect(relay.stats.takeovers).toBe(2);
+    expect(bodies(await readAll(client(), stream))).toEqual(['x']);
+  });
+
   it('stops at a poison row with an error naming it, after publishing the rows before it', async () => {
     const { db, stream, outbox, producerName } = await setup();
     const c = await db.pool.connect();
