@@ -15,9 +15,11 @@ const LAYERS = [
   [4, 'publisher', '^src/publisher/'],
   [4, 'consumer', '^src/consumer/'],
   [5, 'transport', '^src/transport/'],
-  [5, 'postgres', '^src/postgres/'],
+  [5, 'postgres', '^src/postgres/(?!outbox/)'],
   [6, 'superstream', '^src/superstream/'],
   [7, 'group', '^src/group/'],
+  // The outbox relay publishes through the stream transport and routes by the super stream's hash.
+  [7, 'outbox', '^src/postgres/outbox/'],
   [8, 'entry', '^src/(index|stream|amqp|postgres|testing)\\.ts$'],
   [9, 'cli', '^src/cli/'],
 ];

@@ -6,3 +6,13 @@ export { postgresHandler, type PostgresMessageHandler } from './postgres/handler
 export type { PostgresClient, PostgresTransaction } from './postgres/handler-client.js';
 export { migrate, SCHEMA_VERSION, type MigrateOptions, type MigrateResult } from './postgres/schema.js';
 export { PostgresStore, type PostgresStoreOptions } from './postgres/store.js';
+export {
+  PgOutbox,
+  OUTBOX_MAX_MESSAGE_BYTES,
+  type EnqueueOptions,
+  type EnqueueResult,
+  type OutboxClient,
+  type PgOutboxOptions,
+} from './postgres/outbox/outbox.js';
+export { PgOutboxRelay, OutboxPoisonRowError, type OutboxRelayStats } from './postgres/outbox/relay.js';
+export type { OutboxRelayEvent, PgOutboxRelayOptions } from './postgres/outbox/relay-options.js';
