@@ -324,6 +324,7 @@ cmd_up() {
       stop_node "$NODE"
     else
       log "using the broker already listening on 127.0.0.1 (AMQP $AMQP_PORT, stream $STREAM_PORT)"
+      log_tls
       return
     fi
   fi
@@ -336,7 +337,17 @@ cmd_up() {
   wait_node "$NODE" "$STREAM_PORT"
   port_open "$STREAM_TLS_PORT" && port_open "$AMQP_TLS_PORT" ||
     die "node $NODE@localhost runs but its TLS listeners ($AMQP_TLS_PORT, $STREAM_TLS_PORT) do not answer; see $ROOT/var/lib/stream-dedup/$NODE/log"
-  log "TLS: AMQP 127.0.0.1:$AMQP_TLS_PORT, stream 127.0.0.1:$STREAM_TLS_PORT; CA and client certificate in $ROOT$TLS_IN_ROOT"
+  log_tls
+}
+
+# log_tls: where the TLS listeners and the test CA are, as a fresh `up` and one on a running broker
+# both say (issue 38: the second said nothing).
+log_tls() {
+  if port_open "$AMQP_TLS_PORT" && port_open "$STREAM_TLS_PORT" && [ -f "$ROOT$TLS_IN_ROOT/ca.pem" ]; then
+    log "TLS: AMQP 127.0.0.1:$AMQP_TLS_PORT, stream 127.0.0.1:$STREAM_TLS_PORT; CA and client certificate in $ROOT$TLS_IN_ROOT"
+  else
+    log "TLS: no listener on 127.0.0.1:$AMQP_TLS_PORT and $STREAM_TLS_PORT with this script's CA (a broker it did not start)"
+  fi
 }
 
 cluster_ports() { # cluster_ports I -> "AMQP STREAM DIST"

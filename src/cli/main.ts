@@ -2,7 +2,6 @@
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createInterface } from 'node:readline/promises';
 import { parseArgs } from 'node:util';
 import { DedupError } from '../errors.js';
 import { DedupStore } from '../store/store.js';
@@ -17,8 +16,6 @@ import {
 } from './audit-superstream.js';
 import { auditExitCode, auditRecords, formatAuditJson, formatAuditReport } from './audit.js';
 import { unknownCommandHint } from './command-hint.js';
-import { createSuperStream, planSuperStream } from './create-super-stream.js';
-import { deleteByName, describeDeletion } from './delete.js';
 import { demo } from './demo.js';
 import { connectionFromEnv } from './env.js';
 import {
@@ -30,90 +27,10 @@ import {
 } from './inspect.js';
 import { describeRange, parseAuditRange, type AuditRange } from './audit-range.js';
 import { CliError, plural, progressReporter, runningCount } from './output.js';
-import { checkListArgs, formatList, formatListJson, listStreams } from './list.js';
 import { produce } from './produce.js';
 import { packageVersion } from './version.js';
-
-const USAGE = `stream-dedup — producer-side deduplication for RabbitMQ Streams
-
-Usage:
-  stream-dedup audit <stream> [--json] [--from OFFSET | --since TIME]
-                                                read the stream from its first message and report per
-                                                producer name: messages, duplicates (an id seen again),
-                                                gaps (missing id ranges), out-of-order ids, first/last id;
-                                                and the messages without identity. Copies marked by an
-                                                AMQP 0-9-1 publisher (its outbox re-sends after a crash:
-                                                the broker does not deduplicate AMQP 0-9-1) are counted
-                                                apart as expected copies and do not fail it.
-                                                --from reads from an offset, --since from the first chunk
-                                                at or after an ISO time; a range cannot see earlier ids,
-                                                so a copy of an earlier message is not a duplicate there
-  stream-dedup audit <super-stream> [--json]    the same for each partition of a super stream (recognised
-                                                by the broker's partitions query), then the sums; a name
-                                                that is both needs --stream or --super-stream; --since
-                                                applies to each partition (--from does not: offsets are
-                                                per partition)
-  stream-dedup inspect <store-folder> [--json] [--producer NAME]
-                                                list a LevelDB store: producers (ids, outbox), super
-                                                stream producers (the same per partition), verifying
-                                                consumers (committed offsets) and verifier scopes, or only
-                                                what concerns producer NAME; needs the store's lock, so
-                                                stop the processes using it first
-  stream-dedup inspect <postgres://URL> --schema S [--json] [--producer NAME]
-                                                the same for a PostgreSQL store (stream-dedup/postgres):
-                                                its schema version, consumers and scopes, read in one
-                                                read-only transaction while consumers run
-  stream-dedup demo [--kills N] [--per-run N] [--keep]
-                                                publish (--per-run ≥ 100 messages a run), get SIGKILLed
-                                                mid-way --kills times, restart, recover, then audit the
-                                                stream: 0 lost, 0 duplicated; the stream is deleted at
-                                                the end unless --keep
-  stream-dedup create-super-stream <name> --partitions N | --keys k1,k2,…
-                                                create a super stream: partitions <name>-0 … <name>-(N-1)
-                                                (N from 1 to 1000), or <name>-k1, <name>-k2, … bound with
-                                                the keys k1, k2, …; one that exists is refused
-  stream-dedup list <name>… [--group G]… [--producer P]… [--json]
-                                                what the broker holds under the names: a super stream's
-                                                partitions; each stream's leader, replicas, first offset
-                                                and last chunk's offset (sizes in offsets, not bytes);
-                                                the groups' changelogs <partition>.<G>.changelog; the
-                                                broker's last id of each producer P. Only given names are
-                                                seen: no protocol here can enumerate a broker's streams
-  stream-dedup delete <name> [--group G]… [--yes]
-                                                delete a super stream (its partitions) with the groups'
-                                                changelogs, or a stream; asks on a terminal, and without
-                                                one deletes only with --yes
-  stream-dedup migrate <schema> [--url URL] [--json]
-                                                create the PostgreSQL store's tables (stream-dedup/postgres)
-                                                in <schema>, or check that they are of this version;
-                                                the URL defaults to STREAM_DEDUP_PG_URL, then DATABASE_URL
-  stream-dedup help | --help                    this text
-  stream-dedup --version                        the version of stream-dedup
-
---json prints one JSON object on stdout (64-bit integers as decimal strings). Progress lines go to
-stderr, and only when it is a terminal.
-Environment (defaults in parentheses):
-  RABBITMQ_HOST (127.0.0.1)        the broker's host
-  RABBITMQ_STREAM_PORT (5552)      its stream protocol port
-  RABBITMQ_STREAM_ENDPOINTS        a cluster's stream endpoints, host:port,host:port, used instead of
-                                   RABBITMQ_HOST and RABBITMQ_STREAM_PORT (each reconnect takes the next)
-  RABBITMQ_AMQP_PORT (5672)        its AMQP 0-9-1 port (producers using the AMQP transport)
-  RABBITMQ_USER (guest)            the user name
-  RABBITMQ_PASSWORD (guest)        the password
-  RABBITMQ_VHOST (/)               the virtual host
-  RABBITMQ_TLS                     1: connect with TLS (default ports then 5551 and 5671); set by any of:
-  RABBITMQ_TLS_CA_FILE             a PEM file of the CA(s) to verify the broker with (else the system's)
-  RABBITMQ_TLS_CERT_FILE           a PEM client certificate, and RABBITMQ_TLS_KEY_FILE its key
-  RABBITMQ_TLS_KEY_PASSPHRASE      the key's passphrase (never printed)
-  RABBITMQ_TLS_SERVERNAME          the name to verify in the broker's certificate (default: the host)
-  STREAM_DEDUP_DEBUG               1: print the stack of an error, not only its one-line message
-Exit codes: 0 ok; 1 the audit found a problem: duplicates, gaps, ids out of order or a contradicted
-skip (each alone is enough, in any partition of a super stream; declared skips, expected AMQP 0-9-1
-copies and messages without identity are reported but do not fail it), or delete was answered no;
-2 usage (delete without --yes and without a terminal included); 3 broker unreachable or refused (for
-example no stream or super stream has the name, for list any of the names, or create-super-stream's
-name exists); 4 store locked, corrupt or missing, or it has no producer of the --producer name, or
-the PostgreSQL server refused (migrate).`;
+import { createSuperStreamCommand, deleteCommand, listCommand } from './housekeeping.js';
+import { exitCodeOf, help, reportError, USAGE } from './usage.js';
 
 /** The command that starts this CLI again (under tsx when running from source). */
 function selfCommand(): string[] {
@@ -413,150 +330,6 @@ async function inspect(args: string[]): Promise<number> {
   }
 }
 
-/**
- * `parseArgs` for the housekeeping commands: the positionals and values, or `undefined` after a
- * usage error (printed on stderr with the command's usage line), or `'help'`.
- */
-function parseHousekeeping(
-  command: string,
-  args: string[],
-  options: Record<string, { readonly type: 'string' | 'boolean'; readonly multiple?: boolean }>,
-  usage: string,
-):
-  | { positionals: string[]; values: Record<string, string | boolean | string[] | boolean[] | undefined> }
-  | 'help'
-  | undefined {
-  try {
-    const parsed = parseArgs({
-      args,
-      options: { ...options, help: { type: 'boolean', short: 'h' } },
-      allowPositionals: true,
-      strict: true,
-    });
-    if (parsed.values.help === true) return 'help';
-    return parsed;
-  } catch (err) {
-    console.error(`${command}: ${(err as Error).message}\nusage: ${usage}   (stream-dedup help for more)`);
-    return undefined;
-  }
-}
-
-const CREATE_USAGE = 'stream-dedup create-super-stream <name> --partitions N | --keys k1,k2,…';
-const LIST_USAGE = 'stream-dedup list <name>… [--group G]… [--producer P]… [--json]';
-const DELETE_USAGE = 'stream-dedup delete <name> [--group G]… [--yes]';
-
-async function createSuperStreamCommand(args: string[]): Promise<number> {
-  const parsed = parseHousekeeping(
-    'create-super-stream',
-    args,
-    { partitions: { type: 'string' }, keys: { type: 'string' } },
-    CREATE_USAGE,
-  );
-  if (parsed === 'help') return help();
-  if (parsed === undefined) return 2;
-  const [name, ...more] = parsed.positionals;
-  const plan =
-    name === undefined || more.length > 0
-      ? 'expects exactly one argument, <name>'
-      : planSuperStream(
-          name,
-          parsed.values.partitions as string | undefined,
-          parsed.values.keys as string | undefined,
-        );
-  if (typeof plan === 'string') {
-    console.error(`create-super-stream: ${plan}\nusage: ${CREATE_USAGE}`);
-    return 2;
-  }
-  try {
-    console.log(await createSuperStream(connectionFromEnv(), plan));
-    return 0;
-  } catch (err) {
-    return reportError(err);
-  }
-}
-
-async function listCommand(args: string[]): Promise<number> {
-  const parsed = parseHousekeeping(
-    'list',
-    args,
-    {
-      group: { type: 'string', multiple: true },
-      producer: { type: 'string', multiple: true },
-      json: { type: 'boolean' },
-    },
-    LIST_USAGE,
-  );
-  if (parsed === 'help') return help();
-  if (parsed === undefined) return 2;
-  const checked = checkListArgs({
-    names: parsed.positionals,
-    groups: (parsed.values.group as string[] | undefined) ?? [],
-    producers: (parsed.values.producer as string[] | undefined) ?? [],
-  });
-  if (typeof checked === 'string') {
-    console.error(`list: ${checked}\nusage: ${LIST_USAGE}`);
-    return 2;
-  }
-  try {
-    const report = await listStreams(connectionFromEnv(), checked);
-    console.log(parsed.values.json === true ? formatListJson(report) : formatList(report));
-    // Every name given must exist: a typo is not an empty listing.
-    return report.missing.length === 0 ? 0 : 3;
-  } catch (err) {
-    return reportError(err);
-  }
-}
-
-async function deleteCommand(args: string[]): Promise<number> {
-  const parsed = parseHousekeeping(
-    'delete',
-    args,
-    { group: { type: 'string', multiple: true }, yes: { type: 'boolean' } },
-    DELETE_USAGE,
-  );
-  if (parsed === 'help') return help();
-  if (parsed === undefined) return 2;
-  const [name, ...more] = parsed.positionals;
-  const groups = (parsed.values.group as string[] | undefined) ?? [];
-  const problem =
-    name === undefined || name.length === 0 || more.length > 0
-      ? 'expects exactly one argument, <name>'
-      : groups.find((g) => g.length === 0 || g.includes('.')) !== undefined
-        ? "--group expects a group name, non-empty and without '.'"
-        : undefined;
-  if (problem !== undefined) {
-    console.error(`delete: ${problem}\nusage: ${DELETE_USAGE}`);
-    return 2;
-  }
-  const yes = parsed.values.yes === true;
-  const interactive = process.stdin.isTTY === true && process.stderr.isTTY === true;
-  // Refused before any I/O: a script without --yes must not hang on a question nobody reads.
-  if (!yes && !interactive) {
-    console.error('delete: refusing to delete without --yes: there is no terminal to ask on');
-    return 2;
-  }
-  try {
-    const { plan, deleted } = await deleteByName(connectionFromEnv(), name!, groups, async (p) =>
-      yes ? true : askYesNo(`delete ${describeDeletion(p)}? [y/N] `),
-    );
-    console.log(deleted ? `deleted ${describeDeletion(plan)}` : 'nothing deleted');
-    return deleted ? 0 : 1;
-  } catch (err) {
-    return reportError(err);
-  }
-}
-
-/** Asks on the terminal (stderr), true for y or yes. */
-async function askYesNo(question: string): Promise<boolean> {
-  const rl = createInterface({ input: process.stdin, output: process.stderr });
-  try {
-    const answer = await rl.question(question);
-    return /^\s*y(es)?\s*$/i.test(answer);
-  } finally {
-    rl.close();
-  }
-}
-
 /** `stream-dedup inspect postgres://… --schema S`: loads the PostgreSQL reader (and pg) only now. */
 async function inspectPostgres(
   url: string,
@@ -621,30 +394,6 @@ async function migrateCommand(args: string[]): Promise<number> {
     }
     return reportError(err);
   }
-}
-
-function help(): number {
-  console.log(USAGE);
-  return 0;
-}
-
-/** One line on stderr, not a stack trace, for the errors users meet; returns the exit code. */
-function reportError(err: unknown): number {
-  if (err instanceof CliError) {
-    console.error(`error: ${err.message}`);
-    return err.exitCode;
-  }
-  if (!(err instanceof DedupError)) throw err;
-  console.error(`error: ${err.code}: ${err.message.replace(/\s*\n\s*/g, ' ')}`);
-  return exitCodeOf(err);
-}
-
-function exitCodeOf(err: unknown): number {
-  if (!(err instanceof DedupError)) return 1;
-  if (err.code === 'DEDUP_BROKER_UNREACHABLE' || err.code === 'DEDUP_BROKER_REFUSED') return 3;
-  if (err.code === 'DEDUP_STORE_LOCKED' || err.code === 'DEDUP_STORE_CORRUPT') return 4;
-  if (err.code === 'DEDUP_STORE_REFUSED') return 4;
-  return 1;
 }
 
 main(process.argv.slice(2)).then(

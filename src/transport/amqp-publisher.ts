@@ -3,6 +3,7 @@
  */
 import { DedupPublisherCore } from '../publisher/core.js';
 import { DedupPublisher } from '../publisher/facade.js';
+import { cleaningCreatedFolder } from '../store/fresh-folder.js';
 import { resolveAmqpPublisherOptions, type AmqpDedupPublisherOptions } from './amqp-options.js';
 import { AmqpTransport } from './amqp-transport.js';
 
@@ -48,6 +49,8 @@ export class AmqpDedupPublisher extends DedupPublisher {
   static async open(options: AmqpDedupPublisherOptions): Promise<AmqpDedupPublisher> {
     const { declareQueue, connectTimeoutMs } = resolveAmqpPublisherOptions(options);
     const transport = new AmqpTransport({ ...options, declareQueue, connectTimeoutMs });
-    return new AmqpDedupPublisher(await DedupPublisherCore.open(transport, options));
+    return new AmqpDedupPublisher(
+      await cleaningCreatedFolder(options.store, () => DedupPublisherCore.open(transport, options)),
+    );
   }
 }

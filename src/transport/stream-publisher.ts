@@ -3,6 +3,7 @@
  */
 import { DedupPublisherCore } from '../publisher/core.js';
 import { DedupPublisher } from '../publisher/facade.js';
+import { cleaningCreatedFolder } from '../store/fresh-folder.js';
 import type { StreamDedupPublisherOptions } from './stream-options.js';
 import { StreamTransport } from './stream-transport.js';
 
@@ -46,7 +47,9 @@ export class StreamDedupPublisher extends DedupPublisher {
    */
   static async open(options: StreamDedupPublisherOptions): Promise<StreamDedupPublisher> {
     if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
-    const core = await DedupPublisherCore.open(new StreamTransport(options), options);
+    const core = await cleaningCreatedFolder(options.store, () =>
+      DedupPublisherCore.open(new StreamTransport(options), options),
+    );
     return new StreamDedupPublisher(core);
   }
 }

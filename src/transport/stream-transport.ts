@@ -243,13 +243,14 @@ export class StreamTransport implements PublishTransport {
         // Deleted while the publisher was open: no reconnect brings it back.
         throw targetDeletedError('stream', this.target, this.#producerName, err);
       }
+      // A missing stream is most often a first run: say how to have it created.
+      const hint =
+        err instanceof StreamDoesNotExistError && !this.#createStream
+          ? ' (pass `createStream: true` to create it at open, or create it first)'
+          : '';
       throw new DedupError(
         'DEDUP_BROKER_REFUSED',
-        `the broker refused producer "${this.#producerName}" on stream "${this.target}": ${errorText(err)}` +
-          // A newcomer's first refusal (issue 38): say how to get the stream.
-          (err instanceof StreamDoesNotExistError && !this.#createStream
-            ? ' (create it first, or open the publisher with createStream: true)'
-            : ''),
+        `the broker refused producer "${this.#producerName}" on stream "${this.target}": ${errorText(err)}${hint}`,
         { cause: err },
       );
     }

@@ -1,3 +1,4 @@
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
@@ -216,6 +217,33 @@ describe('publisher - bad input', () => {
     // Both failures released the store: it opens again.
     const s = await DedupStore.open(store);
     await s.close();
+  });
+
+  it('a missing stream: the refusal names createStream, and the store folder the open created is removed', async () => {
+    const dir = await tempDir();
+    const fresh = join(dir, 'fresh');
+    const stream = uniqueName('missing');
+    const started = performance.now();
+    const refusal = await StreamDedupPublisher.open({
+      stream,
+      producerName: 'p',
+      store: fresh,
+      connection: STREAM_CONNECTION,
+    }).catch((e: unknown) => e);
+    const ms = performance.now() - started;
+    expect(refusal).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
+    expect((refusal as Error).message).toMatch(/does not exist \(pass `createStream: true`/);
+    expect(existsSync(fresh)).toBe(false);
+    expect(readdirSync(dir)).toEqual([]);
+    // A folder that was there before the open is the application's: left, even empty.
+    const kept = join(dir, 'kept');
+    await (await DedupStore.open(kept)).close();
+    await expect(
+      StreamDedupPublisher.open({ stream, producerName: 'p', store: kept, connection: STREAM_CONNECTION }),
+    ).rejects.toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
+    expect(existsSync(kept)).toBe(true);
+    // MissingStreamCheck believes one node's "does not exist" after 2 s (src/transport/util.ts).
+    expect(ms).toBeLessThan(10_000);
   });
 
   it('explicit ids: an id not above the last accepted one is DEDUP_ID_REGRESSION before reaching the broker', async () => {
