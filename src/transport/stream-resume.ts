@@ -19,6 +19,8 @@
 import type { Client } from 'rabbitmq-stream-js-client';
 import { describeChunk, type ChunkIdentity } from '../consumer/chunk-identity.js';
 import type { DedupError } from '../errors.js';
+import { decodeOffsetRecord, offsetKey } from '../store/consumer-keys.js';
+import type { KeyValueDb } from '../store/store.js';
 import { errorText, withTimeout } from './util.js';
 
 /** How long the stats query may take. */
@@ -65,4 +67,16 @@ export async function planResume(
   // Trimmed by retention: nothing to compare with.
   if (stats.firstChunkId > chunk.firstOffset) return unchecked;
   return { offset: chunk.firstOffset, expect: chunk };
+}
+
+/**
+ * The chunk identity stored with consumer `consumerName`'s offset in `db` (a consumer group's
+ * partition reads it after its restore, before its core opens), if any.
+ *
+ * @throws DedupError `DEDUP_STORE_CORRUPT` for an offset record that does not decode.
+ * @internal
+ */
+export async function storedChunk(db: KeyValueDb, consumerName: string): Promise<ChunkIdentity | undefined> {
+  const raw = await db.get(offsetKey(consumerName));
+  return raw === undefined ? undefined : decodeOffsetRecord(raw).chunk;
 }

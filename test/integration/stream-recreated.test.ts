@@ -234,4 +234,54 @@ describe('stream verifying consumer - a stream recreated under the same name', (
         .catch(() => undefined);
     }
   }, 60_000);
+  it('a group member whose partition was deleted and recreated with more messages than it committed stops with DEDUP_STREAM_REGRESSION, no handler run', async () => {
+    // The super stream is deleted and created again under the same name (its partitions empty);
+    // the group's changelogs, streams of their own, still say where the group got to.
+    const name = uniqueName('recreated-group-full');
+    await client().createSuperStream({ streamName: name, arguments: {} }, undefined, 1);
+    const [partition] = await client().queryPartitions({ superStream: name });
+    const sent = new Map<string, Sent>();
+    await publishLedger(client(), [partition!], 1, 5, sent);
+    const options = {
+      superStream: name,
+      consumerName: 'recreated',
+      store: join(await tempDir(), 'store'),
+      connection: STREAM_CONNECTION,
+      startFrom: 'first' as const,
+      commitLingerMs: 10,
+      handler: ledgerHandler,
+    };
+    try {
+      const first = await SuperStreamVerifyingConsumer.open(options);
+      await first.waitForOffset(partition!, sent.get(partition!)!.lastOffset);
+      await first.close();
+      await client().deleteSuperStream({ streamName: name });
+      await client().createSuperStream({ streamName: name, arguments: {} }, undefined, 1);
+      // Offsets 0..9 of the new partition: the committed offset 4 exists again.
+      await publishLedger(client(), [partition!], 1, 10, new Map<string, Sent>());
+      let handled = 0;
+      const error = await SuperStreamVerifyingConsumer.open({
+        ...options,
+        handler: (...args: Parameters<typeof ledgerHandler>) => {
+          handled++;
+          return ledgerHandler(...args);
+        },
+      }).then(
+        (member) => member.closed(),
+        (err: unknown) => err,
+      );
+      expect(isDedupError(error) && error.code).toBe('DEDUP_STREAM_REGRESSION');
+      expect((error as Error).message).toMatch(
+        new RegExp(`partition "${partition}" holds chunk 0 written at`),
+      );
+      expect(handled).toBe(0);
+    } finally {
+      await client()
+        .deleteSuperStream({ streamName: name })
+        .catch(() => undefined);
+      await client()
+        .deleteStream({ stream: changelogStreamName(partition!, 'recreated') })
+        .catch(() => undefined);
+    }
+  }, 60_000);
 });
