@@ -497,7 +497,9 @@ export class SimTransport implements PublishTransport {
         );
       }
       const entry = messages.slice(i, i + size);
-      this.#network.noteEntry(this.target, this.producerName, this.storeEpoch, entry);
+      // The entry-shape rule is the stream protocol's (AMQP 0-9-1 has no sub-entries).
+      if (this.carriesBatches)
+        this.#network.noteEntry(this.target, this.producerName, this.storeEpoch, entry);
       const ids = entry.map((m) => m.publishingId);
       if (batch !== undefined) this.#batches.set(ids[ids.length - 1]!, ids);
       if (batch !== undefined && this.maxBatchBytes !== undefined) {

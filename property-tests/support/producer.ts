@@ -85,6 +85,11 @@ export interface StartOptions {
   readonly subEntrySize?: number;
   /** The disk holds every batch from the start (open's own writes included) until released. */
   readonly slowDisk?: boolean;
+  /**
+   * This life goes over AMQP 0-9-1: no last ID from the broker, no sub-entries, every member of a
+   * batch an earlier life recorded re-sent and acked alone (default: the spec's transport).
+   */
+  readonly amqp?: boolean;
 }
 
 /** Options of a {@link ProducerHarness}. */
@@ -397,9 +402,10 @@ export class ProducerHarness {
   }
 
   async #open(o: StartOptions, opening: Opening): Promise<DedupError | undefined> {
-    const reportsLastId = this.spec.reportsLastId ?? true;
+    const amqp = o.amqp === true;
+    const reportsLastId = !amqp && (this.spec.reportsLastId ?? true);
     let durability = o.durability ?? this.spec.durability;
-    const subEntrySize = o.subEntrySize ?? this.spec.subEntrySize ?? 1;
+    const subEntrySize = amqp ? 1 : (o.subEntrySize ?? this.spec.subEntrySize ?? 1);
     let onBrokerAhead = this.spec.onBrokerAhead ?? 'error';
     for (let attempt = 0; ; attempt++) {
       // Refusals in turn: unsafe options, the broker ahead, an explicit outbox to start over.
@@ -423,6 +429,7 @@ export class ProducerHarness {
         {
           reportsLastId,
           subEntrySize,
+          carriesBatches: !amqp,
           storeEpoch: this.#storeEpoch,
           // maxInFlight bounds sends; an open re-sends the outbox it recovers at once, whatever
           // its size (close() commits every waiting send to it), as the README says.

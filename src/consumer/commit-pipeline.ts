@@ -7,6 +7,7 @@
  * hold half a message, and the handler may still throw.
  */
 import { encodeOffset } from '../store/consumer-keys.js';
+import type { ChunkIdentity } from '../store/chunk-identity.js';
 import type { ConsumerStore, Op } from './consumer-store.js';
 import type { ResolvedVerifyingConsumerOptions } from './options.js';
 import type { VerifyStats } from './types.js';
@@ -37,6 +38,8 @@ export interface CommitPipelineOptions {
   readonly offsetKey: string;
   /** The offset committed by an earlier life, if any. */
   readonly committedOffset: bigint | undefined;
+  /** The identity of the chunk holding it, when stored. */
+  readonly committedChunk: ChunkIdentity | undefined;
   readonly scopes: ScopeStager;
   readonly options: ResolvedVerifyingConsumerOptions;
   /** The consumer's counters (`commits` is counted here). */
@@ -100,6 +103,10 @@ export class CommitPipeline {
   readonly #recover: ((error: unknown) => true | Error | undefined) | undefined;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
   #committedOffset: bigint | undefined;
+  /** The chunks holding the committed, handed and last pending offsets (stream transport only). */
+  #committedChunk: ChunkIdentity | undefined;
+  #handedChunk: ChunkIdentity | undefined;
+  #lastChunk: ChunkIdentity | undefined;
   /**
    * The last offset handed to a write: the committed offset, or the last offset of the commit in
    * flight (which becomes durable, or the consumer stops). Redeliveries up to it are not processed.
@@ -142,11 +149,18 @@ export class CommitPipeline {
     this.#recover = options.recover;
     this.#committedOffset = options.committedOffset;
     this.#handedOffset = options.committedOffset;
+    this.#committedChunk = options.committedChunk;
+    this.#handedChunk = options.committedChunk;
   }
 
   /** The last committed offset. */
   get committedOffset(): bigint | undefined {
     return this.#committedOffset;
+  }
+
+  /** The identity of the chunk holding the committed offset, when known. */
+  get committedChunk(): ChunkIdentity | undefined {
+    return this.#committedChunk;
   }
 
   /** The error that stopped the pipeline, if any. */
@@ -204,16 +218,24 @@ export class CommitPipeline {
    * The message's handler returned synchronously (or did not run): the message joins the batch.
    * Nothing else ran meanwhile, so nobody waits for this boundary.
    */
-  endMessage(offset: bigint, settle: (() => void) | undefined): Promise<void> | undefined {
+  endMessage(
+    offset: bigint,
+    settle: (() => void) | undefined,
+    chunk?: ChunkIdentity,
+  ): Promise<void> | undefined {
     this.#processing = false;
-    return this.#add(offset, settle);
+    return this.#add(offset, settle, chunk);
   }
 
   /** The message's asynchronous handler returned: the message joins the batch, unless it was discarded meanwhile. */
-  endMessageAsync(offset: bigint, settle: (() => void) | undefined): Promise<void> | undefined {
+  endMessageAsync(
+    offset: bigint,
+    settle: (() => void) | undefined,
+    chunk?: ChunkIdentity,
+  ): Promise<void> | undefined {
     this.#processing = false;
     try {
-      if (!this.#dropCurrent) return this.#add(offset, settle);
+      if (!this.#dropCurrent) return this.#add(offset, settle, chunk);
       // The batch was discarded while the handler ran (a lost connection, a failed write): what
       // it wrote since is dropped too, and the message is delivered again.
       this.#dropCurrent = false;
@@ -256,12 +278,15 @@ export class CommitPipeline {
    * Drops the uncommitted batch and goes on from `offset`, the store's committed offset as re-read
    * (another process may have moved it either way). Only with no write in flight.
    */
-  rebase(offset: bigint | undefined): void {
+  rebase(offset: bigint | undefined, chunk: ChunkIdentity | undefined): void {
     const before = this.#committedOffset;
     this.discard();
     this.#committedOffset = offset;
     this.#handedOffset = offset;
     this.#lastOffset = offset;
+    this.#committedChunk = chunk;
+    this.#handedChunk = chunk;
+    this.#lastChunk = chunk;
     // Moved on by another process: committed up to there, which waitForOffset() is told.
     if (offset !== undefined && (before === undefined || offset > before)) {
       for (const listener of this.#commitListeners) listener(offset);
@@ -356,6 +381,7 @@ export class CommitPipeline {
     this.#pendingSettles = [];
     // Delivery goes on after what was handed to a write (the write in flight goes on).
     this.#lastOffset = this.#handedOffset;
+    this.#lastChunk = this.#handedChunk;
   }
 
   /** Stops the pipeline for good and drops the uncommitted batch; returns the error it stopped with. */
@@ -373,8 +399,13 @@ export class CommitPipeline {
     clearTimeout(this.#linger);
   }
 
-  #add(offset: bigint, settle: (() => void) | undefined): Promise<void> | undefined {
+  #add(
+    offset: bigint,
+    settle: (() => void) | undefined,
+    chunk: ChunkIdentity | undefined,
+  ): Promise<void> | undefined {
     this.#lastOffset = offset;
+    this.#lastChunk = chunk;
     this.#pendingMessages++;
     if (settle !== undefined) this.#pendingSettles.push(settle);
     if (this.#options.commit === 'message') return this.flush();
@@ -442,9 +473,11 @@ export class CommitPipeline {
     const write = ++this.#writesBegun;
     const staged = this.#scopes.stage(this.#touched, write, ops);
     const lastOffset = this.#lastOffset!;
+    const lastChunk = this.#lastChunk;
     const baseOffset = this.#handedOffset;
     this.#handedOffset = lastOffset;
-    ops.push({ type: 'put', key: this.#offsetKey, value: encodeOffset(lastOffset) });
+    this.#handedChunk = lastChunk;
+    ops.push({ type: 'put', key: this.#offsetKey, value: encodeOffset(lastOffset, lastChunk) });
     const info = { messages: this.#pendingMessages, lastOffset };
     const settles = this.#pendingSettles;
     this.#inflightOps = batchOps;
@@ -460,7 +493,7 @@ export class CommitPipeline {
         // went: a batch of effects lost and the offset past it.
         callHook('beforeCommit', hooks?.beforeCommit, info);
         if (this.#journal !== undefined) await this.#journal({ ops, lastOffset, baseOffset });
-        await this.#store.write({ ops, lastOffset, baseOffset });
+        await this.#store.write({ ops, lastOffset, baseOffset, lastChunk });
       } catch (err) {
         if (this.#inflightOps === batchOps) this.#inflightOps = undefined;
         // Recovered (a lost connection, a deadlock): the pipeline was rebased on the stored offset;
@@ -473,6 +506,7 @@ export class CommitPipeline {
       }
       staged();
       this.#committedOffset = lastOffset;
+      this.#committedChunk = lastChunk;
       this.#stats.commits++;
       let hookError: { err: unknown } | undefined;
       try {

@@ -5,6 +5,7 @@
  * writes the verifier state and the offset in it, fenced on the offset row. The core and the commit
  * pipeline are the same for both.
  */
+import type { ChunkIdentity } from '../store/chunk-identity.js';
 
 /** One write of a LevelDB batch. */
 export type Op = { type: 'put'; key: string; value: Uint8Array } | { type: 'del'; key: string };
@@ -20,6 +21,8 @@ export interface StoreBatch {
   readonly lastOffset: bigint;
   /** The offset the batch was computed on: the one committed before it, `undefined` for the first. */
   readonly baseOffset: bigint | undefined;
+  /** The identity of the stream chunk holding `lastOffset`, when the transport gives one. */
+  readonly lastChunk: ChunkIdentity | undefined;
 }
 
 /**
@@ -29,6 +32,11 @@ export interface StoreBatch {
 export interface ConsumerStore {
   /** The consumer's committed offset: as read at open, after each commit, and as re-read at a fence. */
   readonly committedOffset: bigint | undefined;
+  /**
+   * The identity of the stream chunk holding {@link ConsumerStore.committedOffset}, read and
+   * re-read with it; `undefined` when none was stored (older versions, AMQP 0-9-1 consumers).
+   */
+  readonly committedChunk: ChunkIdentity | undefined;
   /** Reads one record outside any batch (a scope's verifier state). */
   get(key: string): Promise<Uint8Array | undefined>;
   /**

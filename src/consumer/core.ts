@@ -10,6 +10,7 @@ import { offsetKey } from '../store/consumer-keys.js';
 import type { DedupStore } from '../store/store.js';
 import { observeVerifier } from '../telemetry/metrics.js';
 import { outOfRange } from '../util/options.js';
+import { ChunkExpectation, type ChunkIdentity } from '../store/chunk-identity.js';
 import { CommitPipeline, type Journal } from './commit-pipeline.js';
 import { isConsumerStoreProvider, type ConsumerStore } from './consumer-store.js';
 import { Effects } from './effect-transaction.js';
@@ -83,6 +84,8 @@ export class VerifyingConsumerCore {
   readonly #extensions: CoreExtensions;
   /** The transport's way to subscribe again from the committed offset (see {@link VerifyingConsumerCore.onRewind}). */
   #rewindListener: ((delayMs: number) => void) | undefined;
+  /** What the first message of the current subscription must come from (recreated-stream check). */
+  readonly #expectation = new ChunkExpectation();
 
   private constructor(
     store: ConsumerStore,
@@ -104,6 +107,7 @@ export class VerifyingConsumerCore {
       store,
       offsetKey: offsetKey(options.consumerName),
       committedOffset: store.committedOffset,
+      committedChunk: store.committedChunk,
       scopes: this.#scopes,
       options,
       stats: this.stats,
@@ -189,6 +193,23 @@ export class VerifyingConsumerCore {
     return this.#pipeline.committedOffset;
   }
 
+  /**
+   * The identity of the stream chunk holding {@link VerifyingConsumerCore.committedOffset}, when
+   * the store holds one (stream transport, since 0.6.0).
+   */
+  get committedChunk(): ChunkIdentity | undefined {
+    return this.#pipeline.committedChunk;
+  }
+
+  /**
+   * A subscription at `chunk.firstOffset` starts (`undefined`: a subscription with no check): its
+   * first message must be the first of `chunk`, else the consumer stops with `refuse`'s error
+   * before anything of the subscription is verified or handled (consumer/chunk-identity.ts).
+   */
+  expectChunk(chunk: ChunkIdentity | undefined, refuse?: (found: string) => DedupError): void {
+    this.#expectation.arm(chunk, refuse);
+  }
+
   /** The error that stopped the consumer, if any. */
   get failure(): Error | undefined {
     return this.#pipeline.failure;
@@ -257,6 +278,9 @@ export class VerifyingConsumerCore {
     const pipeline = this.#pipeline;
     if (pipeline.failure !== undefined) throw pipeline.failure;
     if (this.#closing) throw new DedupError('DEDUP_CONSUMER_CLOSED', 'the verifying consumer is closed');
+    // Another stream under the committed offset's name: nothing of it may be applied.
+    const regression = this.#expectation.check(message.offset, message.chunk);
+    if (regression !== undefined) throw pipeline.fail(regression);
     if (pipeline.isHanded(message.offset)) {
       // Redelivered (for example a re-subscription after a lost connection): committed, or in the
       // commit being written; settled once that is durable.
@@ -277,9 +301,9 @@ export class VerifyingConsumerCore {
       if (recovered === true) return undefined;
       throw pipeline.abortMessage(recovered ?? err);
     }
-    if (applying === undefined) return pipeline.endMessage(message.offset, message.settle);
+    if (applying === undefined) return pipeline.endMessage(message.offset, message.settle, message.chunk);
     return applying.then(
-      () => pipeline.endMessageAsync(message.offset, message.settle),
+      () => pipeline.endMessageAsync(message.offset, message.settle, message.chunk),
       (err: unknown) => {
         const recovered = this.#recover(err, true);
         if (recovered !== true) pipeline.abortMessageAsync(recovered ?? err);
@@ -300,7 +324,7 @@ export class VerifyingConsumerCore {
     if (recovery === undefined || recovery instanceof Error) return recovery;
     const pipeline = this.#pipeline;
     if (inMessage) pipeline.dropMessage();
-    pipeline.rebase(this.#store.committedOffset);
+    pipeline.rebase(this.#store.committedOffset, this.#store.committedChunk);
     this.#scopes.clear();
     if (recovery.kind === 'fenced') this.stats.fences++;
     else if (recovery.kind === 'retry') this.stats.retries++;

@@ -3,8 +3,9 @@
  * state, offset), the handler's context the consumer's {@link EffectTransaction}. The folder's lock and
  * the per-store name claim keep a second writer out, so nothing here is fenced.
  */
-import { decodeOffset, offsetKey } from '../store/consumer-keys.js';
+import { decodeOffsetRecord, offsetKey, type OffsetRecord } from '../store/consumer-keys.js';
 import { DedupStore, type KeyValueDb } from '../store/store.js';
+import type { ChunkIdentity } from '../store/chunk-identity.js';
 import type { Op } from './commit-pipeline.js';
 import type { ConsumerStore, StoreBatch } from './consumer-store.js';
 import type { EffectTransaction } from './types.js';
@@ -17,6 +18,7 @@ import type { EffectTransaction } from './types.js';
 export class LevelConsumerStore implements ConsumerStore {
   readonly db: KeyValueDb;
   readonly committedOffset: bigint | undefined;
+  readonly committedChunk: ChunkIdentity | undefined;
   readonly #sync: boolean;
   readonly #owned: DedupStore | undefined;
   readonly #release: () => void;
@@ -27,13 +29,14 @@ export class LevelConsumerStore implements ConsumerStore {
     store: DedupStore,
     owned: DedupStore | undefined,
     release: () => void,
-    committedOffset: bigint | undefined,
+    committed: OffsetRecord | undefined,
   ) {
     this.db = store.db;
     this.#sync = store.sync;
     this.#owned = owned;
     this.#release = release;
-    this.committedOffset = committedOffset;
+    this.committedOffset = committed?.offset;
+    this.committedChunk = committed?.chunk;
   }
 
   /**
@@ -56,7 +59,7 @@ export class LevelConsumerStore implements ConsumerStore {
         opened,
         owned,
         release,
-        raw === undefined ? undefined : decodeOffset(raw),
+        raw === undefined ? undefined : decodeOffsetRecord(raw),
       );
     } catch (err) {
       // A failed open gives the name back, so the next try reports the real error again.

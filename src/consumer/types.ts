@@ -5,6 +5,7 @@
 import type { MessageIdentity } from '../identity/headers.js';
 import type { DedupStore } from '../store/store.js';
 import type { ConsumerStoreProvider } from './consumer-store.js';
+import type { ChunkIdentity } from '../store/chunk-identity.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { IdRange, PolicySpec } from '../verifier/types.js';
 
@@ -269,6 +270,8 @@ export interface IncomingMessage {
   readonly messageAnnotations?: Readonly<Record<string, unknown>> | undefined;
   /** Called once the message's outcome is committed (AMQP: ack). */
   readonly settle?: (() => void) | undefined;
+  /** The stream chunk the message came in (stream protocol only): stored with the offset. */
+  readonly chunk?: ChunkIdentity | undefined;
 }
 
 /**

@@ -28,6 +28,7 @@ import {
   type StreamMessage,
 } from '../transport/stream-delivery.js';
 import { connectStreamClient } from '../transport/stream-probe.js';
+import { planResume, storedChunk, type ResumePlan } from '../transport/stream-resume.js';
 import {
   EndpointRotation,
   errorText,
@@ -427,28 +428,21 @@ export class GroupPartition {
   }
 
   /**
-   * Refuses a partition that is empty although the group committed `committed` of it: it was
-   * deleted and recreated (retention never empties a stream), and subscribing at committed + 1
-   * would skip the new stream's first offsets silently, as for the stream consumer. A stats query
-   * that fails proves nothing: the take-over goes on.
+   * Where to subscribe after a restore to `committed` (stream-resume.ts): a partition that cannot
+   * be the one the group committed of (deleted and recreated: empty, shorter, or another chunk where
+   * the committed one was) stops the member with `DEDUP_STREAM_REGRESSION`, as the stream consumer.
    */
-  async #checkPartitionKept(client: Client, committed: bigint): Promise<void> {
+  async #planResume(client: Client, committed: bigint): Promise<[ResumePlan, (found: string) => DedupError]> {
     const { partition } = this.#s;
-    const empty = await withTimeout(
-      client.streamStatsRequest(partition),
-      WATCH_QUERY_MS,
-      'partition stats',
-    ).then(
-      (stats) => stats.lastChunkId < 0n,
-      (err: unknown) => /offset/i.test(errorText(err)),
-    );
-    if (!empty) return;
-    throw new DedupError(
-      'DEDUP_STREAM_REGRESSION',
-      `partition "${partition}" is empty, but group "${this.#s.consumerName}" committed offset ${committed} of it ` +
-        `(changelog "${this.#s.changelog}"): it was deleted and recreated. Resuming would skip its first ` +
-        'messages; use a new consumerName to read it from the start',
-    );
+    const refuse = (found: string): DedupError =>
+      new DedupError(
+        'DEDUP_STREAM_REGRESSION',
+        `partition "${partition}" ${found}, but group "${this.#s.consumerName}" committed offset ${committed} of it ` +
+          `(changelog "${this.#s.changelog}"): it was deleted and recreated. Resuming would skip its first ` +
+          'messages; use a new consumerName to read it from the start',
+      );
+    const chunk = await storedChunk(this.#s.store.db, this.#s.namespace);
+    return [await planResume(client, partition, committed, chunk, refuse), refuse];
   }
 
   /** Restores the partition from its changelog and opens its core; answers where delivery starts. */
@@ -473,6 +467,7 @@ export class GroupPartition {
     if (!current()) throw new PartitionMoved(this.#s.partition, 'moved');
     const client = await this.#connectReader();
     let report;
+    let resume: [ResumePlan, (found: string) => DedupError] | undefined;
     try {
       report = await restorePartition({
         db: this.#s.store.db,
@@ -486,7 +481,7 @@ export class GroupPartition {
         timeoutMs: this.#s.restoreTimeoutMs,
         isCurrent: current,
       });
-      if (report.offset !== undefined) await this.#checkPartitionKept(client, report.offset);
+      if (report.offset !== undefined) resume = await this.#planResume(client, report.offset);
     } finally {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
     }
@@ -522,6 +517,7 @@ export class GroupPartition {
       await core.close();
       throw new PartitionMoved(this.#s.partition, 'moved');
     }
+    if (resume !== undefined) core.expectChunk(resume[0].expect, resume[1]);
     const isCurrent = current;
     const lineage: Lineage = {
       needsGenesis: report.offset === undefined && report.start === undefined,
@@ -567,7 +563,7 @@ export class GroupPartition {
       'stream-dedup: consumer group member took over partition',
     );
     this.#emit({ kind: 'assigned', partition, offset: report.offset, restored: report.applied, ms });
-    if (report.offset !== undefined) return Offset.offset(report.offset + 1n);
+    if (resume !== undefined) return Offset.offset(resume[0].offset);
     if (report.start !== undefined) return Offset.offset(report.start);
     return this.#s.subscription.startFrom === 'next' ? Offset.next() : Offset.first();
   }

@@ -7,11 +7,13 @@
  */
 import type pg from 'pg';
 import type { Pool, PoolClient } from 'pg';
+import type { ChunkIdentity } from '../store/chunk-identity.js';
 import type { ConsumerStore, Rewind, StoreBatch } from '../consumer/consumer-store.js';
 import { DedupError } from '../errors.js';
 import { offsetKey, scopeKeyOfStateKey } from '../store/consumer-keys.js';
 import { Backoff } from '../util/backoff.js';
 import { HandlerTransaction } from './handler-client.js';
+import { CHUNK_COLUMNS, offsetRow, type OffsetRow, type StoredOffset } from './offset-row.js';
 import { errorCode, refusal } from './refusal.js';
 import type { Tables } from './schema.js';
 
@@ -121,6 +123,8 @@ export class PgConsumerStore implements ConsumerStore {
   readonly #onFailure: (error: Error) => void;
   readonly #release: () => void;
   #committed: bigint | undefined;
+  /** The identity of the chunk holding #committed, when stored (stream transport, 0.6.0 on). */
+  #committedChunk: ChunkIdentity | undefined;
   #tx: OpenTransaction | undefined;
   #opening: Promise<void> | undefined;
   /** The commit or rollback in flight: the next transaction opens after it. */
@@ -137,7 +141,7 @@ export class PgConsumerStore implements ConsumerStore {
     tables: Tables,
     consumer: string,
     limits: TransactionLimits,
-    committed: bigint | undefined,
+    committed: OffsetRow,
     onFailure: (error: Error) => void,
     release: () => void,
   ) {
@@ -145,7 +149,8 @@ export class PgConsumerStore implements ConsumerStore {
     this.#tables = tables;
     this.#consumer = consumer;
     this.#limits = limits;
-    this.#committed = committed;
+    this.#committed = committed.offset;
+    this.#committedChunk = committed.chunk;
     this.#onFailure = onFailure;
     this.#release = release;
   }
@@ -164,7 +169,7 @@ export class PgConsumerStore implements ConsumerStore {
     onFailure: (error: Error) => void,
     release: () => void,
   ): Promise<PgConsumerStore> {
-    let committed: bigint | undefined;
+    let committed: OffsetRow;
     try {
       await pool.query(
         bounded(
@@ -173,11 +178,14 @@ export class PgConsumerStore implements ConsumerStore {
           limits,
         ),
       );
-      const found = await pool.query<{ committed_offset: string | null }>(
-        bounded(`SELECT committed_offset FROM ${tables.offsets} WHERE consumer = $1`, [consumer], limits),
+      const found = await pool.query<StoredOffset>(
+        bounded(
+          `SELECT committed_offset, ${CHUNK_COLUMNS} FROM ${tables.offsets} WHERE consumer = $1`,
+          [consumer],
+          limits,
+        ),
       );
-      const raw = found.rows[0]?.committed_offset;
-      committed = raw === null || raw === undefined ? undefined : BigInt(raw);
+      committed = offsetRow(found.rows[0]);
     } catch (err) {
       release();
       throw refusal(err, `cannot open consumer "${consumer}"`);
@@ -187,6 +195,10 @@ export class PgConsumerStore implements ConsumerStore {
 
   get committedOffset(): bigint | undefined {
     return this.#committed;
+  }
+
+  get committedChunk(): ChunkIdentity | undefined {
+    return this.#committedChunk;
   }
 
   async get(key: string): Promise<Uint8Array | undefined> {
@@ -307,9 +319,9 @@ export class PgConsumerStore implements ConsumerStore {
           this.#limits,
         ),
       );
-      const found = await client.query<{ committed_offset: string | null; xid: string }>(
+      const found = await client.query<StoredOffset & { xid: string }>(
         bounded(
-          `SELECT committed_offset, pg_current_xact_id()::text AS xid FROM ${this.#tables.offsets} ` +
+          `SELECT committed_offset, ${CHUNK_COLUMNS}, pg_current_xact_id()::text AS xid FROM ${this.#tables.offsets} ` +
             'WHERE consumer = $1 FOR UPDATE',
           [this.#consumer],
           this.#limits,
@@ -322,11 +334,12 @@ export class PgConsumerStore implements ConsumerStore {
           `the offset row of consumer "${this.#consumer}" was deleted while it ran`,
         );
       }
-      const stored = row.committed_offset === null ? undefined : BigInt(row.committed_offset);
+      const { offset: stored, chunk } = offsetRow(row);
       if (stored !== this.#committed) {
         const mine = this.#committed;
         // Where to resume: what the other process committed (see recover()).
         this.#committed = stored;
+        this.#committedChunk = chunk;
         throw new DedupError(
           'DEDUP_CONSUMER_FENCED',
           `consumer "${this.#consumer}" is fenced: its committed offset moved from ${mine ?? 'none'} ` +
@@ -386,9 +399,15 @@ export class PgConsumerStore implements ConsumerStore {
       // committed the handlers' effects before it: said loudly).
       const updated = await client.query(
         bounded(
-          `UPDATE ${this.#tables.offsets} SET committed_offset = $2 ` +
-            'WHERE consumer = $1 AND pg_current_xact_id()::text = $3',
-          [this.#consumer, batch.lastOffset.toString(), tx.xid],
+          `UPDATE ${this.#tables.offsets} SET committed_offset = $2, chunk_first_offset = $4, ` +
+            'chunk_timestamp = $5 WHERE consumer = $1 AND pg_current_xact_id()::text = $3',
+          [
+            this.#consumer,
+            batch.lastOffset.toString(),
+            tx.xid,
+            batch.lastChunk?.firstOffset.toString() ?? null,
+            batch.lastChunk?.timestamp.toString() ?? null,
+          ],
           this.#limits,
         ),
       );
@@ -429,6 +448,7 @@ export class PgConsumerStore implements ConsumerStore {
     }
     this.#releaseClient(client, undefined);
     this.#committed = batch.lastOffset;
+    this.#committedChunk = batch.lastChunk;
     this.#retried = 0;
     this.#retryBackoff.reset();
     this.#lostSince = undefined;

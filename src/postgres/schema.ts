@@ -121,7 +121,9 @@ export async function migrate(pool: Pool, options: MigrateOptions): Promise<Migr
       await run(
         `CREATE TABLE ${t.offsets} (
            consumer text PRIMARY KEY,
-           committed_offset bigint)`,
+           committed_offset bigint,
+           chunk_first_offset bigint,
+           chunk_timestamp bigint)`,
       );
       await run(
         `CREATE TABLE ${t.scopes} (

@@ -3,7 +3,10 @@
  * them and `stream-dedup inspect` reads them; both go through this module, so the schema lives in
  * one place. The format is the one of 0.1 and 0.2: stores they wrote open unchanged.
  *
- * - `c:<length>:<consumer>/offset`: the consumer's last committed offset, a u64 big-endian.
+ * - `c:<length>:<consumer>/offset`: the consumer's last committed offset, a u64 big-endian; since
+ *   0.6.0 followed by the identity of the stream chunk that holds it (u64 first offset, i64
+ *   timestamp: 24 bytes), which a resubscription compares (consumer/chunk-identity.ts). Records of
+ *   8 bytes (older versions, AMQP 0-9-1 consumers) carry none.
  * - `v:` + scope key (identity/scope-key.ts): a scope's verifier state, a u64 lastSeenMs, then the
  *   tracker's own encoding.
  * - `u:<length>:<consumer>` + the handler's key: an effect value, as the handler wrote it.
@@ -12,6 +15,7 @@
  *
  * @internal
  */
+import type { ChunkIdentity } from './chunk-identity.js';
 import { DedupError } from '../errors.js';
 import { scopeKeyPrefix } from '../identity/scope-key.js';
 import { decodeTracker } from '../verifier/window.js';
@@ -77,22 +81,57 @@ export function effectKeyPrefix(consumerName: string): string {
   return EFFECT_TAG + lengthPrefixed(consumerName);
 }
 
-/** An offset record: the offset as a u64, big-endian. */
-export function encodeOffset(offset: bigint): Uint8Array {
-  const b = Buffer.allocUnsafe(8);
+/**
+ * An offset record: the offset as a u64, big-endian, then (when known) the identity of the chunk
+ * holding it, a u64 first offset and an i64 timestamp.
+ */
+export function encodeOffset(offset: bigint, chunk?: ChunkIdentity): Uint8Array {
+  const b = Buffer.allocUnsafe(chunk === undefined ? 8 : 24);
   b.writeBigUInt64BE(offset);
+  if (chunk !== undefined) {
+    b.writeBigUInt64BE(chunk.firstOffset, 8);
+    b.writeBigInt64BE(chunk.timestamp, 16);
+  }
   return b;
 }
 
+/** An offset record as stored: the offset, and the identity of its chunk when recorded. */
+export interface OffsetRecord {
+  readonly offset: bigint;
+  readonly chunk: ChunkIdentity | undefined;
+}
+
 /**
- * Reads an offset record.
+ * Reads an offset record's offset (see {@link decodeOffsetRecord}).
  *
- * @throws DedupError `DEDUP_STORE_CORRUPT` when it does not hold exactly 8 bytes.
+ * @throws DedupError `DEDUP_STORE_CORRUPT` when it holds neither 8 nor 24 bytes.
  */
 export function decodeOffset(raw: Uint8Array): bigint {
-  if (raw.length !== 8)
-    throw new DedupError('DEDUP_STORE_CORRUPT', `consumer offset record has ${raw.length} bytes, expected 8`);
-  return asBuffer(raw).readBigUInt64BE(0);
+  return decodeOffsetRecord(raw).offset;
+}
+
+/**
+ * Reads an offset record: 8 bytes (the offset alone), or 24 (with its chunk's identity).
+ *
+ * @throws DedupError `DEDUP_STORE_CORRUPT` when it holds neither 8 nor 24 bytes, or its chunk
+ *   starts after the offset.
+ */
+export function decodeOffsetRecord(raw: Uint8Array): OffsetRecord {
+  if (raw.length !== 8 && raw.length !== 24)
+    throw new DedupError(
+      'DEDUP_STORE_CORRUPT',
+      `consumer offset record has ${raw.length} bytes, expected 8 or 24`,
+    );
+  const b = asBuffer(raw);
+  const offset = b.readBigUInt64BE(0);
+  if (raw.length === 8) return { offset, chunk: undefined };
+  const chunk = { firstOffset: b.readBigUInt64BE(8), timestamp: b.readBigInt64BE(16) };
+  if (chunk.firstOffset > offset)
+    throw new DedupError(
+      'DEDUP_STORE_CORRUPT',
+      `consumer offset record: offset ${offset} lies in a chunk said to start at ${chunk.firstOffset}`,
+    );
+  return { offset, chunk };
 }
 
 /** A scope's verifier state as stored. */

@@ -38,6 +38,7 @@
  * strings, buffers and value slots (8 bytes each) for any input, N counting the record's 4-byte
  * size (property-tests/chunk-decoder.test.ts; docs/design.md §10).
  */
+import type { ChunkIdentity } from '../store/chunk-identity.js';
 import {
   ChunkDecodeError,
   copyOut,
@@ -96,6 +97,8 @@ export interface Amqp10Message {
   readonly messageHeader: Amqp10Header | undefined;
   /** The record's offset in the stream, when a chunk decoder decoded it (`stream-chunks.ts`). */
   readonly offset: bigint | undefined;
+  /** The chunk it came in, when a chunk decoder decoded it (`stream-chunks.ts`). */
+  readonly chunk: ChunkIdentity | undefined;
 }
 
 /**
@@ -212,7 +215,12 @@ function toProperties(fields: readonly unknown[]): Amqp10Properties {
  * @internal The chunk decoder's entry point; see {@link decodeAmqp10Message}.
  * @throws ChunkDecodeError when the bytes are not a well-formed AMQP 1.0 message.
  */
-export function readMessage(c: Cursor, end: number, offset: bigint | undefined): Amqp10Message {
+export function readMessage(
+  c: Cursor,
+  end: number,
+  offset: bigint | undefined,
+  chunk?: ChunkIdentity,
+): Amqp10Message {
   const buf = c.buf;
   const outer = c.end;
   if (end > outer)
@@ -308,6 +316,7 @@ export function readMessage(c: Cursor, end: number, offset: bigint | undefined):
     messageProperties,
     messageHeader,
     offset,
+    chunk,
   };
 }
 

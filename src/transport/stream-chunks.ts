@@ -39,6 +39,7 @@
  * zlib has no CRC32 (22.2 on), and TCP checks the bytes in transit.
  */
 import { CODEC_CODES, CODEC_NAMES, inflateOf } from './compression.js';
+import type { ChunkIdentity } from '../store/chunk-identity.js';
 import { ChunkDecodeError, readMessage, take, type Amqp10Message, type Cursor } from './amqp10-decode.js';
 
 /** The stream protocol's Deliver key. */
@@ -102,6 +103,8 @@ export interface StreamChunk {
   readonly chunkType: number;
   /** The offset of the chunk's first record (its chunk ID). */
   readonly firstOffset: bigint;
+  /** The timestamp its writer gave it, in ms since the epoch. */
+  readonly timestamp: bigint;
   /** Records the chunk holds (batch members counted one by one). */
   readonly numRecords: number;
   /** The records, in stream order, each with its offset; empty for a chunk that is not user data. */
@@ -172,6 +175,7 @@ export function decodeChunk(
   const chunkType = bytes[h + 1]!;
   const numEntries = bytes.readUInt16BE(h + 2);
   const numRecords = bytes.readUInt32BE(h + 4);
+  const timestamp = bytes.readBigInt64BE(h + 8);
   const firstOffset = bytes.readBigUInt64BE(h + 24);
   const dataLength = bytes.readUInt32BE(h + 36);
   if (dataLength > end - c.pos) {
@@ -181,7 +185,9 @@ export function decodeChunk(
   }
   const messages: ChunkRecord[] = [];
   // Tracking chunks (offsets, producer sequences) are the broker's, not the application's.
-  if (chunkType !== CHUNK_USER) return { chunkType, firstOffset, numRecords, messages };
+  if (chunkType !== CHUNK_USER) return { chunkType, firstOffset, timestamp, numRecords, messages };
+  // One object per chunk, shared by its records: the consumer stores it with its offset.
+  const identity: ChunkIdentity = { firstOffset, timestamp };
   const dataEnd = c.pos + dataLength;
   c.end = dataEnd;
   let next = firstOffset;
@@ -200,10 +206,10 @@ export function decodeChunk(
       const size = bytes.readUInt32BE(take(c, 4, 'record size'));
       if (size > dataEnd - c.pos) throw recordBeyond(firstOffset, next, size, dataEnd - c.pos);
       if (messages.length >= numRecords) throw tooMany(firstOffset, numRecords);
-      messages.push(readMessage(c, c.pos + size, next) as ChunkRecord);
+      messages.push(readMessage(c, c.pos + size, next, identity) as ChunkRecord);
       next++;
     } else {
-      next = readSubEntries(c, dataEnd, messages, firstOffset, numRecords, next, inflate);
+      next = readSubEntries(c, dataEnd, messages, identity, numRecords, next, inflate);
     }
   }
   if (c.pos !== dataEnd) {
@@ -216,7 +222,7 @@ export function decodeChunk(
       `chunk at offset ${firstOffset} announces ${numRecords} records, its entries hold ${messages.length}`,
     );
   }
-  return { chunkType, firstOffset, numRecords, messages };
+  return { chunkType, firstOffset, timestamp, numRecords, messages };
 }
 
 /**
@@ -227,7 +233,7 @@ function readSubEntries(
   c: Cursor,
   dataEnd: number,
   messages: ChunkRecord[],
-  firstOffset: bigint,
+  chunk: ChunkIdentity,
   numRecords: number,
   next: bigint,
   inflate: { left: number; readonly limit: number },
@@ -243,7 +249,7 @@ function readSubEntries(
       `sub-entry batch at offset ${next} announces ${length} bytes, the chunk holds ${dataEnd - c.pos} more`,
     );
   }
-  if (count > numRecords - messages.length) throw tooMany(firstOffset, numRecords);
+  if (count > numRecords - messages.length) throw tooMany(chunk.firstOffset, numRecords);
   const start = c.pos;
   c.pos += length;
   // Uncompressed, the records are read where they lie; a codec gives a buffer of their own.
@@ -271,8 +277,9 @@ function readSubEntries(
   }
   for (let i = 0; i < count; i++) {
     const size = inner.buf.readUInt32BE(take(inner, 4, 'sub-entry record size'));
-    if (size > inner.end - inner.pos) throw recordBeyond(firstOffset, next, size, inner.end - inner.pos);
-    messages.push(readMessage(inner, inner.pos + size, next) as ChunkRecord);
+    if (size > inner.end - inner.pos)
+      throw recordBeyond(chunk.firstOffset, next, size, inner.end - inner.pos);
+    messages.push(readMessage(inner, inner.pos + size, next, chunk) as ChunkRecord);
     next++;
   }
   if (inner.pos !== inner.end) {

@@ -18,6 +18,8 @@ import {
   type VerifyingConsumerOptions,
 } from '../consumer/core.js';
 import type { ChunkLimits } from './stream-chunks.js';
+import { planResume } from './stream-resume.js';
+import { regressionError } from '../store/chunk-identity.js';
 import { connectSubscriber, OrderedDelivery } from './stream-delivery.js';
 import { resolveChunkLimits } from './stream-options.js';
 import {
@@ -113,9 +115,6 @@ function checkEndpoint(value: Record<string, unknown>, name: string, required = 
   integerOption(port, `${name}.port`, 0, 1, 65_535);
 }
 
-/** How long a subscription waits for the stream's stats (the recreated-stream check). */
-const STATS_TIMEOUT_MS = 5_000;
-
 /**
  * Consumes a stream through the verifier: each message's identity is checked per (consumer,
  * tenant, producer); a new message runs the handler, whose LevelDB writes commit in one batch with
@@ -183,7 +182,9 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
    *   before anything is opened or connected.
    * @throws DedupError `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
    *   `DEDUP_BROKER_REFUSED` (for example a missing stream), `DEDUP_STREAM_REGRESSION` (an empty
-   *   stream behind a committed offset: recreated).
+   *   stream behind a committed offset, or one shorter than it: recreated). A recreated stream
+   *   that holds the committed offset stops the consumer with `DEDUP_STREAM_REGRESSION` once its
+   *   first chunk is delivered, before any handler runs (`closed()` rejects with it).
    */
   static async open(options: StreamVerifyingConsumerOptions): Promise<StreamVerifyingConsumer> {
     const resolved = resolveStreamOptions(options);
@@ -217,8 +218,9 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       this.#options.subscription.connectTimeoutMs,
     );
     const isCurrent = (): boolean => generation.isCurrent();
-    const resume = this.core.resumeOffset;
-    if (resume !== undefined) await this.#checkStreamKept(client, resume - 1n);
+    const committed = this.core.committedOffset;
+    const resume = committed === undefined ? undefined : await this.#planResume(client, committed);
+    if (resume === undefined) this.core.expectChunk(undefined);
     const offset =
       resume !== undefined
         ? Offset.offset(resume)
@@ -293,35 +295,24 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   }
 
   /**
-   * Stops with `DEDUP_STREAM_REGRESSION` when the stream is empty although `committed` was
-   * committed: it was deleted and recreated (retention never empties a stream). Subscribing at
-   * committed + 1 would skip the new stream's offsets up to `committed` silently: the client drops
-   * every message below the offset asked for. A stats query that fails otherwise or times out
-   * (5 s: the subscription's own bound follows) proves nothing: the subscription goes on.
+   * Where to subscribe with committed offset `committed` (see stream-resume.ts). A stream that
+   * cannot be the one the offset came from stops the consumer with `DEDUP_STREAM_REGRESSION`:
+   * subscribing at committed + 1 would skip the new stream's offsets up to `committed` silently
+   * (the client drops every message below the offset asked for).
    */
-  async #checkStreamKept(client: Client, committed: bigint): Promise<void> {
-    let empty: boolean;
+  async #planResume(client: Client, committed: bigint): Promise<bigint> {
+    const refuse = (found: string): DedupError =>
+      regressionError(this.#options.stream, this.core.consumerName, committed, found);
+    let plan;
     try {
-      const stats = await withTimeout(
-        client.streamStatsRequest(this.#options.stream),
-        STATS_TIMEOUT_MS,
-        'stream stats',
-      );
-      empty = stats.lastChunkId < 0n;
-    } catch (err) {
-      // Some brokers answer "no offset" for a stream without a chunk, as readStreamToEnd knows.
-      empty = /offset/i.test(errorText(err));
+      plan = await planResume(client, this.#options.stream, committed, this.core.committedChunk, refuse);
+    } catch (error) {
+      await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+      void this.stop(error as Error);
+      throw error;
     }
-    if (!empty) return;
-    const error = new DedupError(
-      'DEDUP_STREAM_REGRESSION',
-      `stream "${this.#options.stream}" is empty, but consumer "${this.core.consumerName}" committed offset ` +
-        `${committed}: the stream was deleted and recreated (or the store belongs to another stream). ` +
-        'Resuming would skip its first messages; use a new consumerName or store to read it from the start',
-    );
-    await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
-    void this.stop(error);
-    throw error;
+    this.core.expectChunk(plan.expect, refuse);
+    return plan.offset;
   }
 
   /** @internal Unsubscribes first (what is buffered is dropped), lets the message in progress finish, then commits. */

@@ -71,7 +71,7 @@ describe('group partition - a partition recreated under the same name', () => {
       namespace: 'orders-0',
       changelog: 'orders-0.billing.changelog',
       changelogProducer: 'stream-dedup.changelog.billing',
-      store: { db: {}, sync: false } as never,
+      store: { db: { get: async () => undefined }, sync: false } as never,
       consumer: resolveVerifyingConsumerOptions({
         consumerName: 'billing',
         store: '/nonexistent',

@@ -114,6 +114,88 @@ describe('stream verifying consumer - a stream recreated under the same name', (
     await client().deleteStream({ stream });
   });
 
+  it('a stream recreated with more messages than the committed offset: the restarted consumer stops with DEDUP_STREAM_REGRESSION within 5 s, no handler runs', async () => {
+    const stream = uniqueName('recreated-full');
+    await client().createStream({ stream, arguments: {} });
+    await publish(stream, [1, 2, 3]);
+    const applied: bigint[] = [];
+    const options = {
+      connection: STREAM_CONNECTION,
+      stream,
+      consumerName: 'ledger',
+      store: join(await tempDir(), 'store'),
+      handler: (message: { offset: bigint }) => void applied.push(message.offset),
+    };
+    try {
+      const first = await StreamVerifyingConsumer.open(options);
+      await first.waitForOffset(2n);
+      await first.close();
+      expect(applied).toEqual([0n, 1n, 2n]);
+
+      // Deleted and recreated; ten messages written, in chunks of their own: offset 2 exists again.
+      await client().deleteStream({ stream });
+      await client().createStream({ stream, arguments: {} });
+      await publish(stream, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+      applied.length = 0;
+      const started = performance.now();
+      const error = await StreamVerifyingConsumer.open(options).then(
+        (consumer) => consumer.closed(),
+        (err: unknown) => err,
+      );
+      const ms = performance.now() - started;
+      expect(isDedupError(error, 'DEDUP_STREAM_REGRESSION'), String(error)).toBe(true);
+      expect(String(error)).toMatch(/committed offset 2/);
+      expect(applied).toEqual([]);
+      expect(ms).toBeLessThan(5_000);
+    } finally {
+      await client()
+        .deleteStream({ stream })
+        .catch(() => undefined);
+    }
+  });
+
+  it('a stream whose committed chunk retention trimmed away is not refused: the consumer goes on after its offset', async () => {
+    const stream = uniqueName('trimmed');
+    // Small segments, a small bound: retention deletes the oldest segments as new ones begin.
+    await client().createStream({
+      stream,
+      arguments: { 'max-length-bytes': 20_000, 'stream-max-segment-size-bytes': 5_000 },
+    });
+    await publish(stream, [1, 2, 3]);
+    const applied: bigint[] = [];
+    const options = {
+      connection: STREAM_CONNECTION,
+      stream,
+      consumerName: 'ledger',
+      store: join(await tempDir(), 'store'),
+      handler: (message: { offset: bigint }) => void applied.push(message.offset),
+    };
+    try {
+      const first = await StreamVerifyingConsumer.open(options);
+      await first.waitForOffset(2n);
+      await first.close();
+
+      // Enough to roll many segments: the chunk of offset 2 is gone.
+      const more = Array.from({ length: 600 }, (_, i) => i + 4);
+      await publish(stream, more);
+      await expect
+        .poll(async () => (await client().streamStatsRequest(stream)).firstChunkId, { timeout: 10_000 })
+        .toBeGreaterThan(2n);
+      const firstLeft = (await client().streamStatsRequest(stream)).firstChunkId;
+      applied.length = 0;
+      const again = await StreamVerifyingConsumer.open(options);
+      await again.waitForOffset(602n);
+      expect(await Promise.race([again.closed(), Promise.resolve('running')])).toBe('running');
+      await again.close();
+      expect(applied[0]).toBe(firstLeft);
+      expect(applied.at(-1)).toBe(602n);
+    } finally {
+      await client()
+        .deleteStream({ stream })
+        .catch(() => undefined);
+    }
+  });
+
   it('a group member whose partition was deleted and recreated empty stops with DEDUP_STREAM_REGRESSION at its take-over', async () => {
     // The super stream is deleted and created again under the same name (its partitions empty);
     // the group's changelogs, streams of their own, still say where the group got to.
@@ -143,6 +225,56 @@ describe('stream verifying consumer - a stream recreated under the same name', (
       );
       expect(isDedupError(error) && error.code).toBe('DEDUP_STREAM_REGRESSION');
       expect((error as Error).message).toContain(`partition "${partition}" is empty`);
+    } finally {
+      await client()
+        .deleteSuperStream({ streamName: name })
+        .catch(() => undefined);
+      await client()
+        .deleteStream({ stream: changelogStreamName(partition!, 'recreated') })
+        .catch(() => undefined);
+    }
+  }, 60_000);
+  it('a group member whose partition was deleted and recreated with more messages than it committed stops with DEDUP_STREAM_REGRESSION, no handler run', async () => {
+    // The super stream is deleted and created again under the same name (its partitions empty);
+    // the group's changelogs, streams of their own, still say where the group got to.
+    const name = uniqueName('recreated-group-full');
+    await client().createSuperStream({ streamName: name, arguments: {} }, undefined, 1);
+    const [partition] = await client().queryPartitions({ superStream: name });
+    const sent = new Map<string, Sent>();
+    await publishLedger(client(), [partition!], 1, 5, sent);
+    const options = {
+      superStream: name,
+      consumerName: 'recreated',
+      store: join(await tempDir(), 'store'),
+      connection: STREAM_CONNECTION,
+      startFrom: 'first' as const,
+      commitLingerMs: 10,
+      handler: ledgerHandler,
+    };
+    try {
+      const first = await SuperStreamVerifyingConsumer.open(options);
+      await first.waitForOffset(partition!, sent.get(partition!)!.lastOffset);
+      await first.close();
+      await client().deleteSuperStream({ streamName: name });
+      await client().createSuperStream({ streamName: name, arguments: {} }, undefined, 1);
+      // Offsets 0..9 of the new partition: the committed offset 4 exists again.
+      await publishLedger(client(), [partition!], 1, 10, new Map<string, Sent>());
+      let handled = 0;
+      const error = await SuperStreamVerifyingConsumer.open({
+        ...options,
+        handler: (...args: Parameters<typeof ledgerHandler>) => {
+          handled++;
+          return ledgerHandler(...args);
+        },
+      }).then(
+        (member) => member.closed(),
+        (err: unknown) => err,
+      );
+      expect(isDedupError(error) && error.code).toBe('DEDUP_STREAM_REGRESSION');
+      expect((error as Error).message).toMatch(
+        new RegExp(`partition "${partition}" holds chunk 0 written at`),
+      );
+      expect(handled).toBe(0);
     } finally {
       await client()
         .deleteSuperStream({ streamName: name })

@@ -7,6 +7,7 @@ import {
   SCOPE_STATE_KEYS,
   consumerOfOffsetKey,
   decodeOffset,
+  decodeOffsetRecord,
   decodeScopeState,
   effectKeyPrefix,
   encodeOffset,
@@ -70,8 +71,22 @@ describe('store - consumer key schema', () => {
     expect(() => decodeOffset(Buffer.from([1, 2, 3]))).toThrow(
       expect.objectContaining({
         code: 'DEDUP_STORE_CORRUPT',
-        message: 'consumer offset record has 3 bytes, expected 8',
+        message: 'consumer offset record has 3 bytes, expected 8 or 24',
       }) as Error,
+    );
+    // Since 0.6.0 with the chunk holding the offset: u64 first offset, i64 timestamp.
+    const withChunk = encodeOffset(258n, { firstOffset: 256n, timestamp: -2n });
+    expect(Buffer.from(withChunk).toString('hex')).toBe(
+      '0000000000000102' + '0000000000000100' + 'fffffffffffffffe',
+    );
+    expect(decodeOffsetRecord(withChunk)).toEqual({
+      offset: 258n,
+      chunk: { firstOffset: 256n, timestamp: -2n },
+    });
+    expect(decodeOffset(withChunk)).toBe(258n);
+    expect(decodeOffsetRecord(encodeOffset(258n))).toEqual({ offset: 258n, chunk: undefined });
+    expect(() => decodeOffsetRecord(encodeOffset(258n, { firstOffset: 259n, timestamp: 0n }))).toThrow(
+      expect.objectContaining({ code: 'DEDUP_STORE_CORRUPT' }) as Error,
     );
     const tracker = createTracker({ kind: 'highest' });
     tracker.record(7n);

@@ -126,6 +126,8 @@ export interface ChunkOptions {
   readonly numRecords?: number;
   /** Overrides the data length the header announces. */
   readonly dataLength?: number;
+  /** The chunk's timestamp, ms since the epoch (default: now). */
+  readonly timestamp?: bigint;
 }
 
 /** An OSIRIS chunk: the 48-byte header, then the entries. */
@@ -136,7 +138,7 @@ export function encodeChunk(entries: readonly TestEntry[], options: ChunkOptions
   h[1] = options.chunkType ?? 0;
   h.writeUInt16BE(options.numEntries ?? entries.length, 2);
   h.writeUInt32BE(options.numRecords ?? entries.reduce((n, e) => n + e.records.length, 0), 4);
-  h.writeBigInt64BE(BigInt(Date.now()), 8);
+  h.writeBigInt64BE(options.timestamp ?? BigInt(Date.now()), 8);
   h.writeBigUInt64BE(1n, 16);
   h.writeBigUInt64BE(options.firstOffset ?? 0n, 24);
   h.writeUInt32BE(options.dataLength ?? data.length, 36);

@@ -84,10 +84,20 @@ describe('stream chunks - records and offsets', () => {
   });
 
   it('a chunk that is not user data (tracking) comes with no messages but is still reported', () => {
-    const chunk = decodeChunk(encodeChunk([plain(1)], { chunkType: 1, firstOffset: 9n }));
-    expect(chunk).toEqual({ chunkType: 1, firstOffset: 9n, numRecords: 1, messages: [] });
+    const chunk = decodeChunk(encodeChunk([plain(1)], { chunkType: 1, firstOffset: 9n, timestamp: 5n }));
+    expect(chunk).toEqual({ chunkType: 1, firstOffset: 9n, timestamp: 5n, numRecords: 1, messages: [] });
     const empty = decodeChunk(encodeChunk([], { chunkType: 2 }));
     expect(empty.messages).toEqual([]);
+  });
+
+  it('every record carries its chunk: first offset and timestamp, plain entries and batch members alike', () => {
+    const chunk = decodeChunk(
+      encodeChunk([plain(1), batch(1, 2, 3), batch(0, 4)], { firstOffset: 40n, timestamp: -7n }),
+    );
+    expect(chunk.timestamp).toBe(-7n);
+    expect(chunk.messages.map((m) => [m.offset, m.chunk])).toEqual(
+      [40n, 41n, 42n, 43n].map((offset) => [offset, { firstOffset: 40n, timestamp: -7n }]),
+    );
   });
 
   it('Deliver frames of versions 1 and 2: subscription id, committed chunk id, the chunk', () => {
