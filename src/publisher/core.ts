@@ -271,6 +271,11 @@ export class DedupPublisherCore {
     this.#resendAll = this.#pending.size > 0;
   }
 
+  /** The stream (or AMQP queue) it publishes to. */
+  get target(): string {
+    return this.#transport.target;
+  }
+
   /** The last publishing ID handed out (0n before the first). */
   get lastPublishingId(): bigint {
     return this.#lastAssigned;
