@@ -8,7 +8,7 @@ import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/
 import { tenantProblem } from '../identity/scope-key.js';
 import { offsetKey } from '../store/consumer-keys.js';
 import type { DedupStore } from '../store/store.js';
-import { observeVerifier } from '../telemetry/metrics.js';
+import { histogramRecorder, observeVerifier } from '../telemetry/metrics.js';
 import { startSettle, traceProcess } from '../telemetry/tracing.js';
 import { outOfRange } from '../util/options.js';
 import { CommitPipeline, type Journal } from './commit-pipeline.js';
@@ -97,6 +97,7 @@ export class VerifyingConsumerCore {
     this.#store = store;
     this.#opts = options;
     const level = store instanceof LevelConsumerStore ? store : undefined;
+    const recordCommit = histogramRecorder('commitDuration', { consumer: options.consumerName });
     this.#scopes = new ScopeCache(
       level?.db ?? store,
       options.consumerName,
@@ -114,7 +115,7 @@ export class VerifyingConsumerCore {
       recover: (error) => this.#recover(error, false),
       journal: extensions.journal,
       traceSettle: (messages, lastOffset) =>
-        startSettle(extensions.destination, options.consumerName, messages, lastOffset),
+        startSettle(extensions.destination, options.consumerName, messages, lastOffset, recordCommit),
     });
     if (level !== undefined) {
       this.#effects = new Effects(level.db, this.#pipeline, options.consumerName);

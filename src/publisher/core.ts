@@ -9,7 +9,7 @@ import { MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
 import type { Headers, IdMode } from '../store/codec.js';
 import { DedupStore, type LoadedProducer, type ProducerState } from '../store/store.js';
 import type { Logger } from '../telemetry/logger.js';
-import { observePublisher, type PublisherCounters } from '../telemetry/metrics.js';
+import { histogramRecorder, observePublisher, type PublisherCounters } from '../telemetry/metrics.js';
 import { GroupCommitter } from './commit.js';
 import { Entry } from './entry.js';
 import {
@@ -72,6 +72,8 @@ export class DedupPublisherCore {
   };
   readonly #log: Logger;
   #unobserve: () => void = () => undefined;
+  /** Records a confirm's latency (the `stream_dedup.publisher.confirm_latency` histogram); set at start. */
+  #confirmLatency: (ms: number) => void = () => undefined;
 
   readonly #transport: PublishTransport;
   /** Room the identity stamps take in a message (name, a 20-digit ID, AMQP overhead). */
@@ -471,7 +473,12 @@ export class DedupPublisherCore {
   }
 
   #onConfirmed(ids: readonly bigint[]): void {
-    takeConfirmed(this.#pending, ids, (e) => this.#settleConfirmed(e));
+    const now = performance.now();
+    takeConfirmed(this.#pending, ids, (e) => {
+      // sentAt is rounded up to whole milliseconds: a confirm within one ms would be negative.
+      if (e.sentAt > 0) this.#confirmLatency(Math.max(0, now - e.sentAt));
+      this.#settleConfirmed(e);
+    });
     if (this.#queue.refill() || this.#commits.hasConfirmWork) this.#schedulePump();
     if (this.inFlight === 0) for (const wake of this.#idle.splice(0)) wake();
   }
@@ -544,7 +551,13 @@ export class DedupPublisherCore {
 
   /** After open: metrics, the log line, the timers, and the first pump (re-sends go first). */
   #start(): void {
-    this.#unobserve = observePublisher(this.counters, this.producerName, this.#transport.target);
+    const target = this.#transport.target;
+    this.#unobserve = observePublisher(this.counters, this.producerName, target, () => ({
+      inFlight: this.inFlight,
+      outbox: this.#pending.size,
+      parked: this.#queue.parked,
+    }));
+    this.#confirmLatency = histogramRecorder('confirmLatency', { producer: this.producerName, target });
     logOpen(this.#log, this.producerName, this.#transport.target, this.report);
     this.#watchdog.start();
     this.#schedulePump();

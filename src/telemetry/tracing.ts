@@ -192,14 +192,16 @@ export function traceProcess<T>(
 
 /**
  * Starts a `settle` span for a batch's commit; the returned function ends it (with the error when
- * the write failed). @internal
+ * the write failed) and records a durable write's duration. @internal
  */
 export function startSettle(
   destination: string | undefined,
   consumer: string,
   messages: number,
   lastOffset: bigint,
+  recordDuration?: (ms: number) => void,
 ): (err?: unknown) => void {
+  const started = performance.now();
   const span = getTracer().startSpan(`settle ${destination ?? consumer}`, {
     kind: SpanKind.CLIENT,
     attributes: {
@@ -213,7 +215,8 @@ export function startSettle(
     },
   });
   return (err) => {
-    if (err === undefined) span.end();
-    else fail(span, err);
+    if (err !== undefined) return fail(span, err);
+    span.end();
+    recordDuration?.(performance.now() - started);
   };
 }
