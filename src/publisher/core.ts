@@ -62,6 +62,8 @@ export class DedupPublisherCore {
   readonly durability: Durability;
   readonly idMode: IdMode;
   readonly report: OpenReport;
+  /** `send()` goes through a `send` span (the `tracing` option). */
+  readonly tracing: boolean;
   /** Counters since open (also reported as OpenTelemetry metrics). */
   readonly counters: PublisherCounters = {
     sent: 0,
@@ -133,6 +135,7 @@ export class DedupPublisherCore {
     this.durability = opts.durability;
     this.idMode = opts.idMode;
     this.report = startup.report;
+    this.tracing = opts.tracing;
     this.#transport = transport;
     // Name and ID stamps, AMQP overhead, and a skip declaration on the rare message that has one.
     this.#stampBytes = stampBytesOf(opts.producerName);

@@ -34,6 +34,7 @@ export abstract class DedupPublisher {
    */
   send(body: Uint8Array, options?: SendOptions): Promise<SendResult> {
     const core = this.#core;
+    if (!core.tracing) return core.send(body, options);
     const given = options?.headers;
     // A `send` span; its trace context travels in the headers (and the outbox): see telemetry/tracing.ts.
     return traceSend({ destination: core.target, producer: core.producerName }, given, (headers) =>

@@ -333,9 +333,12 @@ export class SuperStreamDedupPublisher {
     const core = this.#cores.get(partition)!;
     const given = options.headers;
     const target = { destination: this.superStream, partition, producer: this.producerName };
-    return traceSend(target, given, (headers) =>
-      core.send(body, headers === given ? options : { ...options, headers }),
-    ).then(
+    const sending = core.tracing
+      ? traceSend(target, given, (headers) =>
+          core.send(body, headers === given ? options : { ...options, headers }),
+        )
+      : core.send(body, options);
+    return sending.then(
       (r) => ({ partition, publishingId: r.publishingId, outcome: r.outcome }),
       (err: unknown) => {
         throw namePartition(err, partition, this.superStream);
