@@ -53,6 +53,8 @@ export interface CommitPipelineOptions {
    * of the batch is written.
    */
   readonly journal?: Journal | undefined;
+  /** Starts a batch's `settle` span (and commit-time measure); the returned function ends it. */
+  readonly traceSettle?: ((messages: number, lastOffset: bigint) => (err?: unknown) => void) | undefined;
   /**
    * A batch's write failed with `error`: `true` when the store recovers from it (the consumer was
    * rebased and subscribes again: the batch is not durable, and the pipeline goes on), else the
@@ -100,6 +102,7 @@ export class CommitPipeline {
   readonly #stats: VerifyStats;
   readonly #onStop: (error: Error, cause: unknown, first: boolean) => void;
   readonly #journal: Journal | undefined;
+  readonly #traceSettle: CommitPipelineOptions['traceSettle'];
   readonly #recover: ((error: unknown) => true | Error | undefined) | undefined;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
   #committedOffset: bigint | undefined;
@@ -147,6 +150,7 @@ export class CommitPipeline {
     this.#onStop = options.onStop;
     this.#journal = options.journal;
     this.#recover = options.recover;
+    this.#traceSettle = options.traceSettle;
     this.#committedOffset = options.committedOffset;
     this.#handedOffset = options.committedOffset;
     this.#committedChunk = options.committedChunk;
@@ -486,6 +490,7 @@ export class CommitPipeline {
     this.#pendingMessages = 0;
     this.#pendingSettles = [];
     const hooks = this.#options.hooks;
+    const settled = this.#traceSettle?.(info.messages, lastOffset);
     const commit = (async () => {
       try {
         // A hook that throws stops the consumer with nothing of the batch written. Outside this
@@ -495,6 +500,7 @@ export class CommitPipeline {
         if (this.#journal !== undefined) await this.#journal({ ops, lastOffset, baseOffset });
         await this.#store.write({ ops, lastOffset, baseOffset, lastChunk });
       } catch (err) {
+        settled?.(err);
         if (this.#inflightOps === batchOps) this.#inflightOps = undefined;
         // Recovered (a lost connection, a deadlock): the pipeline was rebased on the stored offset;
         // the batch's messages are delivered again.
@@ -517,6 +523,7 @@ export class CommitPipeline {
       // The batch is durable whatever the hook did: its offset is told and its messages settled.
       for (const listener of this.#commitListeners) listener(lastOffset);
       for (const settle of settles) settle();
+      settled?.();
       if (hookError !== undefined) throw this.fail(hookError.err);
     })();
     this.#inFlight(commit);

@@ -8,7 +8,8 @@ import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/
 import { tenantProblem } from '../identity/scope-key.js';
 import { offsetKey } from '../store/consumer-keys.js';
 import type { DedupStore } from '../store/store.js';
-import { observeVerifier } from '../telemetry/metrics.js';
+import { histogramRecorder, observeVerifier } from '../telemetry/metrics.js';
+import { startSettle, traceProcess } from '../telemetry/tracing.js';
 import { outOfRange } from '../util/options.js';
 import { ChunkExpectation, type ChunkIdentity } from '../store/chunk-identity.js';
 import { CommitPipeline, type Journal } from './commit-pipeline.js';
@@ -44,6 +45,8 @@ export interface CoreExtensions {
   readonly expectedStop?: (error: unknown) => boolean;
   /** Called once when the core stops on an error (`cause`: what was thrown), wherever it was seen. */
   readonly onStop?: (error: Error, cause: unknown) => void;
+  /** The stream (or queue) read: the `messaging.destination.name` of its spans. */
+  readonly destination?: string;
 }
 
 /** How often idle scopes are looked for when `scopeTtlMs` is set. */
@@ -97,6 +100,7 @@ export class VerifyingConsumerCore {
     this.#store = store;
     this.#opts = options;
     const level = store instanceof LevelConsumerStore ? store : undefined;
+    const recordCommit = histogramRecorder('commitDuration', { consumer: options.consumerName });
     this.#scopes = new ScopeCache(
       level?.db ?? store,
       options.consumerName,
@@ -114,6 +118,8 @@ export class VerifyingConsumerCore {
       onStop: (error, cause, first) => this.#stopped(error, cause, first),
       recover: (error) => this.#recover(error, false),
       journal: extensions.journal,
+      traceSettle: (messages, lastOffset) =>
+        startSettle(extensions.destination, options.consumerName, messages, lastOffset, recordCommit),
     });
     if (level !== undefined) {
       this.#effects = new Effects(level.db, this.#pipeline, options.consumerName);
@@ -498,11 +504,15 @@ export class VerifyingConsumerCore {
   #runHandler(verified: Verified): Promise<void> | undefined {
     const store = this.#store;
     const context = store.handlerContext();
-    if (store.releaseContext === undefined)
-      return asPromise(this.#opts.handler(verified, context as EffectTransaction));
+    // In a `process` span when an OpenTelemetry SDK records (telemetry/tracing.ts).
+    const handle = (): Promise<void> | undefined =>
+      traceProcess(this.#extensions.destination, this.consumerName, verified, () =>
+        asPromise(this.#opts.handler(verified, context as EffectTransaction)),
+      );
+    if (store.releaseContext === undefined) return handle();
     let effect: Promise<void> | undefined;
     try {
-      effect = asPromise(this.#opts.handler(verified, context as EffectTransaction));
+      effect = handle();
     } finally {
       if (effect === undefined) store.releaseContext(context);
     }

@@ -9,8 +9,7 @@ import { MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
 import type { Headers, IdMode } from '../store/codec.js';
 import { DedupStore, type LoadedProducer, type ProducerState } from '../store/store.js';
 import type { Logger } from '../telemetry/logger.js';
-import { observePublisher, type PublisherCounters } from '../telemetry/metrics.js';
-import { AbortGroups } from './abort-groups.js';
+import { histogramRecorder, observePublisher, type PublisherCounters } from '../telemetry/metrics.js';
 import { GroupCommitter } from './commit.js';
 import { Entry } from './entry.js';
 import {
@@ -23,15 +22,17 @@ import {
   storeWrite,
   unreachableError,
 } from './errors.js';
+import { takeConfirmed } from './confirms.js';
 import { KeyedIds } from './keyed.js';
 import { assertBody, assertFits, idOf, stampBytesOf, validateHeaders, withoutSkip } from './message.js';
 import { assertSubEntriesSafe, resolvePublisherOptions, type ResolvedPublisherOptions } from './options.js';
 import type { PendingQueue } from './pending.js';
-import { Reconnector } from './reconnect.js';
+import { logBrokerBehind, Reconnector } from './reconnect.js';
+import { SendAborts } from './send-aborts.js';
 import { SendQueue } from './send-queue.js';
 import { SkipDeclaration } from './skip.js';
 import { letGoAll, settleAtClose } from './shutdown.js';
-import { formBatches } from './sub-entries.js';
+import { batcherFor } from './sub-entries.js';
 import { Watchdog } from './watchdog.js';
 import { logOpen, recoveredEntries, startUp, type Startup } from './startup.js';
 import type {
@@ -61,6 +62,8 @@ export class DedupPublisherCore {
   readonly durability: Durability;
   readonly idMode: IdMode;
   readonly report: OpenReport;
+  /** `send()` goes through a `send` span (the `tracing` option). */
+  readonly tracing: boolean;
   /** Counters since open (also reported as OpenTelemetry metrics). */
   readonly counters: PublisherCounters = {
     sent: 0,
@@ -71,6 +74,8 @@ export class DedupPublisherCore {
   };
   readonly #log: Logger;
   #unobserve: () => void = () => undefined;
+  /** Records a confirm's latency (the `stream_dedup.publisher.confirm_latency` histogram); set at start. */
+  #confirmLatency: (ms: number) => void = () => undefined;
 
   readonly #transport: PublishTransport;
   /** Room the identity stamps take in a message (name, a 20-digit ID, AMQP overhead). */
@@ -99,10 +104,8 @@ export class DedupPublisherCore {
   readonly #skip: SkipDeclaration;
   #pumping = false;
   #pumpScheduled = false;
-  /** A check whether aborted parked sends are worth compacting is due at the next microtask. */
-  #compactScheduled = false;
-  /** Waiting sends by abort signal: one listener per signal. */
-  readonly #abortGroups = new AbortGroups<Entry>((entries, signal) => this.#aborted(entries, signal));
+  /** Sends waiting on a caller's signal: a parked one is withdrawn when it aborts. */
+  readonly #aborts: SendAborts;
   #resendAll = false;
   /** Bumped on every lost connection: a disconnect heard from an older connection is ignored. */
   #epoch = 0;
@@ -132,6 +135,7 @@ export class DedupPublisherCore {
     this.durability = opts.durability;
     this.idMode = opts.idMode;
     this.report = startup.report;
+    this.tracing = opts.tracing;
     this.#transport = transport;
     // Name and ID stamps, AMQP overhead, and a skip declaration on the rare message that has one.
     this.#stampBytes = stampBytesOf(opts.producerName);
@@ -152,12 +156,13 @@ export class DedupPublisherCore {
       moved: (abortedId, heir) => skip.moved(abortedId, heir),
     });
     this.#pending = this.#queue.pending;
-    const subEntrySize = transport.subEntrySize ?? 1;
-    // IDs an earlier reserve life may have on the wire go alone (docs/design.md §10).
-    const aloneUpTo = startup.plan.reservedUpTo;
-    // The transport's codec bounds a batch's bytes ('none': exactly the estimate, 0.3–0.4 % more
-    // small messages per full batch than the worst codec's bound).
-    const codec = transport.subEntryCompression;
+    this.#aborts = new SendAborts({
+      idMode: opts.idMode,
+      queue: this.#queue,
+      keyed: this.#keyed,
+      lastAssigned: () => this.#lastAssigned,
+      setLastAssigned: (id) => (this.#lastAssigned = id),
+    });
     this.#commits = new GroupCommitter(
       state,
       opts,
@@ -165,18 +170,8 @@ export class DedupPublisherCore {
       this.#skip,
       this.#keyed,
       this.#pending,
-      subEntrySize > 1
-        ? (batch) =>
-            formBatches(
-              batch,
-              subEntrySize,
-              transport.maxMessageBytes,
-              this.#stampBytes,
-              aloneUpTo,
-              codec,
-              transport.maxBatchBytes,
-            )
-        : undefined,
+      // IDs an earlier reserve life may have on the wire go alone (docs/design.md §10).
+      batcherFor(transport, this.#stampBytes, startup.plan.reservedUpTo),
     );
     this.#reconnector = new Reconnector(transport, opts.reconnect, {
       stillReconnecting: () => this.#status === 'reconnecting',
@@ -281,6 +276,11 @@ export class DedupPublisherCore {
     this.#resendAll = this.#pending.size > 0;
   }
 
+  /** The stream (or AMQP queue) it publishes to. */
+  get target(): string {
+    return this.#transport.target;
+  }
+
   /** The last publishing ID handed out (0n before the first). */
   get lastPublishingId(): bigint {
     return this.#lastAssigned;
@@ -363,10 +363,7 @@ export class DedupPublisherCore {
     const entry = this.#accept(body, headers, explicitId, key);
     if (entry instanceof Error) return Promise.reject(entry);
     const promise = entry.promise();
-    if (signal !== undefined) {
-      entry.extra = { abortGroup: undefined, prevAssigned };
-      entry.extra.abortGroup = this.#abortGroups.join(signal, entry);
-    }
+    if (signal !== undefined) this.#aborts.join(entry, signal, prevAssigned);
     if (this.#queue.add(entry)) this.#schedulePump();
     return promise;
   }
@@ -390,49 +387,6 @@ export class DedupPublisherCore {
     const entry = new Entry(publishingId, body, headers, key);
     if (key !== undefined) this.#keyed!.add(key, entry);
     return entry;
-  }
-
-  /** A signal aborted: its waiting sends, in ID order, with one error for them all. */
-  #aborted(entries: readonly Entry[], signal: AbortSignal): void {
-    const error = abortError(signal);
-    for (const e of entries) this.#abort(e, error);
-  }
-
-  #abort(entry: Entry, error: DedupError): void {
-    const extra = entry.extra!;
-    extra.abortGroup = undefined;
-    // Still waiting for room, and nobody else waits for it (repeats of its key that passed no
-    // signal): it never reaches the store or the wire, and its key is free again. When its ID is
-    // the last handed out, the next send gets it (explicit IDs: the caller may send it again).
-    if (this.#queue.isParked(entry) && (extra.keyWaiters?.length ?? 0) === 0) {
-      this.#keyed?.forget(entry, error);
-      // O(1) here, whether one shared signal aborts every parked send in one dispatch or each
-      // send's own signal (AbortSignal.timeout) fires on its own: the queue skips aborted entries
-      // when they reach its head and compacts only once they are at least half of it, not one
-      // O(n) pass per abort (issue 32, item 9: 20 000 per-send signals visited 200 M entries).
-      this.#queue.drop(entry);
-      if (this.idMode === 'explicit') {
-        // The caller's IDs: only the last can be handed back (an earlier one is below later IDs).
-        if (entry.publishingId === this.#lastAssigned && extra.prevAssigned !== undefined) {
-          this.#lastAssigned = extra.prevAssigned;
-        }
-      } else {
-        // Automatic and keyed IDs of sends still waiting are unwritten, unsent and unseen by any
-        // caller: the later ones move down, so an abort leaves no hole in the stream, and the
-        // last parked ID (the last handed out) is one lower. A skip it declared moves to the
-        // entry that then has its ID, or waits for the next send.
-        this.#lastAssigned--;
-      }
-      if (!this.#compactScheduled) {
-        this.#compactScheduled = true;
-        queueMicrotask(() => {
-          this.#compactScheduled = false;
-          this.#queue.compactIfWorthIt();
-        });
-      }
-    }
-    // Otherwise the message may be published anyway; only the caller stops waiting.
-    entry.settle(error);
   }
 
   #schedulePump(): void {
@@ -522,31 +476,12 @@ export class DedupPublisherCore {
   }
 
   #onConfirmed(ids: readonly bigint[]): void {
-    for (const id of ids) {
-      // The common case, a batch at the head confirmed: its members leave from the head, in order.
-      const head = this.#pending.first?.batch;
-      if (head !== undefined && head[head.length - 1]!.publishingId === id) {
-        for (const member of head) {
-          if (this.#pending.take(member.publishingId) !== undefined) this.#settleConfirmed(member);
-        }
-        continue;
-      }
-      const e = this.#pending.get(id);
-      if (e === undefined) continue;
-      const batch = e.batch;
-      if (batch === undefined) {
-        this.#pending.take(id);
-        this.#settleConfirmed(e);
-        continue;
-      }
-      // A sub-entry batch is one entry, confirmed by its last ID: stored or dropped whole
-      // (docs/design.md §10). Its members settle in ID order on that confirm only: a member's own
-      // ID confirmed means an entry of that ID alone, not this batch (issue 32, item 6).
-      if (batch[batch.length - 1] !== e) continue;
-      for (const member of batch) {
-        if (this.#pending.take(member.publishingId) !== undefined) this.#settleConfirmed(member);
-      }
-    }
+    const now = performance.now();
+    takeConfirmed(this.#pending, ids, (e) => {
+      // sentAt is rounded up to whole milliseconds: a confirm within one ms would be negative.
+      if (e.sentAt > 0) this.#confirmLatency(Math.max(0, now - e.sentAt));
+      this.#settleConfirmed(e);
+    });
     if (this.#queue.refill() || this.#commits.hasConfirmWork) this.#schedulePump();
     if (this.inFlight === 0) for (const wake of this.#idle.splice(0)) wake();
   }
@@ -578,17 +513,12 @@ export class DedupPublisherCore {
       return;
     }
     if (brokerLast !== undefined && brokerLast < this.#highestConfirmed) {
-      // The broker confirmed an ID it no longer has as the name's last: it lost stored messages
-      // (a failover that dropped acknowledged writes) or forgot the name (docs/design.md §6.7).
-      // Not ours to repair: the IDs are spent; the stream shows the hole (audit, the verifier's gap).
-      this.#log.error(
-        {
-          producer: this.producerName,
-          target: this.#transport.target,
-          brokerLastId: brokerLast.toString(),
-          confirmedId: this.#highestConfirmed.toString(),
-        },
-        'stream-dedup: the broker reports a last ID below one it confirmed: acknowledged messages may be lost (run audit)',
+      logBrokerBehind(
+        this.#log,
+        this.producerName,
+        this.#transport.target,
+        brokerLast,
+        this.#highestConfirmed,
       );
     }
     // Everything unconfirmed goes out again, in ID order, with its original ID; the broker drops
@@ -624,7 +554,13 @@ export class DedupPublisherCore {
 
   /** After open: metrics, the log line, the timers, and the first pump (re-sends go first). */
   #start(): void {
-    this.#unobserve = observePublisher(this.counters, this.producerName, this.#transport.target);
+    const target = this.#transport.target;
+    this.#unobserve = observePublisher(this.counters, this.producerName, target, () => ({
+      inFlight: this.inFlight,
+      outbox: this.#pending.size,
+      parked: this.#queue.parked,
+    }));
+    this.#confirmLatency = histogramRecorder('confirmLatency', { producer: this.producerName, target });
     logOpen(this.#log, this.producerName, this.#transport.target, this.report);
     this.#watchdog.start();
     this.#schedulePump();

@@ -1,5 +1,6 @@
 import type { DedupError } from '../errors.js';
 import type { PublisherCounters } from '../telemetry/metrics.js';
+import { traceSend } from '../telemetry/tracing.js';
 import type { DedupPublisherCore } from './core.js';
 import type { OpenReport, SendOptions, SendResult } from './types.js';
 
@@ -32,7 +33,13 @@ export abstract class DedupPublisher {
    * ```
    */
   send(body: Uint8Array, options?: SendOptions): Promise<SendResult> {
-    return this.#core.send(body, options);
+    const core = this.#core;
+    if (!core.tracing) return core.send(body, options);
+    const given = options?.headers;
+    // A `send` span; its trace context travels in the headers (and the outbox): see telemetry/tracing.ts.
+    return traceSend({ destination: core.target, producer: core.producerName }, given, (headers) =>
+      core.send(body, headers === given ? options : { ...options, headers }),
+    );
   }
 
   /** The last publishing ID handed out (0n before the first): where an explicit-ID source resumes. */

@@ -40,6 +40,7 @@ export interface ResolvedPublisherOptions {
   };
   readonly watchIntervalMs: number;
   readonly logger: Logger;
+  readonly tracing: boolean;
 }
 
 /** The defaults (README, "API"). */
@@ -148,6 +149,7 @@ export function resolvePublisherOptions(options: DedupPublisherOptions): Resolve
       0,
     ),
     logger: resolveLogger(options.logger),
+    tracing: booleanOption(options.tracing, 'tracing', true),
   };
   if (idMode === 'keyed' && durability === 'reserve') {
     // A key's record is written before its message leaves. After a crash the record may name a

@@ -4,6 +4,7 @@
  * `giveUpAfterMs` passes. What a new connection means (re-send, name conflict) is the core's call.
  */
 import type { DedupError } from '../errors.js';
+import type { Logger } from '../telemetry/logger.js';
 import { Backoff, sleep } from '../util/backoff.js';
 import { isPermanentFailure } from './errors.js';
 import type { PublishTransport, ReconnectOptions, TransportHandlers } from './types.js';
@@ -72,4 +73,22 @@ export class Reconnector {
       }
     }
   }
+}
+
+/**
+ * After a reconnect, the broker reports a last ID below one it confirmed: it lost stored messages
+ * (a failover that dropped acknowledged writes) or forgot the name (docs/design.md §6.7). Not ours
+ * to repair: the IDs are spent; the stream shows the hole (audit, the verifier's gap). @internal
+ */
+export function logBrokerBehind(
+  log: Logger,
+  producer: string,
+  target: string,
+  brokerLast: bigint,
+  confirmed: bigint,
+): void {
+  log.error(
+    { producer, target, brokerLastId: brokerLast.toString(), confirmedId: confirmed.toString() },
+    'stream-dedup: the broker reports a last ID below one it confirmed: acknowledged messages may be lost (run audit)',
+  );
 }

@@ -58,6 +58,11 @@ export class SendQueue {
     return this.#parked.length - this.#parkedHead - this.#dropped;
   }
 
+  /** Sends parked for room under `maxInFlight` (aborted ones not counted). */
+  get parked(): number {
+    return this.#liveParked;
+  }
+
   /** Messages accepted and not yet confirmed. */
   get inFlight(): number {
     return this.#liveParked + this.#batch.length + this.#committing + this.pending.size;

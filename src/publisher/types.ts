@@ -169,6 +169,13 @@ export interface DedupPublisherOptions {
    * @defaultValue none: the library logs nothing
    */
   readonly logger?: Logger;
+  /**
+   * `send` spans and the trace context in each message's headers (OpenTelemetry, when an SDK is
+   * installed). `false` skips both: about 0.7 µs a send without an SDK. Default `true`.
+   *
+   * @remarks Since 0.6.0
+   */
+  readonly tracing?: boolean;
 }
 
 /** Per-message options of `send()`. */

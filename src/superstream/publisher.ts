@@ -21,6 +21,7 @@ import {
 import { PartitionFailures } from './partition-failures.js';
 import { checkRecordedPartitions, KeyRoutes, Locator } from './partitions.js';
 import { partitionForKey } from './routing.js';
+import { traceSend } from '../telemetry/tracing.js';
 
 const NO_OPTIONS: SendOptions = Object.freeze({});
 
@@ -329,15 +330,20 @@ export class SuperStreamDedupPublisher {
   #sendOn(partition: string, body: Uint8Array, options: SendOptions): Promise<SuperStreamSendResult> {
     const stopped = this.#stopped();
     if (stopped !== undefined) return Promise.reject(stopped);
-    return this.#cores
-      .get(partition)!
-      .send(body, options)
-      .then(
-        (r) => ({ partition, publishingId: r.publishingId, outcome: r.outcome }),
-        (err: unknown) => {
-          throw namePartition(err, partition, this.superStream);
-        },
-      );
+    const core = this.#cores.get(partition)!;
+    const given = options.headers;
+    const target = { destination: this.superStream, partition, producer: this.producerName };
+    const sending = core.tracing
+      ? traceSend(target, given, (headers) =>
+          core.send(body, headers === given ? options : { ...options, headers }),
+        )
+      : core.send(body, options);
+    return sending.then(
+      (r) => ({ partition, publishingId: r.publishingId, outcome: r.outcome }),
+      (err: unknown) => {
+        throw namePartition(err, partition, this.superStream);
+      },
+    );
   }
 
   /** One partition stopped on an error: the whole publisher closes with it. */

@@ -14,14 +14,25 @@
  * | `stream_dedup.verifier.gaps` | `{gap}` | `consumer`, `confirmed` (`true`, `false`) | gaps reported (`false`) and confirmed (`true`): possibly lost |
  * | `stream_dedup.verifier.skips` | `{skip}` | `consumer` | skip declarations seen: IDs a producer never used, not a loss (since 0.2.0) |
  * | `stream_dedup.verifier.commits` | `{commit}` | `consumer` | LevelDB batches committed |
+ * | `stream_dedup.publisher.in_flight` (gauge) | `{message}` | `producer`, `target` | accepted, not yet confirmed (parked included) |
+ * | `stream_dedup.publisher.outbox` (gauge) | `{message}` | `producer`, `target` | written and sent, not yet confirmed (outbox mode: the outbox's depth) |
+ * | `stream_dedup.publisher.parked` (gauge) | `{message}` | `producer`, `target` | waiting for room under `maxInFlight` |
+ * | `stream_dedup.publisher.confirm_latency` (histogram) | `ms` | `producer`, `target` | from the message's (last) hand-over to the transport to its confirm |
+ * | `stream_dedup.verifier.commit_duration` (histogram) | `ms` | `consumer` | a batch's write: effects, verifier state and offset |
+ *
+ * Counters are per process life (they restart at 0 on open); Prometheus' `rate()` and
+ * `increase()` handle such resets.
  */
 import {
   metrics,
+  type Attributes,
   type BatchObservableCallback,
+  type Histogram,
   type Meter,
   type MeterProvider,
   type Observable,
 } from '@opentelemetry/api';
+import { libraryVersion } from './version.js';
 
 /**
  * Instruments are made on first use from the global MeterProvider of that moment (the API has no
@@ -30,6 +41,14 @@ import {
 function makeInstruments(meter: Meter) {
   const counter = (name: string, unit: string, description: string): Observable =>
     meter.createObservableCounter(name, { unit, description });
+  const gauge = (name: string, unit: string, description: string): Observable =>
+    meter.createObservableGauge(name, { unit, description });
+  const histogram = (name: string, description: string): Histogram =>
+    meter.createHistogram(name, {
+      unit: 'ms',
+      description,
+      advice: { explicitBucketBoundaries: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000] },
+    });
   return {
     meter,
     publisher: {
@@ -50,6 +69,13 @@ function makeInstruments(meter: Meter) {
         'Keyed sends answered as duplicates; nothing was published',
       ),
       reconnects: counter('stream_dedup.publisher.reconnects', '{reconnect}', 'Successful reconnects'),
+      inFlight: gauge('stream_dedup.publisher.in_flight', '{message}', 'Sends accepted, not yet confirmed'),
+      outbox: gauge(
+        'stream_dedup.publisher.outbox',
+        '{message}',
+        'Messages written and sent, not yet confirmed (the outbox in outbox mode)',
+      ),
+      parked: gauge('stream_dedup.publisher.parked', '{message}', 'Sends waiting for room under maxInFlight'),
     },
     verifier: {
       outcomes: counter('stream_dedup.verifier.outcomes', '{message}', 'Verifier verdicts by outcome'),
@@ -65,6 +91,16 @@ function makeInstruments(meter: Meter) {
       ),
       commits: counter('stream_dedup.verifier.commits', '{commit}', 'LevelDB batches committed'),
     },
+    histograms: {
+      confirmLatency: histogram(
+        'stream_dedup.publisher.confirm_latency',
+        "From a message's (last) hand-over to the transport to its confirm",
+      ),
+      commitDuration: histogram(
+        'stream_dedup.verifier.commit_duration',
+        "A batch's write: effects, verifier state and offset",
+      ),
+    },
   };
 }
 
@@ -73,7 +109,7 @@ let cached: { provider: MeterProvider; instruments: ReturnType<typeof makeInstru
 function instruments(): ReturnType<typeof makeInstruments> {
   const provider = metrics.getMeterProvider();
   if (cached?.provider !== provider) {
-    cached = { provider, instruments: makeInstruments(provider.getMeter('stream-dedup', '0.1.0')) };
+    cached = { provider, instruments: makeInstruments(provider.getMeter('stream-dedup', libraryVersion())) };
   }
   return cached.instruments;
 }
@@ -122,15 +158,29 @@ function register(
   return () => meter.removeBatchObservableCallback(callback, list);
 }
 
-/** Reports a publisher's counters; returns the function that stops reporting (on close). */
+/** A publisher's gauges, read at each collection. */
+export interface PublisherGauges {
+  readonly inFlight: number;
+  readonly outbox: number;
+  readonly parked: number;
+}
+
+/** Reports a publisher's counters and gauges; returns the function that stops reporting (on close). */
 export function observePublisher(
   counters: Readonly<PublisherCounters>,
   producer: string,
   target: string,
+  gauges?: () => PublisherGauges,
 ): () => void {
   const attributes = { producer, target };
   const { meter, publisher: i } = instruments();
   return register(meter, i, (result) => {
+    if (gauges !== undefined) {
+      const g = gauges();
+      result.observe(i.inFlight, g.inFlight, attributes);
+      result.observe(i.outbox, g.outbox, attributes);
+      result.observe(i.parked, g.parked, attributes);
+    }
     result.observe(i.sent, counters.sent, attributes);
     result.observe(i.confirmed, counters.confirmed, attributes);
     result.observe(i.resent, counters.resent, attributes);
@@ -152,3 +202,53 @@ export function observeVerifier(counters: Readonly<VerifierCounters>, consumer: 
     result.observe(i.commits, counters.commits, { consumer });
   });
 }
+
+/**
+ * A histogram's recorder for fixed attributes (made once per publisher or consumer): `record(ms)`.
+ * Without an SDK the API's no-op histogram costs a call.
+ */
+export function histogramRecorder(
+  which: 'confirmLatency' | 'commitDuration',
+  attributes: Attributes,
+): (ms: number) => void {
+  const h = instruments().histograms[which];
+  return (ms) => h.record(ms, attributes);
+}
+
+/** One instrument the library emits: the docs' table and the dashboard's test read this list. @internal */
+export interface InstrumentInfo {
+  readonly name: string;
+  readonly kind: 'counter' | 'gauge' | 'histogram';
+  readonly unit: string;
+  readonly attributes: readonly string[];
+}
+
+const P = ['producer', 'target'] as const;
+
+/** Every instrument, as the SDK names it (a Prometheus exporter writes `.` as `_`). @internal */
+export const INSTRUMENTS: readonly InstrumentInfo[] = [
+  { name: 'stream_dedup.publisher.sent', kind: 'counter', unit: '{message}', attributes: P },
+  { name: 'stream_dedup.publisher.confirmed', kind: 'counter', unit: '{message}', attributes: P },
+  { name: 'stream_dedup.publisher.resent', kind: 'counter', unit: '{message}', attributes: P },
+  { name: 'stream_dedup.publisher.key_duplicates', kind: 'counter', unit: '{message}', attributes: P },
+  { name: 'stream_dedup.publisher.reconnects', kind: 'counter', unit: '{reconnect}', attributes: P },
+  { name: 'stream_dedup.publisher.in_flight', kind: 'gauge', unit: '{message}', attributes: P },
+  { name: 'stream_dedup.publisher.outbox', kind: 'gauge', unit: '{message}', attributes: P },
+  { name: 'stream_dedup.publisher.parked', kind: 'gauge', unit: '{message}', attributes: P },
+  { name: 'stream_dedup.publisher.confirm_latency', kind: 'histogram', unit: 'ms', attributes: P },
+  {
+    name: 'stream_dedup.verifier.outcomes',
+    kind: 'counter',
+    unit: '{message}',
+    attributes: ['consumer', 'outcome'],
+  },
+  {
+    name: 'stream_dedup.verifier.gaps',
+    kind: 'counter',
+    unit: '{gap}',
+    attributes: ['consumer', 'confirmed'],
+  },
+  { name: 'stream_dedup.verifier.skips', kind: 'counter', unit: '{skip}', attributes: ['consumer'] },
+  { name: 'stream_dedup.verifier.commits', kind: 'counter', unit: '{commit}', attributes: ['consumer'] },
+  { name: 'stream_dedup.verifier.commit_duration', kind: 'histogram', unit: 'ms', attributes: ['consumer'] },
+];

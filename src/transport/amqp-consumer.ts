@@ -151,7 +151,7 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
     const resolved = resolveAmqpOptions(options);
     const warning = windowWarning(resolved.consumer.policy);
     if (warning !== undefined) resolved.consumer.logger.warn({ policy: resolved.consumer.policy }, warning);
-    const core = await VerifyingConsumerCore.open(resolved.consumer);
+    const core = await VerifyingConsumerCore.open(resolved.consumer, { destination: resolved.queue });
     const consumer = new AmqpVerifyingConsumer(core, resolved);
     return VerifyingConsumer.subscribed(consumer, () => consumer.#subscriptions.subscribe());
   }

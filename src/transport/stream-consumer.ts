@@ -190,7 +190,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     const resolved = resolveStreamOptions(options);
     // Checks the TLS options: before the store is opened too.
     const endpoints = new EndpointRotation(resolved.connection);
-    const core = await VerifyingConsumerCore.open(resolved.consumer);
+    const core = await VerifyingConsumerCore.open(resolved.consumer, { destination: resolved.stream });
     const consumer = new StreamVerifyingConsumer(core, resolved, endpoints);
     return VerifyingConsumer.subscribed(consumer, () =>
       openThroughEndpoints(endpoints.size, () => consumer.#subscriptions.subscribe()),

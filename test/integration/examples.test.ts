@@ -55,6 +55,18 @@ describe('examples run against the real broker', () => {
     await expectDeletedItsStream(out);
   });
 
+  it('prometheus: the scraped page has the library metrics with the package version', async () => {
+    process.env.PROMETHEUS_PORT = String(20_000 + (process.pid % 20_000));
+    const out = await example('prometheus');
+    delete process.env.PROMETHEUS_PORT;
+    expect(out).toMatch(
+      /^stream_dedup_verifier_outcomes_total\{consumer="projection",outcome="new",.*\} 100$/m,
+    );
+    expect(out).toMatch(/^stream_dedup_publisher_confirm_latency_count\{producer="orders-svc",.*\} 100$/m);
+    expect(out).not.toContain('otel_scope_version="0.1.0"');
+    await expectDeletedItsStream(out);
+  });
+
   it('credit-17: the duplicate is recognised and the balance is 16', async () => {
     const out = await example('credit-17');
     expect(out).toContain('verifier: duplicate credit-17');

@@ -1,9 +1,11 @@
 import { metrics } from '@opentelemetry/api';
 import { MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { VerifyingConsumerCore } from '../../src/consumer/core.js';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupPublisherCore } from '../../src/publisher/core.js';
+import { INSTRUMENTS } from '../../src/telemetry/metrics.js';
 import { memoryStore } from '../support/memory-store.js';
 import { ModelBroker, ModelTransport } from '../support/model-broker.js';
 
@@ -72,4 +74,67 @@ describe('metrics through @opentelemetry/api', () => {
     await pub.close();
     await consumer.close();
   });
+
+  it("the meter's scope version is package.json's; every instrument emitted is in INSTRUMENTS with its unit and attributes, and each is emitted", async () => {
+    const transport = new ModelTransport(new ModelBroker(), 'orders', 'q');
+    const pub = await DedupPublisherCore.open(transport, {
+      producerName: 'q',
+      store: await memoryStore(),
+      maxInFlight: 1,
+    });
+    transport.faults.holdConfirms = true;
+    const sends = [pub.send(Buffer.from('a')), pub.send(Buffer.from('b'))];
+    await until(() => pub.inFlight === 2 && transport.published.length === 1);
+    const held = await points();
+    // One written and sent (the outbox), one parked behind it (maxInFlight 1).
+    expect(held.get('stream_dedup.publisher.in_flight{producer=q,target=orders}')).toBe(2);
+    expect(held.get('stream_dedup.publisher.outbox{producer=q,target=orders}')).toBe(1);
+    expect(held.get('stream_dedup.publisher.parked{producer=q,target=orders}')).toBe(1);
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    await Promise.all(sends);
+    const consumer = await VerifyingConsumerCore.open({
+      consumerName: 'histo',
+      store: await memoryStore(),
+      commit: 'message',
+      handler: () => undefined,
+    });
+    await consumer.process({
+      offset: 0n,
+      content: Buffer.from('x'),
+      applicationProperties: identityHeaders('q', 1n),
+    });
+    await consumer.flush();
+
+    const { resourceMetrics } = (await reader.collect()) as { resourceMetrics: ResourceMetrics };
+    const scopes = resourceMetrics.scopeMetrics.filter((s) => s.scope.name === 'stream-dedup');
+    const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+      version: string;
+    };
+    expect(scopes.map((s) => s.scope.version)).toEqual([version]);
+    const known = new Map(INSTRUMENTS.map((i) => [i.name, i]));
+    const seen = new Set<string>();
+    for (const metric of scopes[0]!.metrics) {
+      const info = known.get(metric.descriptor.name);
+      expect(info, metric.descriptor.name).toBeDefined();
+      expect(metric.descriptor.unit).toBe(info!.unit);
+      for (const p of metric.dataPoints)
+        expect(Object.keys(p.attributes).sort()).toEqual([...info!.attributes].sort());
+      if (metric.dataPoints.length > 0) seen.add(metric.descriptor.name);
+    }
+    expect([...seen].sort()).toEqual([...known.keys()].sort());
+    const latency = scopes[0]!.metrics.find(
+      (m) => m.descriptor.name === 'stream_dedup.publisher.confirm_latency',
+    );
+    expect(latency!.dataPoints.find((p) => p.attributes.producer === 'q')!.value).toMatchObject({ count: 2 });
+    await pub.close();
+    await consumer.close();
+  });
 });
+
+async function until(condition: () => boolean): Promise<void> {
+  for (let i = 0; !condition(); i++) {
+    if (i > 1_000) throw new Error('condition not reached within 1 000 turns');
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
