@@ -34,7 +34,10 @@ export type DedupErrorCode =
    * @deprecated Since 0.2.0: nothing throws it; do not wait for it.
    */
   | 'DEDUP_INVALID_IDENTITY'
-  /** A wait was cancelled through an `AbortSignal`. */
+  /**
+   * A wait was cancelled through an `AbortSignal`; or (PostgreSQL store, since 0.6.0) a handler's
+   * query after its batch was rolled back under it (a consumer group's partition revoked).
+   */
   | 'DEDUP_ABORTED'
   /**
    * `open()` refused a combination of options that cannot keep the exactly-once promise: keyed IDs

@@ -436,7 +436,9 @@ export class PgConsumerStore implements ConsumerStore {
   }
 
   async #rollback(tx: OpenTransaction): Promise<void> {
-    for (const handler of tx.handlers) handler.revoke();
+    // A handler may still be running (a group member's partition revoked mid-handler): its later
+    // queries are refused as rolled back, not as a misuse that would stop the consumer (L4).
+    for (const handler of tx.handlers) handler.discard();
     let failed: unknown;
     await tx.client
       .query(bounded('ROLLBACK', undefined, this.#limits))
