@@ -463,7 +463,7 @@ export class GroupPartition {
       if (fenced) this.#s.stats.fenced++;
       this.#restart(
         fenced
-          ? 'was fenced: another member moved the partition’s offset in the database'
+          ? 'was fenced: its batch rolled back (another member moved the partition’s offset, or the database ended a paused batch)'
           : 'must run its batch again (a transient failure of the database)',
       );
     });
