@@ -57,8 +57,11 @@ export function partitionNamespace(consumerName: string, partition: string): str
  * state and the handler's effects in its own store, as a `StreamVerifyingConsumer` does for a
  * stream, and appends every batch to the partition's changelog stream before it commits it. A
  * member that becomes active for a partition first restores it from the changelog; a member that
- * loses it stops applying it at once. See the README's "Consumer groups" for the guarantees and
- * their limits (handlers must be deterministic; effects outside the store are the application's).
+ * loses it stops applying it at once. With a `PostgresStore` (since 0.6.0) the members share the
+ * database instead: no changelog, nothing restored, each batch a transaction fenced on the
+ * partition's offset row (docs/design.md §13.1). See the README's "Consumer groups" for the
+ * guarantees and their limits (with LevelDB handlers must be deterministic; effects outside the
+ * store are the application's).
  *
  * @example
  * ```ts
@@ -118,7 +121,9 @@ export class SuperStreamVerifyingConsumer {
    *
    * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>").
    * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for `scopeTtlMs` (an eviction would not be in the
-   *   changelog) or a `consumerName` with a '.' (two groups could share a changelog); `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
+   *   changelog), a `consumerName` with a '.' (two groups could share a changelog), or an option of
+   *   the changelog strategy with a `PostgresStore` (since 0.6.0: the members then share the
+   *   database, docs/design.md §13.1); `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
    *   `DEDUP_BROKER_REFUSED` (for example a missing super stream, or a changelog that exists and may
    *   not be written by this user).
    */
