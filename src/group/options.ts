@@ -100,6 +100,7 @@ const CHANGELOG_ONLY = ['appendTimeoutMs', 'restoreTimeoutMs', 'tenantVersion', 
  * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>").
  * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for `scopeTtlMs`, a `consumerName` with a '.', or an
  *   option of the changelog strategy given with a `PostgresStore` (its members keep no changelog).
+ * @internal
  */
 export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions): ResolvedGroupOptions {
   const superStream = nonEmptyString(options?.superStream, 'superStream');

@@ -51,9 +51,6 @@ import type {
   SuperStreamVerifyingConsumerOptions,
 } from './types.js';
 
-export { PartitionMoved } from './strategy.js';
-export { watchTimings } from './partition-watch.js';
-
 /**
  * What every partition of one member shares.
  *
