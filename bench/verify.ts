@@ -13,6 +13,7 @@ import { measureInChild, median } from './common.js';
 import { measureConsumers } from './consumer.js';
 import { measureGroup, measureTakeover } from './group.js';
 import { measurePostgres, type PostgresRates } from './postgres.js';
+import { measurePgTakeover } from './group-postgres.js';
 
 const MESSAGES = Number(process.argv[2] ?? 10_000_000);
 const SCOPES = Number(process.argv[3] ?? 1_000);
@@ -153,6 +154,8 @@ const batchedRatio = batched.verifyingPerSec / batched.rawPerSec;
 const group = await measureGroup(300_000);
 const groupRatio = group.groupPerSec / group.rawPerSec;
 const takeover = await measureTakeover(100_000);
+// The same group on PostgreSQL: nothing to restore, the partition's offset row read (bench/group-postgres.ts).
+const pgTakeover = await measurePgTakeover(100_000, 3);
 
 // The PostgreSQL verifying consumer against the hand-written per-message transaction (bench/postgres.ts).
 const postgres = await measurePostgres();
@@ -208,6 +211,14 @@ console.log(
   `${'take-over, 100k changelog'.padEnd(26)} ${Math.round(takeover.takeoverMs).toLocaleString('en').padStart(12)}   ms (${takeover.entries.toLocaleString('en')} entries restored; the raw consumer reads that changelog in ${Math.round(takeover.rawReadMs).toLocaleString('en')} ms: ${(takeover.takeoverMs / takeover.rawReadMs).toFixed(2)}×)`,
 );
 printPostgres(postgres, false);
+console.log(
+  `${'take-over on PostgreSQL'.padEnd(26)} ${pgTakeover.takeoverMs
+    .map((ms) => Math.round(ms))
+    .join(', ')
+    .padStart(
+      12,
+    )}   ms (${pgTakeover.takeoverMs.length} take-overs of a partition with ${pgTakeover.history.toLocaleString('en')} messages committed: the offset row is read, nothing restored)`,
+);
 for (const [name, ok] of Object.entries(met)) {
   const { target, got } = targets[name as keyof typeof targets];
   console.log(

@@ -170,6 +170,7 @@ class FakeConnection {
       else this.tx.applied.push(params[0] as string);
       return { rows: [], rowCount: 1 };
     }
+    if (text === 'CLOCK') return none;
     if (text === 'UNSEEN ROLLBACK') {
       // SQL that ends the transaction where the guard does not see it (a gap of its reading).
       this.tx = undefined;
@@ -485,5 +486,145 @@ describe('PostgreSQL fence model', () => {
       { numRuns: 100 },
     );
     console.log(`[postgres fence model, unseen end mid-batch] ${JSON.stringify(stats)}`);
+  });
+});
+
+/**
+ * One holder's period of a consumer group's partition on a shared database (src/group, the
+ * shared-database strategy): a core opened on the partition's name, resuming from the stored
+ * offset. A revocation the holder sees drops its batch at once, possibly in the middle of a
+ * handler (`discardPending()`, as GroupPartition #lose does: review B L4); one it does not see (a
+ * paused member) lets it go on for `lateSteps` more messages, whose batches the fence must refuse.
+ */
+interface Tenure {
+  revoked: boolean;
+  readonly seen: boolean;
+  readonly lateSteps: number;
+  core?: VerifyingConsumerCore;
+  /** Called inside the handler, between its two statements. */
+  statement?: () => void;
+}
+
+async function hold(
+  name: string,
+  db: FakeDatabase,
+  stream: IncomingMessage[],
+  commitEvery: number,
+  t: Tenure,
+): Promise<void> {
+  const life: Life = { name, dead: false, connections: [] };
+  const provider: ConsumerStoreProvider = {
+    openConsumerStore: (consumer, onFailure) =>
+      PgConsumerStore.open(fakePool(db, life), TABLES, consumer, LIMITS, onFailure, () => undefined),
+  };
+  const core = await VerifyingConsumerCore.open({
+    consumerName: 'group.orders-0',
+    store: provider,
+    commitEvery,
+    commitLingerMs: 2_147_483_647,
+    // Not deterministic (the clock), and two statements with a moment between them.
+    handler: postgresHandler(async (message, { client }) => {
+      const { producerName, publishingId } = message.identity!;
+      await client.query('APPLY', [`${producerName}/${publishingId}`, Date.now()]);
+      // The handler's later statement: a revocation before it is review B's L4.
+      t.statement?.();
+      await client.query('CLOCK', [Date.now()]);
+    }),
+  });
+  t.core = core;
+  // The group drops a partition whose batch rewinds (a fence): it subscribes again.
+  let rewound = false;
+  core.onRewind(() => {
+    rewound = true;
+    db.fenced++;
+  });
+  let late = 0;
+  let finished = false;
+  for (let o = Number(core.resumeOffset ?? 0n); ; o++) {
+    if (t.revoked && (t.seen || late++ >= t.lateSteps)) break;
+    if (o >= stream.length) {
+      finished = !t.revoked;
+      break;
+    }
+    try {
+      await core.process(stream[o]!);
+    } catch (err) {
+      db.unexpected.push(err);
+      break;
+    }
+    if (rewound || core.failure !== undefined) break;
+  }
+  if (finished) await core.flush();
+  core.discardPending();
+  await core.close();
+  if (core.failure !== undefined) db.unexpected.push(core.failure);
+}
+
+describe('PostgreSQL fence model - consumer group on a shared database', () => {
+  it('holders of one partition revoked mid-batch (seen: dropped mid-handler; unseen: late batches), with a clock-using handler, apply every (producer, ID) exactly once and never crash', async () => {
+    const stats = { runs: 0, fenced: 0, revocations: 0, seen: 0 };
+    await fc.assert(
+      fc.asyncProperty(
+        streamArb,
+        fc.integer({ min: 1, max: 3 }),
+        fc.array(
+          fc.record({ seen: fc.boolean(), lateSteps: fc.nat({ max: 4 }), at: fc.option(fc.nat({ max: 4 })) }),
+          {
+            maxLength: 4,
+          },
+        ),
+        fc.scheduler(),
+        async (stream, commitEvery, revocations, s) => {
+          const db = new FakeDatabase(s);
+          const holding: Promise<void>[] = [];
+          // The broker: a holder at a time; each planned revocation, at a moment the scheduler
+          // chooses, gives the partition to the other member at once (the old one may not know yet).
+          const run = (async () => {
+            for (let i = 0; i < 30; i++) {
+              const plan = revocations[i];
+              const t: Tenure = { revoked: false, seen: plan?.seen ?? true, lateSteps: plan?.lateSteps ?? 0 };
+              const held = hold(i % 2 === 0 ? 'A' : 'B', db, stream, commitEvery, t);
+              holding.push(held);
+              let revoke = (): void => undefined;
+              const revoked = new Promise<void>((resolve) => (revoke = resolve));
+              const drop = (): void => {
+                if (t.revoked) return;
+                t.revoked = true;
+                stats.revocations++;
+                // GroupPartition #lose: the batch goes at once, a handler may be running.
+                if (t.seen) {
+                  stats.seen++;
+                  t.core?.discardPending();
+                }
+                revoke();
+              };
+              if (plan !== undefined && plan.at !== null) {
+                // Inside a handler, at its `at`-th message, between its statements.
+                let statements = 0;
+                t.statement = () => {
+                  if (statements++ === plan.at) drop();
+                };
+              } else if (plan !== undefined) {
+                // At a moment the scheduler chooses.
+                void s.schedule(Promise.resolve(), `revoke ${i}`).then(drop);
+              }
+              const ended = await Promise.race([held.then(() => 'ended'), revoked.then(() => 'revoked')]);
+              if (ended === 'ended' && db.committed.offset === String(stream.length - 1)) return;
+            }
+          })();
+          await s.waitFor(run);
+          await s.waitFor(Promise.all(holding));
+          stats.runs++;
+          stats.fenced += db.fenced;
+          expect(db.unexpected).toEqual([]);
+          const distinct = new Set(stream.map((m) => JSON.stringify(m.applicationProperties)));
+          expect(db.committed.applied.size).toBe(distinct.size);
+          for (const [key, count] of db.committed.applied) expect(count, key).toBe(1);
+          expect(db.committed.offset).toBe(String(stream.length - 1));
+        },
+      ),
+      { numRuns: 300 },
+    );
+    console.log(`[postgres fence model, group] ${JSON.stringify(stats)}`);
   });
 });

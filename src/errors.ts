@@ -34,7 +34,10 @@ export type DedupErrorCode =
    * TypeScript does not mark it, and TypeDoc refuses block tags there.)
    */
   | 'DEDUP_INVALID_IDENTITY'
-  /** A wait was cancelled through an `AbortSignal`. */
+  /**
+   * A wait was cancelled through an `AbortSignal`; or (PostgreSQL store, since 0.6.0) a handler's
+   * query after its batch was rolled back under it (a consumer group's partition revoked).
+   */
   | 'DEDUP_ABORTED'
   /**
    * `open()` refused a combination of options that cannot keep the exactly-once promise: keyed IDs

@@ -213,6 +213,14 @@ export class CommitPipeline {
       );
   }
 
+  /**
+   * True while the handler in progress runs for a batch that was discarded meanwhile (a lost
+   * subscription, a revoked partition): its message is dropped when it returns or throws.
+   */
+  get discardedWhileRunning(): boolean {
+    return this.#dropCurrent;
+  }
+
   /** A handler starts: nothing that writes starts until it has returned or thrown. */
   beginMessage(): void {
     this.#processing = true;

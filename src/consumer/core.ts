@@ -311,6 +311,10 @@ export class VerifyingConsumerCore {
     return applying.then(
       () => pipeline.endMessageAsync(message.offset, message.settle, message.chunk),
       (err: unknown) => {
+        // Its batch was discarded while it ran (review B, L4: a group member's partition revoked
+        // mid-handler; the PostgreSQL store then refuses its queries): whatever it threw, its
+        // message is dropped as if it had returned, and processed again by the next holder.
+        if (pipeline.discardedWhileRunning) return pipeline.endMessageAsync(message.offset, message.settle);
         const recovered = this.#recover(err, true);
         if (recovered !== true) pipeline.abortMessageAsync(recovered ?? err);
       },

@@ -6,30 +6,19 @@
  * restores before it applies anything.
  */
 import { DedupError } from '../errors.js';
-import { producerNameProblem } from '../identity/producer-name.js';
-import {
-  nonEmptyString,
-  resolveSubscriptionOptions,
-  resolveVerifyingConsumerOptions,
-} from '../consumer/options.js';
+import type { ConsumerStoreProvider } from '../consumer/consumer-store.js';
 import { effectKeyPrefix } from '../store/consumer-keys.js';
 import { DedupStore } from '../store/store.js';
 import { Locator } from '../superstream/partitions.js';
-import { checkConnectionOptions } from '../transport/stream-consumer.js';
 import { EndpointRotation, openThroughEndpoints } from '../transport/util.js';
 import type { Logger } from '../telemetry/logger.js';
-import {
-  expectFunction,
-  expectOptionalFunction,
-  expectOptionalObject,
-  integerOption,
-  outOfRange,
-  typeMismatch,
-} from '../util/options.js';
 import { checkChangelogWritable } from './changelog-writer.js';
+import { changelogProducerName, resolveGroupOptions } from './options.js';
 import { GroupPartition } from './partition.js';
+import { sharedPartitionName } from './shared-db-strategy.js';
 import type { GroupStats, SuperStreamVerifyingConsumerOptions } from './types.js';
 
+export { changelogProducerName, checkGroupName } from './options.js';
 export type {
   AssignmentEvent,
   GroupMessageHandler,
@@ -51,42 +40,6 @@ export function changelogStreamName(partition: string, consumerName: string): st
 }
 
 /**
- * Refuses a group name that could share a changelog with another group: one with a '.'. Partition
- * names come from the super stream and may hold dots (`<superStream>-<key>`, or any bound stream),
- * so only the group's name can be kept free of them; refusing keeps every existing changelog name
- * as it was (no renamed changelog left behind unread).
- *
- * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for a name with a '.'.
- */
-export function checkGroupName(consumerName: string): void {
-  if (!consumerName.includes('.')) return;
-  throw new DedupError(
-    'DEDUP_UNSAFE_OPTIONS',
-    `consumerName ${JSON.stringify(consumerName)} holds a '.': a group's changelogs are named ` +
-      '<partition>.<consumerName>.changelog, and with a dot two groups could share one (group "billing" ' +
-      'on partition "orders-eu.west" and group "west.billing" on "orders-eu"); choose a name without one',
-  );
-}
-
-/**
- * Checks `tenantVersion`: a non-empty string of at most 64 UTF-8 bytes, given only with `tenant`
- * (it names that function in the settings header every changelog record carries).
- */
-function tenantVersionOption(value: unknown, hasTenant: boolean): string | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== 'string') typeMismatch('tenantVersion', 'a string', value);
-  if (value === '' || Buffer.byteLength(value, 'utf8') > 64)
-    outOfRange('tenantVersion', 'a non-empty string of at most 64 UTF-8 bytes', value);
-  if (!hasTenant) throw new TypeError('Expected tenantVersion to be given only with tenant, got no tenant');
-  return value;
-}
-
-/** The producer name every member of group `consumerName` writes changelogs under. */
-export function changelogProducerName(consumerName: string): string {
-  return `stream-dedup.changelog.${consumerName}`;
-}
-
-/**
  * The namespace of `partition` in a member's store: the consumer name its core keeps its offset,
  * verifier state and effects under. NUL cannot appear in a stream name, so no plain consumer's
  * name and no other partition's is the same.
@@ -104,8 +57,11 @@ export function partitionNamespace(consumerName: string, partition: string): str
  * state and the handler's effects in its own store, as a `StreamVerifyingConsumer` does for a
  * stream, and appends every batch to the partition's changelog stream before it commits it. A
  * member that becomes active for a partition first restores it from the changelog; a member that
- * loses it stops applying it at once. See the README's "Consumer groups" for the guarantees and
- * their limits (handlers must be deterministic; effects outside the store are the application's).
+ * loses it stops applying it at once. With a `PostgresStore` (since 0.6.0) the members share the
+ * database instead: no changelog, nothing restored, each batch a transaction fenced on the
+ * partition's offset row (docs/design.md §13.1). See the README's "Consumer groups" for the
+ * guarantees and their limits (with LevelDB handlers must be deterministic; effects outside the
+ * store are the application's).
  *
  * @example
  * ```ts
@@ -128,7 +84,7 @@ export class SuperStreamVerifyingConsumer {
   /** Counters since open. */
   readonly stats: Readonly<GroupStats>;
   readonly #members: ReadonlyMap<string, GroupPartition>;
-  readonly #store: DedupStore;
+  readonly #store: DedupStore | ConsumerStoreProvider;
   readonly #ownedStore: boolean;
   readonly #consumerName: string;
   readonly #release: () => void;
@@ -141,7 +97,7 @@ export class SuperStreamVerifyingConsumer {
   private constructor(
     partitions: readonly string[],
     members: ReadonlyMap<string, GroupPartition>,
-    store: DedupStore,
+    store: DedupStore | ConsumerStoreProvider,
     ownedStore: boolean,
     consumerName: string,
     release: () => void,
@@ -165,94 +121,45 @@ export class SuperStreamVerifyingConsumer {
    *
    * @throws TypeError, RangeError for a bad option ("Expected <option> to be <what>, got <value>").
    * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for `scopeTtlMs` (an eviction would not be in the
-   *   changelog) or a `consumerName` with a '.' (two groups could share a changelog); `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
+   *   changelog), a `consumerName` with a '.' (two groups could share a changelog), or an option of
+   *   the changelog strategy with a `PostgresStore` (since 0.6.0: the members then share the
+   *   database, docs/design.md §13.1); `DEDUP_STORE_LOCKED`, `DEDUP_STORE_CORRUPT`, `DEDUP_BROKER_UNREACHABLE`,
    *   `DEDUP_BROKER_REFUSED` (for example a missing super stream, or a changelog that exists and may
    *   not be written by this user).
    */
   static async open(options: SuperStreamVerifyingConsumerOptions): Promise<SuperStreamVerifyingConsumer> {
-    const superStream = nonEmptyString(options?.superStream, 'superStream');
-    expectFunction(options.handler, 'handler');
-    const scopeTtlMs = (options as { scopeTtlMs?: unknown }).scopeTtlMs;
-    if (scopeTtlMs !== undefined && scopeTtlMs !== 0) {
-      throw new DedupError(
-        'DEDUP_UNSAFE_OPTIONS',
-        'scopeTtlMs is not supported by SuperStreamVerifyingConsumer: a scope forgotten by one member ' +
-          'is not forgotten in the changelog, and the next holder of the partition would see it again',
-      );
-    }
-    const groupHandler = options.handler;
-    const consumer = resolveVerifyingConsumerOptions({
-      ...options,
-      scopeTtlMs: 0,
-      handler: () => undefined,
-      // The group's hooks are told the partition too: checked here, wrapped per partition.
-      hooks: undefined,
-    });
-    const { hooks } = options;
-    expectOptionalObject(hooks, 'hooks');
-    expectOptionalFunction(hooks?.beforeCommit, 'hooks.beforeCommit');
-    expectOptionalFunction(hooks?.afterCommit, 'hooks.afterCommit');
-    const subscription = resolveSubscriptionOptions(options);
-    const connection = checkConnectionOptions(options.connection);
-    // Checks the TLS options too, before anything is opened.
-    new EndpointRotation(connection);
-    const appendTimeoutMs = integerOption(options.appendTimeoutMs, 'appendTimeoutMs', 30_000, 1);
-    const restoreTimeoutMs = integerOption(options.restoreTimeoutMs, 'restoreTimeoutMs', 300_000, 1);
-    const stalledMs = integerOption(options.stalledPartitionMs, 'stalledPartitionMs', 60_000, 0);
-    if (stalledMs !== 0 && stalledMs <= consumer.commitLingerMs) {
-      // A quiet partition's batch waits commitLingerMs for its commit: the watch would take every
-      // trickle of input for a stuck group.
-      throw new RangeError(
-        `Expected stalledPartitionMs to be 0 or more than commitLingerMs (${consumer.commitLingerMs}), got ${stalledMs}`,
-      );
-    }
-    expectOptionalFunction(options.onAssignment, 'onAssignment');
-    const tenantVersion = tenantVersionOption(options.tenantVersion, consumer.tenant !== undefined);
-    const consumerName = consumer.consumerName;
-    checkGroupName(consumerName);
-    const producer = changelogProducerName(consumerName);
-    const prefixBytes = Buffer.byteLength(changelogProducerName(''), 'utf8');
-    if (Buffer.byteLength(producer, 'utf8') > 256) {
-      throw new RangeError(
-        `Expected consumerName to be at most ${256 - prefixBytes} UTF-8 bytes, got ${Buffer.byteLength(consumerName, 'utf8')}`,
-      );
-    }
-    // The changelog's readers accept only records whose producer name readIdentity takes: a group
-    // name it would call malformed (a control character, U+FFFD) wrote changelogs that every
-    // take-over then refused.
-    const problem = producerNameProblem(producer);
-    if (problem !== undefined) {
-      throw new TypeError(
-        `Expected consumerName to be a valid producer name, but its changelog producer name ${problem}`,
-      );
-    }
-
-    // The group's partitions move with their changelogs, which hold LevelDB writes (not yet a
-    // PostgresStore: the shared-database strategy is issue 34's item 4).
-    if (typeof consumer.store !== 'string' && !(consumer.store instanceof DedupStore)) {
-      typeMismatch('store', 'a folder path or an opened DedupStore', consumer.store);
-    }
-    const owned = typeof consumer.store === 'string';
-    const store =
-      typeof consumer.store === 'string'
-        ? await DedupStore.open(consumer.store, { sync: consumer.sync })
-        : consumer.store;
+    const o = resolveGroupOptions(options);
+    const { consumer, consumerName, superStream, connection, subscription, strategy } = o;
+    const changelogs = strategy.kind === 'changelog' ? strategy : undefined;
+    // The strategy is the store's: its own LevelDB store (a partition moves through its changelog),
+    // or a database the members share (a partition moves with nothing to restore).
+    const owned = typeof strategy.store === 'string';
+    const store: DedupStore | ConsumerStoreProvider =
+      typeof strategy.store === 'string'
+        ? await DedupStore.open(strategy.store, { sync: consumer.sync })
+        : strategy.store;
     let release: (() => void) | undefined;
     const members = new Map<string, GroupPartition>();
     const opened: { member?: SuperStreamVerifyingConsumer } = {};
     try {
-      // One member per store: two in one store would share the partitions' namespaces. The claim
-      // is the namespace of a partition with an empty name, which no stream has.
-      release = store.claimConsumer(partitionNamespace(consumerName, ''));
+      // One member per LevelDB store: two in one store would share the partitions' namespaces. The
+      // claim is the namespace of a partition with an empty name, which no stream has. A shared
+      // database is shared by design: each partition's core claims its name while it holds it.
+      release =
+        store instanceof DedupStore
+          ? store.claimConsumer(partitionNamespace(consumerName, ''))
+          : () => undefined;
       const locator = new Locator(connection, subscription.connectTimeoutMs);
       let partitions: string[];
-      let existingChangelogs: Set<string>;
+      let existingChangelogs = new Set<string>();
       try {
         partitions = await locator.partitions(superStream);
-        existingChangelogs = await locator
-          .existing(partitions.map((p) => changelogStreamName(p, consumerName)))
-          // The check is a courtesy: a metadata query that fails leaves it to the first append.
-          .catch(() => new Set<string>());
+        if (changelogs !== undefined) {
+          existingChangelogs = await locator
+            .existing(partitions.map((p) => changelogStreamName(p, consumerName)))
+            // The check is a courtesy: a metadata query that fails leaves it to the first append.
+            .catch(() => new Set<string>());
+        }
       } finally {
         await locator.close();
       }
@@ -262,7 +169,7 @@ export class SuperStreamVerifyingConsumer {
       };
       for (const partition of partitions) {
         const changelog = changelogStreamName(partition, consumerName);
-        if (Buffer.byteLength(changelog, 'utf8') > MAX_STREAM_NAME_BYTES) {
+        if (changelogs !== undefined && Buffer.byteLength(changelog, 'utf8') > MAX_STREAM_NAME_BYTES) {
           throw new RangeError(
             `Expected consumerName to be short enough for changelog stream "${changelog}" (at most 255 bytes)`,
           );
@@ -273,20 +180,23 @@ export class SuperStreamVerifyingConsumer {
             superStream,
             consumerName,
             partition,
-            namespace: partitionNamespace(consumerName, partition),
+            namespace:
+              store instanceof DedupStore
+                ? partitionNamespace(consumerName, partition)
+                : sharedPartitionName(consumerName, partition),
             changelog,
-            changelogProducer: producer,
+            changelogProducer: changelogProducerName(consumerName),
             store,
             consumer,
-            tenantVersion,
-            handler: groupHandler,
-            hooks,
+            tenantVersion: changelogs?.tenantVersion,
+            handler: o.handler,
+            hooks: o.hooks,
             subscription,
             connection,
-            appendTimeoutMs,
-            restoreTimeoutMs,
-            stalledMs,
-            onAssignment: options.onAssignment,
+            appendTimeoutMs: changelogs?.appendTimeoutMs ?? 0,
+            restoreTimeoutMs: changelogs?.restoreTimeoutMs ?? 0,
+            stalledMs: o.stalledMs,
+            onAssignment: o.onAssignment,
             stats,
             fail,
           }),
@@ -307,13 +217,13 @@ export class SuperStreamVerifyingConsumer {
       // its first append (issue 32). Only the changelogs that exist (see checkChangelogWritable).
       // Eight at a time: each check is a connection of its own, and a super stream may have a
       // thousand partitions.
-      for (let i = 0; i < partitions.length; i += 8) {
+      for (let i = 0; changelogs !== undefined && i < partitions.length; i += 8) {
         await Promise.all(
           partitions.slice(i, i + 8).map((partition) =>
             checkChangelogWritable({
               stream: changelogStreamName(partition, consumerName),
               exists: existingChangelogs.has(changelogStreamName(partition, consumerName)),
-              producerName: producer,
+              producerName: changelogs.producer,
               connection,
               connectTimeoutMs: subscription.connectTimeoutMs,
             }),
@@ -327,7 +237,7 @@ export class SuperStreamVerifyingConsumer {
         if (member.failure !== undefined) throw member.failure;
       }
       consumer.logger.info(
-        { consumer: consumerName, superStream, partitions },
+        { consumer: consumerName, superStream, partitions, strategy: strategy.kind },
         'stream-dedup: consumer group member joined',
       );
       return member;
@@ -337,7 +247,7 @@ export class SuperStreamVerifyingConsumer {
       else {
         for (const partition of members.values()) await partition.close().catch(() => undefined);
         release?.();
-        if (owned) await store.close();
+        if (owned && store instanceof DedupStore) await store.close();
       }
       throw err;
     }
@@ -391,6 +301,11 @@ export class SuperStreamVerifyingConsumer {
    */
   async readEffect(partition: string, key: string): Promise<Buffer | undefined> {
     this.#member(partition);
+    if (!(this.#store instanceof DedupStore)) {
+      throw new TypeError(
+        'readEffect reads LevelDB effects: with a PostgresStore the handlers write their own tables (query them)',
+      );
+    }
     const raw = await this.#store.db.get(
       effectKeyPrefix(partitionNamespace(this.#consumerName, partition)) + key,
     );
@@ -446,7 +361,8 @@ export class SuperStreamVerifyingConsumer {
       }
       await Promise.all([...this.#members.values()].map((m) => m.close().catch(() => undefined)));
       this.#release();
-      if (this.#ownedStore) await this.#store.close().catch(() => undefined);
+      if (this.#ownedStore && this.#store instanceof DedupStore)
+        await this.#store.close().catch(() => undefined);
       this.#resolveClosed(error);
     })();
     return this.#stopping;

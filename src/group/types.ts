@@ -13,9 +13,11 @@ import type { StreamConnectionOptions } from '../transport/util.js';
 /**
  * Processes one new message of `partition`; whatever it writes through `tx` commits atomically
  * with the partition's dedup state and offset, and goes to the partition's changelog with them.
- * It must be a deterministic function of the message and of what it reads through `tx` (no
- * clock, no randomness, no outside state): during a hand-over two members may process the same
- * messages, and the changelog keeps the values of one of them (docs/design.md §12).
+ * With a member's own store (the changelog strategy) it must be a deterministic function of the
+ * message and of what it reads through `tx` (no clock, no randomness, no outside state): during a
+ * hand-over two members may process the same messages, and the changelog keeps the values of one
+ * of them (docs/design.md §12). With a `PostgresStore` (`tx` is then its `PostgresTransaction`) it
+ * need not be: the effect and the fence are one transaction (docs/design.md §13.1; since 0.6.0).
  *
  * @remarks Since 0.5.0
  */

@@ -77,6 +77,15 @@ function retryableCode(err: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * True when the server ended the session because its transaction stayed idle past
+ * `idle_in_transaction_session_timeout` (SQLSTATE 25P03): the transaction was rolled back.
+ */
+function endedByServer(err: unknown): boolean {
+  for (const e of causes(err)) if (errorCode(e) === '25P03') return true;
+  return false;
+}
+
 /** True when `err` (or what it wraps) says the connection to the server was lost or refused. */
 function connectionLost(err: unknown): boolean {
   for (const e of causes(err)) {
@@ -260,6 +269,12 @@ export class PgConsumerStore implements ConsumerStore {
   recover(error: unknown): Rewind | Error | undefined {
     if (error instanceof DedupError && error.code === 'DEDUP_CONSUMER_FENCED') {
       // #open re-read the stored offset: the consumer goes on from there, with no wait.
+      return { kind: 'fenced', delayMs: 0 };
+    }
+    if (endedByServer(error)) {
+      // The server ended this batch's transaction after idleInTransactionTimeoutMs (a process
+      // paused mid-batch, then resumed): rolled back, so that another process could take the offset
+      // row. A fence like the one #open finds: the next batch re-reads the stored offset.
       return { kind: 'fenced', delayMs: 0 };
     }
     if (connectionLost(error)) {
@@ -456,7 +471,9 @@ export class PgConsumerStore implements ConsumerStore {
   }
 
   async #rollback(tx: OpenTransaction): Promise<void> {
-    for (const handler of tx.handlers) handler.revoke();
+    // A handler may still be running (a group member's partition revoked mid-handler): its later
+    // queries are refused as rolled back, not as a misuse that would stop the consumer (L4).
+    for (const handler of tx.handlers) handler.discard();
     let failed: unknown;
     await tx.client
       .query(bounded('ROLLBACK', undefined, this.#limits))

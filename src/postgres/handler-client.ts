@@ -5,6 +5,7 @@
  */
 import pg from 'pg';
 import type { PoolClient, QueryConfig } from 'pg';
+import { DedupError } from '../errors.js';
 import { transactionControlIn } from './transaction-control.js';
 
 /**
@@ -74,6 +75,8 @@ function unknownOutcome(err: unknown): boolean {
 export class HandlerTransaction implements PostgresTransaction {
   readonly client: PostgresClient;
   #usable = true;
+  /** Revoked because the batch was rolled back under the running handler (a revoked partition). */
+  #discarded = false;
 
   /**
    * @param poison - told of a query that failed without a SQLSTATE (see {@link unknownOutcome}):
@@ -86,6 +89,21 @@ export class HandlerTransaction implements PostgresTransaction {
   ) {
     const query = (...args: unknown[]): unknown => {
       let error: TypeError | undefined;
+      if (this.#discarded) {
+        // Not a misuse: the handler is still running, its batch is gone. Refused without stopping
+        // the consumer; the message is processed again by whoever holds its stream next.
+        const dropped = new DedupError(
+          'DEDUP_ABORTED',
+          'the batch was rolled back while the handler ran (its partition was revoked, or its ' +
+            'subscription lost): nothing of it is committed; the message is processed again',
+        );
+        const callback = args.at(-1);
+        if (typeof callback === 'function') {
+          (callback as (err: Error) => void)(dropped);
+          return undefined;
+        }
+        return Promise.reject(dropped);
+      }
       if (!this.#usable) {
         error = new TypeError(
           'the PostgreSQL client was used after the handler returned: its SQL would run outside the message’s transaction',
@@ -137,5 +155,14 @@ export class HandlerTransaction implements PostgresTransaction {
   /** The handler returned or threw: every later call is refused. */
   revoke(): void {
     this.#usable = false;
+  }
+
+  /**
+   * The batch was rolled back while the handler may still run (review B, L4): every later call is
+   * refused with `DEDUP_ABORTED`, which is not a misuse and does not stop the consumer.
+   */
+  discard(): void {
+    this.#usable = false;
+    this.#discarded = true;
   }
 }

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { watchTimings } from '../../src/group/partition.js';
+import { watchTimings } from '../../src/group/partition-watch.js';
 import { StallWatch, type StallObservation } from '../../src/group/stall-watch.js';
 
 const STALLED_MS = 6_000;

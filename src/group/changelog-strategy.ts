@@ -1,0 +1,236 @@
+/**
+ * The changelog strategy of a group member's partition (docs/design.md §12), for a member with
+ * its own LevelDB store: on an activation the partition's state is restored from its changelog
+ * stream before anything is applied, and every batch is appended to the changelog before it is
+ * written to the store. A member whose append is fenced (another member wrote past it) drops the
+ * batch and takes the partition over again.
+ */
+import type { Client } from 'rabbitmq-stream-js-client';
+import { DedupError } from '../errors.js';
+import type { JournalEntry } from '../consumer/commit-pipeline.js';
+import type { DedupStore } from '../store/store.js';
+import { errorText, withTimeout } from '../transport/util.js';
+import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from './changelog-entry.js';
+import { ChangelogWriter, type AppendOutcome } from './changelog-writer.js';
+import { changelogLastId, groupSettings, readGenesis, restorePartition, SETTINGS_HEADER } from './restore.js';
+import { storedChunk } from '../transport/stream-resume.js';
+import {
+  planPartitionResume,
+  PartitionMoved,
+  type ActivationContext,
+  type ActivationPlan,
+  type PartitionHost,
+  type PartitionResume,
+  type PartitionStrategy,
+} from './strategy.js';
+import type { PartitionSettings } from './partition.js';
+
+/** How long the restore may wait for the next changelog entry before asking for the end again. */
+const RESTORE_STALL_MS = 5_000;
+
+/** Where an activation's state begins when the store had nothing of the partition. */
+interface Lineage {
+  readonly epoch: number;
+  /** No genesis in the changelog yet: the first batch writes one first (§12). */
+  needsGenesis: boolean;
+  /** The genesis' start: messages before it are not the partition's input (dropped). */
+  readonly floor: bigint | undefined;
+  /** The first offset processed in this activation: the start a genesis of ours says. */
+  firstOffset: bigint | undefined;
+}
+
+/** @internal */
+export class ChangelogStrategy implements PartitionStrategy {
+  readonly #s: PartitionSettings;
+  readonly #store: DedupStore;
+  readonly #host: PartitionHost;
+  readonly #writer: ChangelogWriter;
+  #lineage: Lineage | undefined;
+
+  constructor(settings: PartitionSettings, store: DedupStore, host: PartitionHost) {
+    this.#s = settings;
+    this.#store = store;
+    this.#host = host;
+    this.#writer = new ChangelogWriter({
+      stream: settings.changelog,
+      producerName: settings.changelogProducer,
+      connection: settings.connection,
+      connectTimeoutMs: settings.subscription.connectTimeoutMs,
+      appendTimeoutMs: settings.appendTimeoutMs,
+      reconnect: settings.subscription.reconnect,
+      logger: host.log,
+      headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
+    });
+  }
+
+  readonly lastWritten = (client: Client, timeoutMs: number): Promise<bigint> =>
+    changelogLastId(client, this.#s.changelog, this.#s.changelogProducer, timeoutMs, true);
+
+  close(): Promise<void> {
+    return this.#writer.close();
+  }
+
+  async activate({ epoch, current, openCore }: ActivationContext): Promise<ActivationPlan> {
+    const client = await this.#host.connectReader();
+    let report;
+    let resume: PartitionResume | undefined;
+    try {
+      report = await restorePartition({
+        db: this.#store.db,
+        sync: this.#store.sync,
+        namespace: this.#s.namespace,
+        changelog: this.#s.changelog,
+        producerName: this.#s.changelogProducer,
+        settings: groupSettings(this.#s.consumer, this.#s.tenantVersion),
+        client,
+        stallMs: RESTORE_STALL_MS,
+        timeoutMs: this.#s.restoreTimeoutMs,
+        isCurrent: current,
+      });
+      if (report.offset !== undefined) {
+        resume = await planPartitionResume(
+          client,
+          this.#host,
+          report.offset,
+          await storedChunk(this.#store.db, this.#s.namespace),
+          `changelog "${this.#s.changelog}"`,
+        );
+      }
+    } finally {
+      await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+    }
+    if (!current()) throw new PartitionMoved(this.#s.partition, 'moved');
+    // The changelog writer connects while the core opens and the first batch is processed: that
+    // batch need not wait for it. Only to a changelog that exists: the writer creates a missing
+    // one, and a restore of another member asking for the last ID of a stream being created got no
+    // answer for 5 s (measured; it then retried the take-over). A new changelog is created by its
+    // first append, as before.
+    if (report.changelogLastId > 0n) this.#writer.warmUp();
+    const core = await openCore((entry) => this.#journal(epoch, entry));
+    const lineage: Lineage = {
+      epoch,
+      needsGenesis: report.offset === undefined && report.start === undefined,
+      floor: report.offset === undefined ? report.start : undefined,
+      firstOffset: undefined,
+    };
+    this.#lineage = lineage;
+    return {
+      core,
+      resume,
+      offset: report.offset,
+      start:
+        resume !== undefined
+          ? resume.plan.offset
+          : report.offset !== undefined
+            ? report.offset + 1n
+            : report.start,
+      read: report.read,
+      applied: report.applied,
+      accept: (offset) => {
+        // A chunk begins before the offset asked for: what lies before the genesis' start is not input.
+        if (lineage.floor !== undefined && offset < lineage.floor) return false;
+        lineage.firstOffset ??= offset;
+        return true;
+      },
+    };
+  }
+
+  /**
+   * Appends a batch to the changelog; the batch is written to the store only once this resolves.
+   * The partition's first batch ever is preceded by the genesis (§12).
+   */
+  async #journal(epoch: number, entry: JournalEntry): Promise<void> {
+    const partition = this.#s.partition;
+    if (epoch !== this.#host.epoch)
+      throw new PartitionMoved(partition, 'moved before its batch was appended');
+    const lineage = this.#lineage?.epoch === epoch ? this.#lineage : undefined;
+    if (entry.baseOffset === undefined && lineage?.needsGenesis === true) {
+      const start = lineage.firstOffset;
+      if (start === undefined) throw new Error('a first batch without a first offset');
+      await this.#append(epoch, 'its genesis', () => this.#appendGenesis(epoch, start));
+      lineage.needsGenesis = false;
+    }
+    await this.#append(epoch, 'its batch', () =>
+      this.#writer.append(
+        encodeEntry({ lastOffset: entry.lastOffset, baseOffset: entry.baseOffset, ops: entry.ops }),
+        entryId(entry.lastOffset),
+        () => epoch === this.#host.epoch,
+      ),
+    );
+  }
+
+  /** One changelog append of the activation `epoch`: resolves once it is the changelog's latest. */
+  async #append(epoch: number, what: string, write: () => Promise<AppendOutcome>): Promise<void> {
+    const partition = this.#s.partition;
+    let outcome;
+    try {
+      outcome = await write();
+    } catch (err) {
+      if (epoch === this.#host.epoch) {
+        if (
+          err instanceof DedupError &&
+          (err.code === 'DEDUP_BROKER_REFUSED' ||
+            err.code === 'DEDUP_CHANGELOG_INVALID' ||
+            err.code === 'DEDUP_UNSAFE_OPTIONS')
+        ) {
+          this.#host.fail(err);
+        } else {
+          this.#host.restart(`could not append to its changelog: ${errorText(err)}`);
+        }
+      }
+      throw new PartitionMoved(partition, `could not append ${what} to the changelog`, { cause: err });
+    }
+    // Moved while the entry was on its way: it may be in the changelog (where it is a consistent
+    // state, §12), but nothing more of this partition is applied here.
+    if (epoch !== this.#host.epoch) throw new PartitionMoved(partition, `moved while ${what} was appended`);
+    if (outcome === 'fenced') {
+      this.#host.stats.fenced++;
+      this.#host.log.warn(
+        { consumer: this.#s.consumerName, partition, what },
+        'stream-dedup: another member wrote past this one in the changelog; dropping the batch and taking the partition over again',
+      );
+      this.#host.restart('was fenced: another member wrote past this one in its changelog');
+      throw new PartitionMoved(partition, 'was fenced');
+    }
+  }
+
+  /**
+   * Writes the genesis "the partition begins at `start`" with ID 1. Of two members beginning the
+   * partition at once the broker keeps the first genesis and drops the other (confirming both):
+   * with the last ID at 1, the genesis itself says whose it is. Another member's is a fence: this
+   * member takes the partition over again, and its restore starts where that genesis says.
+   */
+  async #appendGenesis(epoch: number, start: bigint): Promise<AppendOutcome> {
+    const outcome = await this.#writer.append(
+      encodeGenesis(start),
+      GENESIS_ID,
+      () => epoch === this.#host.epoch,
+    );
+    if (outcome !== 'landed') return outcome;
+    // Moved meanwhile: #append drops the batch anyway; no reading back (close() would wait for it).
+    if (epoch !== this.#host.epoch) return outcome;
+    const client = await this.#host.connectReader();
+    try {
+      const winner = await readGenesis(
+        client,
+        this.#s.changelog,
+        this.#s.changelogProducer,
+        RESTORE_STALL_MS,
+        groupSettings(this.#s.consumer, this.#s.tenantVersion),
+      );
+      if (winner === start) return 'landed';
+      this.#host.log.warn(
+        {
+          consumer: this.#s.consumerName,
+          partition: this.#s.partition,
+          start: start.toString(),
+          genesis: winner.toString(),
+        },
+        'stream-dedup: another member began the partition at another offset first; starting again from its',
+      );
+      return 'fenced';
+    } finally {
+      await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+    }
+  }
+}

@@ -1,0 +1,73 @@
+import { describe, expect, it } from 'vitest';
+import { SuperStreamVerifyingConsumer } from '../../src/group/consumer.js';
+import { resolveGroupOptions } from '../../src/group/options.js';
+
+/** A shared-database store as the group sees it; opening a consumer on it is I/O, which must not happen. */
+function sharedStore(): { opened: string[]; store: object } {
+  const opened: string[] = [];
+  return {
+    opened,
+    store: {
+      openConsumerStore: (name: string) => {
+        opened.push(name);
+        throw new Error('I/O');
+      },
+      commitLingerLimitMs: 15_000,
+    },
+  };
+}
+
+const base = {
+  superStream: 'orders',
+  consumerName: 'billing',
+  handler: () => undefined,
+  // Port 1: nothing listens. Any I/O would fail otherwise (DEDUP_BROKER_UNREACHABLE).
+  connection: { hostname: '127.0.0.1', port: 1 },
+};
+
+describe('group member options - resolved in one place, the strategy chosen by the store', () => {
+  it('chooses the shared-database strategy for a PostgresStore-like store, with no changelog and the watch off', () => {
+    const { store } = sharedStore();
+    const resolved = resolveGroupOptions({ ...base, store: store as never });
+    expect(resolved.strategy.kind).toBe('shared-database');
+    expect(resolved.stalledMs).toBe(0);
+    expect(resolveGroupOptions({ ...base, store: '/tmp/x' }).strategy).toMatchObject({
+      kind: 'changelog',
+      appendTimeoutMs: 30_000,
+      restoreTimeoutMs: 300_000,
+    });
+    expect(resolveGroupOptions({ ...base, store: '/tmp/x' }).stalledMs).toBe(60_000);
+  });
+
+  it.each([
+    ['appendTimeoutMs', 1_000],
+    ['restoreTimeoutMs', 1_000],
+    ['stalledPartitionMs', 60_000],
+    ['sync', true],
+    ['tenantVersion', 'v1'],
+  ] as const)(
+    'refuses %s (an option of the changelog strategy) with a shared database, before any I/O',
+    async (name, value) => {
+      const { opened, store } = sharedStore();
+      const err: unknown = await SuperStreamVerifyingConsumer.open({
+        ...base,
+        store: store as never,
+        tenant: () => '',
+        [name]: value,
+      }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
+      expect((err as Error).message).toContain(name);
+      expect(opened).toEqual([]);
+    },
+  );
+
+  it('refuses a bad option with a shared database as with LevelDB (TypeError/RangeError before any I/O)', async () => {
+    const { store } = sharedStore();
+    await expect(
+      SuperStreamVerifyingConsumer.open({ ...base, store: store as never, commitEvery: 0 }),
+    ).rejects.toBeInstanceOf(RangeError);
+    await expect(
+      SuperStreamVerifyingConsumer.open({ ...base, store: store as never, consumerName: 'a.b' }),
+    ).rejects.toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
+  });
+});
