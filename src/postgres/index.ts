@@ -6,3 +6,13 @@ export { postgresHandler, type PostgresMessageHandler } from './handler.js';
 export type { PostgresClient, PostgresTransaction } from './handler-client.js';
 export { migrate, SCHEMA_VERSION, type MigrateOptions, type MigrateResult } from './schema.js';
 export { PostgresStore, type PostgresStoreOptions } from './store.js';
+export {
+  PgOutbox,
+  OUTBOX_MAX_MESSAGE_BYTES,
+  type EnqueueOptions,
+  type EnqueueResult,
+  type OutboxClient,
+  type PgOutboxOptions,
+} from './outbox/outbox.js';
+export { PgOutboxRelay, OutboxPoisonRowError, type OutboxRelayStats } from './outbox/relay.js';
+export type { OutboxRelayEvent, PgOutboxRelayOptions } from './outbox/relay-options.js';

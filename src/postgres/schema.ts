@@ -6,6 +6,7 @@ import type pg from 'pg';
 import type { Pool, PoolClient } from 'pg';
 import { DedupError } from '../errors.js';
 import { integerOption } from '../util/options.js';
+import { outboxDdl } from './outbox/tables.js';
 import { refusal } from './refusal.js';
 
 /** The schema version this library writes and reads. */
@@ -131,6 +132,8 @@ export async function migrate(pool: Pool, options: MigrateOptions): Promise<Migr
       );
       await run(`INSERT INTO ${t.meta} (version) VALUES ($1)`, [SCHEMA_VERSION]);
     }
+    // The transactional outbox's tables (outbox/tables.ts), idempotent.
+    for (const statement of outboxDdl(schema)) await run(statement);
     await run('COMMIT');
     return { version: SCHEMA_VERSION, previousVersion: previous };
   } catch (err) {

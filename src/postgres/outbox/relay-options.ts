@@ -1,0 +1,179 @@
+/**
+ * `PgOutboxRelay.open()`'s options, checked and with their defaults, before any I/O.
+ */
+import type { Pool } from 'pg';
+import type { Client } from 'rabbitmq-stream-js-client';
+import { assertProducerName } from '../../identity/producer-name.js';
+import type { ReconnectOptions } from '../../publisher/types.js';
+import type { StreamConnectionOptions } from '../../transport/util.js';
+import {
+  absent,
+  expectObject,
+  expectOptionalFunction,
+  expectOptionalObject,
+  integerOption,
+  timerOption,
+  typeMismatch,
+} from '../../util/options.js';
+import { checkSchemaName } from '../schema.js';
+
+/**
+ * What a relay reports as it runs (`onEvent`), for observation only.
+ *
+ * - `active`: this relay took the producer name over (lease `epoch`).
+ * - `recovered`: rows assigned by an earlier life were found: `alreadyStored` were at or below the
+ *   broker's last ID and deleted unsent, `resent` were re-sent under their IDs.
+ * - `confirmed`: the broker confirmed `count` rows of `target`, up to publishing ID `lastId`; their
+ *   rows are deleted.
+ * - `retrying`: a transient failure (broker or database connection); the relay retries.
+ * - `stopped`: the relay stopped, on `close()` (`error` undefined) or on a permanent failure.
+ *
+ * @remarks Since 0.6.0
+ */
+export type OutboxRelayEvent =
+  | { readonly type: 'active'; readonly epoch: bigint }
+  | {
+      readonly type: 'recovered';
+      readonly target: string;
+      readonly alreadyStored: number;
+      readonly resent: number;
+    }
+  | { readonly type: 'confirmed'; readonly target: string; readonly count: number; readonly lastId: bigint }
+  | { readonly type: 'retrying'; readonly error: Error }
+  | { readonly type: 'stopped'; readonly error: Error | undefined };
+
+/**
+ * Options of `PgOutboxRelay.open`. Exactly one of `stream` and `superStream`.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface PgOutboxRelayOptions {
+  /** The database: the relay takes up to two connections of it (the lock, and its work). */
+  readonly pool: Pool;
+  /** The schema `migrate()` created. */
+  readonly schema: string;
+  /** The producer name: the outbox rows it publishes (`PgOutbox`'s `producerName`), and its name on the broker. */
+  readonly producerName: string;
+  /** The stream to publish into (it must exist). */
+  readonly stream?: string;
+  /**
+   * The super stream to publish into: each row goes to the partition its routing key (`routingKey`,
+   * else `key`) hashes to, as `SuperStreamDedupPublisher`'s `hash` routing does (MurmurHash3, seed
+   * 104729), with its own publishing IDs per partition under the same producer name. A row with
+   * neither key stops the relay (`DEDUP_BROKER_REFUSED` naming it). The partition list is read at
+   * takeover.
+   */
+  readonly superStream?: string;
+  /** Connection parameters, or an existing `Client` (as `StreamDedupPublisher.open` takes them). */
+  readonly connection?: StreamConnectionOptions | Client;
+  /** How long one broker connection attempt may take, in ms. @defaultValue 10000 */
+  readonly connectTimeoutMs?: number;
+  /** Rows numbered per assignment transaction (and read per recovery page). @defaultValue 500 */
+  readonly batchSize?: number;
+  /** Most rows sent and not yet confirmed, per target. @defaultValue 5000 */
+  readonly maxInFlight?: number;
+  /**
+   * The polling fallback, in ms: the relay looks for rows this often even without a notification
+   * (notifications are lost while its listening connection is down). @defaultValue 1000
+   */
+  readonly pollIntervalMs?: number;
+  /**
+   * How often a standby relay tries to take the producer name over, in ms: a standby becomes active
+   * at most this long (plus its connect) after the active relay's database session ends.
+   * @defaultValue 1000
+   */
+  readonly takeoverIntervalMs?: number;
+  /** Each database statement's bound, in ms (`statement_timeout` and the driver's). @defaultValue 30000 */
+  readonly queryTimeoutMs?: number;
+  /** How long the broker may take to confirm a message before the relay reconnects and re-sends. @defaultValue 30000 */
+  readonly confirmTimeoutMs?: number;
+  /** The longest `close()` waits for confirms of what was sent, in ms. @defaultValue 10000 */
+  readonly closeTimeoutMs?: number;
+  /** Reconnect backoff (broker and database). Defaults as the publishers': 100 ms, 5000 ms, 120000 ms. */
+  readonly reconnect?: ReconnectOptions;
+  /** Observation hook; must not throw (what it throws is ignored). */
+  readonly onEvent?: (event: OutboxRelayEvent) => void;
+}
+
+/** The options with every default; frozen. @internal */
+export interface ResolvedRelayOptions {
+  readonly pool: Pool;
+  readonly schema: string;
+  readonly producerName: string;
+  readonly target: { readonly kind: 'stream' | 'superStream'; readonly name: string };
+  readonly connection: StreamConnectionOptions | Client | undefined;
+  readonly connectTimeoutMs: number;
+  readonly batchSize: number;
+  readonly maxInFlight: number;
+  readonly pollIntervalMs: number;
+  readonly takeoverIntervalMs: number;
+  readonly queryTimeoutMs: number;
+  readonly confirmTimeoutMs: number;
+  readonly closeTimeoutMs: number;
+  readonly reconnect: {
+    readonly initialDelayMs: number;
+    readonly maxDelayMs: number;
+    readonly giveUpAfterMs: number;
+  };
+  readonly onEvent: (event: OutboxRelayEvent) => void;
+}
+
+function streamName(value: unknown, name: string): string {
+  if (typeof value !== 'string' || value.length === 0 || Buffer.byteLength(value, 'utf8') > 255) {
+    typeMismatch(name, 'a non-empty string of at most 255 UTF-8 bytes', value);
+  }
+  return value;
+}
+
+/**
+ * Checks every option.
+ *
+ * @throws TypeError, RangeError "Expected x to be …, got …".
+ */
+export function resolveRelayOptions(options: PgOutboxRelayOptions): ResolvedRelayOptions {
+  expectObject(options, 'options');
+  const pool = options.pool as unknown;
+  if (typeof (pool as { connect?: unknown } | null)?.connect !== 'function') {
+    typeMismatch('pool', 'a pg Pool', pool);
+  }
+  const schema = checkSchemaName(options.schema);
+  assertProducerName(options.producerName);
+  if (absent(options.stream) === absent(options.superStream)) {
+    typeMismatch('stream or superStream', 'exactly one of them', options.stream ?? options.superStream);
+  }
+  const target = absent(options.superStream)
+    ? { kind: 'stream' as const, name: streamName(options.stream, 'stream') }
+    : { kind: 'superStream' as const, name: streamName(options.superStream, 'superStream') };
+  expectOptionalObject(options.connection, 'connection');
+  expectOptionalObject(options.reconnect, 'reconnect');
+  expectOptionalFunction(options.onEvent, 'onEvent');
+  const reconnect: ReconnectOptions = options.reconnect ?? {};
+  const hook = options.onEvent;
+  return Object.freeze({
+    pool: options.pool,
+    schema,
+    producerName: options.producerName,
+    target: Object.freeze(target),
+    connection: options.connection ?? undefined,
+    connectTimeoutMs: timerOption(options.connectTimeoutMs, 'connectTimeoutMs', 10_000, 1),
+    batchSize: integerOption(options.batchSize, 'batchSize', 500, 1, 100_000),
+    maxInFlight: integerOption(options.maxInFlight, 'maxInFlight', 5_000, 1),
+    pollIntervalMs: timerOption(options.pollIntervalMs, 'pollIntervalMs', 1_000, 1),
+    takeoverIntervalMs: timerOption(options.takeoverIntervalMs, 'takeoverIntervalMs', 1_000, 1),
+    queryTimeoutMs: integerOption(options.queryTimeoutMs, 'queryTimeoutMs', 30_000, 1, 2_147_483_647),
+    confirmTimeoutMs: timerOption(options.confirmTimeoutMs, 'confirmTimeoutMs', 30_000, 1),
+    closeTimeoutMs: timerOption(options.closeTimeoutMs, 'closeTimeoutMs', 10_000, 0),
+    reconnect: Object.freeze({
+      initialDelayMs: timerOption(reconnect.initialDelayMs, 'reconnect.initialDelayMs', 100, 1),
+      maxDelayMs: timerOption(reconnect.maxDelayMs, 'reconnect.maxDelayMs', 5_000, 1),
+      giveUpAfterMs: integerOption(reconnect.giveUpAfterMs, 'reconnect.giveUpAfterMs', 120_000, 1),
+    }),
+    onEvent: (event: OutboxRelayEvent) => {
+      try {
+        hook?.(event);
+      } catch {
+        // Observation only: a throwing hook must not stop the relay.
+      }
+    },
+  });
+}

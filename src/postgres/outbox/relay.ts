@@ -1,0 +1,574 @@
+/**
+ * `PgOutboxRelay`: publishes the outbox rows committed for one producer name, exactly once
+ * (docs/design.md §14). The relay numbers committed rows itself, in the order it reads them, in a
+ * transaction that commits before anything is sent; a later life re-sends the numbered rows the
+ * broker does not hold under the same IDs, and deletes the ones it does.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Notification, PoolClient } from 'pg';
+import { DedupError } from '../../errors.js';
+import { isPermanentFailure } from '../../publisher/errors.js';
+import { assertFits, stampBytesOf, validateHeaders } from '../../publisher/message.js';
+import type { OutgoingMessage } from '../../publisher/types.js';
+import { Locator } from '../../superstream/partitions.js';
+import { partitionForKey } from '../../superstream/routing.js';
+import { StreamTransport } from '../../transport/stream-transport.js';
+import { withTimeout } from '../../transport/util.js';
+import { Backoff, sleep } from '../../util/backoff.js';
+import { errorCode, refusal } from '../refusal.js';
+import { checkSchema } from '../schema.js';
+import { FencedError, RelayDb, type AssignedRow, type Placement, type WaitingRow } from './relay-db.js';
+import {
+  resolveRelayOptions,
+  type OutboxRelayEvent,
+  type PgOutboxRelayOptions,
+  type ResolvedRelayOptions,
+} from './relay-options.js';
+import { outboxChannel } from './tables.js';
+
+/**
+ * A row the relay cannot publish (a message over the broker's limit, headers the stream cannot
+ * carry, no routing key on a super stream): the relay stops at it, never skips it. Fix or delete
+ * the row (`DELETE FROM <schema>.outbox WHERE id = …`) and reopen the relay.
+ *
+ * @remarks Since 0.6.0
+ */
+export class OutboxPoisonRowError extends DedupError {
+  /** The row's `outbox.id`. */
+  readonly rowId: bigint;
+
+  constructor(rowId: bigint, reason: string) {
+    super(
+      'DEDUP_BROKER_REFUSED',
+      `outbox row ${rowId} cannot be published: ${reason}; the relay stopped at it`,
+    );
+    this.rowId = rowId;
+  }
+}
+
+/**
+ * The relay's counters since `open()`.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface OutboxRelayStats {
+  /** Whether this relay holds the producer name (false: a standby, or stopped). */
+  readonly isActive: boolean;
+  /** Rows numbered and sent for the first time. */
+  readonly published: number;
+  /** Rows numbered by an earlier life and re-sent under their IDs on recovery. */
+  readonly resent: number;
+  /** Rows numbered by an earlier life that the broker already held: deleted, not re-sent. */
+  readonly alreadyStored: number;
+  /** Rows the broker confirmed, deleted. */
+  readonly confirmed: number;
+  /** Rows sent and not yet confirmed. */
+  readonly inFlight: number;
+  /** Age of the oldest waiting row at the last numbering, in ms (0 when none waited). */
+  readonly lagMs: number;
+  /** Times this relay took the name over (its first activation included). */
+  readonly takeovers: number;
+}
+
+/** A target stream's producer and what it has in flight. */
+interface Target {
+  readonly name: string;
+  readonly transport: StreamTransport;
+  /** Sent, unconfirmed: ID → send time (insertion order is ID order). */
+  readonly inFlight: Map<bigint, number>;
+  /** Confirmed, rows not yet deleted. */
+  confirmed: bigint[];
+}
+
+/** SQLSTATEs no retry fixes (see refusal.ts). */
+const PERMANENT_SQLSTATES = new Set(['28P01', '28000', '3D000', '3F000', '42P01', '42501', '25006', '42703']);
+
+function isPermanent(err: unknown): boolean {
+  if (isPermanentFailure(err)) return true;
+  if (err instanceof DedupError) {
+    return (
+      err.code === 'DEDUP_STORE_REFUSED' ||
+      err.code === 'DEDUP_PARTITIONS_CHANGED' ||
+      err.code === 'DEDUP_SEQUENCE_REGRESSION' ||
+      err instanceof OutboxPoisonRowError
+    );
+  }
+  const code = errorCode(err);
+  return code !== undefined && PERMANENT_SQLSTATES.has(code);
+}
+
+/** A database error as the relay reports it. */
+function asReported(err: unknown, what: string): Error {
+  if (err instanceof DedupError) return err;
+  const code = errorCode(err);
+  if (code !== undefined && PERMANENT_SQLSTATES.has(code)) return refusal(err, what);
+  return err instanceof Error ? err : new Error(String(err));
+}
+
+/**
+ * Publishes committed outbox rows of one producer name to a stream or a super stream, exactly once:
+ * one active relay per producer name (a session advisory lock), others wait as standbys.
+ *
+ * @example
+ * ```ts
+ * await using relay = await PgOutboxRelay.open({
+ *   pool, schema: 'stream_dedup', producerName: 'orders-svc', stream: 'orders',
+ *   connection: { hostname: '127.0.0.1', port: 5552 },
+ * });
+ * ```
+ * @remarks Since 0.6.0
+ */
+export class PgOutboxRelay {
+  readonly #opts: ResolvedRelayOptions;
+  readonly #db: RelayDb;
+  readonly #holder = randomUUID();
+  readonly #lockKey: string;
+  #lockClient: PoolClient | undefined;
+  #work: PoolClient | undefined;
+  #epoch: bigint | undefined;
+  #targets = new Map<string, Target>();
+  #partitions: string[] | undefined;
+  /** A failure the broker reported (a lost connection); the pump ends the life on it. */
+  #failure: Error | undefined;
+  /** Rows may be waiting (a notification, the poll, a numbering that filled its batch). */
+  #dirty = true;
+  #wake: (() => void) | undefined;
+  #closing = false;
+  #loop: Promise<void> | undefined;
+  #stopError: Error | undefined;
+  readonly #closed: Promise<Error | undefined>;
+  #resolveClosed!: (error: Error | undefined) => void;
+  #counters = { published: 0, resent: 0, alreadyStored: 0, confirmed: 0, lagMs: 0, takeovers: 0 };
+
+  private constructor(opts: ResolvedRelayOptions) {
+    this.#opts = opts;
+    this.#db = new RelayDb(opts.schema, opts.producerName, opts.queryTimeoutMs);
+    this.#lockKey = `stream-dedup-outbox:${opts.schema}:${opts.producerName}`;
+    this.#closed = new Promise((resolve) => (this.#resolveClosed = resolve));
+  }
+
+  /**
+   * Checks the options and the schema, then tries once to take the producer name: when it is free,
+   * the relay takes it over, connects, and recovers what an earlier life left (all before this
+   * resolves, so that a refusal is thrown here); when another relay holds it, this one resolves as
+   * a standby (`stats.isActive` false) and tries again every `takeoverIntervalMs`.
+   *
+   * @throws TypeError, RangeError for invalid options, before any I/O.
+   * @throws DedupError `DEDUP_STORE_REFUSED` (wrong credentials, a missing schema or outbox table, a
+   *   schema of another version), `DEDUP_BROKER_REFUSED` (a missing stream or super stream, access
+   *   refused), `DEDUP_BROKER_UNREACHABLE`, `DEDUP_SEQUENCE_REGRESSION` (the broker holds a higher
+   *   ID for the name than the outbox ever numbered: another writer uses it, or the database was
+   *   restored from an older backup), `DEDUP_PARTITIONS_CHANGED`.
+   */
+  static async open(options: PgOutboxRelayOptions): Promise<PgOutboxRelay> {
+    const relay = new PgOutboxRelay(resolveRelayOptions(options));
+    try {
+      await relay.#checkSchema();
+      if (await relay.#tryLock()) await relay.#activate();
+    } catch (err) {
+      await relay.#teardown();
+      throw asReported(err, `outbox relay "${relay.#opts.producerName}" cannot open`);
+    }
+    relay.#loop = relay.#run();
+    return relay;
+  }
+
+  /** The counters since `open()`. */
+  get stats(): OutboxRelayStats {
+    let inFlight = 0;
+    for (const t of this.#targets.values()) inFlight += t.inFlight.size;
+    return { isActive: this.#epoch !== undefined, inFlight, ...this.#counters };
+  }
+
+  /**
+   * Resolves when the relay has stopped: with `undefined` after `close()`, with the error that
+   * stopped it otherwise (an `OutboxPoisonRowError`, `DEDUP_STORE_REFUSED`, `DEDUP_BROKER_REFUSED`,
+   * `DEDUP_BROKER_UNREACHABLE` after `reconnect.giveUpAfterMs`, …). Never rejects.
+   */
+  closed(): Promise<Error | undefined> {
+    return this.#closed;
+  }
+
+  /**
+   * Stops numbering, waits up to `closeTimeoutMs` for the confirms of what was sent (deleting
+   * their rows), closes the broker connections (at most 10 s more) and gives the producer name up.
+   * Rows not confirmed by then are re-sent by the next relay. Idempotent; never throws.
+   */
+  async close(): Promise<void> {
+    if (!this.#closing) {
+      this.#closing = true;
+      this.#closeStarted = performance.now();
+      this.#wake?.();
+    }
+    await this.#loop;
+    await this.#teardown();
+    if (this.#stopError === undefined) this.#emit({ type: 'stopped', error: undefined });
+    this.#finish(undefined);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  #emit(event: OutboxRelayEvent): void {
+    this.#opts.onEvent(event);
+  }
+
+  #finish(error: Error | undefined): void {
+    this.#stopError ??= error;
+    this.#resolveClosed(this.#stopError);
+  }
+
+  /** A pool connection, bounded by `connectTimeoutMs` (a pool without its own bound waits forever). */
+  async #connectDb(): Promise<PoolClient> {
+    const pending = this.#opts.pool.connect();
+    try {
+      const client = await withTimeout(pending, this.#opts.connectTimeoutMs, 'connecting to PostgreSQL');
+      client.on('error', () => undefined);
+      return client;
+    } catch (err) {
+      pending.then((c) => c.release(true)).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  async #checkSchema(): Promise<void> {
+    const client = await this.#connectDb().catch((err: unknown) => {
+      throw refusal(err, `outbox relay "${this.#opts.producerName}" cannot connect to PostgreSQL`);
+    });
+    try {
+      await checkSchema(client, this.#opts.schema);
+      await this.#db.run(client, `SELECT 1 FROM ${this.#db.tables.outbox} LIMIT 0`).catch((err: unknown) => {
+        throw refusal(err, `cannot read the outbox of schema "${this.#opts.schema}"`);
+      });
+    } finally {
+      client.release(true);
+    }
+  }
+
+  /** Tries the session advisory lock on a dedicated connection; true when held. */
+  async #tryLock(): Promise<boolean> {
+    if (this.#lockClient !== undefined) return true;
+    const client = await this.#connectDb();
+    try {
+      const got = await this.#db.run<{ locked: boolean }>(
+        client,
+        'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked',
+        [this.#lockKey],
+      );
+      if (got.rows[0]?.locked !== true) {
+        client.release(true);
+        return false;
+      }
+      // Lost connection = lost lock: the pump stops at its next step (the lease epoch fences it anyway).
+      const lost = (err: Error): void => {
+        if (this.#lockClient !== client) return;
+        this.#lockLost = true;
+        this.#fail(err);
+      };
+      client.on('error', lost);
+      client.on('end', () => lost(new Error('the outbox relay lock connection closed')));
+      client.on('notification', (n: Notification) => {
+        if (n.payload === this.#opts.producerName) this.#poke();
+      });
+      await this.#db.run(client, `LISTEN "${outboxChannel(this.#opts.schema)}"`);
+      this.#lockClient = client;
+      return true;
+    } catch (err) {
+      client.release(true);
+      throw err;
+    }
+  }
+
+  #poke(): void {
+    this.#dirty = true;
+    this.#wake?.();
+  }
+
+  #fail(error: Error): void {
+    this.#failure ??= error;
+    this.#wake?.();
+  }
+
+  /** Takes the name over, connects every target and recovers what an earlier life numbered. */
+  async #activate(): Promise<void> {
+    this.#failure = undefined;
+    this.#work ??= await this.#connectDb();
+    await this.#db.prepare(this.#work);
+    const { target } = this.#opts;
+    if (target.kind === 'superStream' && this.#partitions === undefined) {
+      const locator = new Locator(this.#opts.connection, this.#opts.connectTimeoutMs);
+      try {
+        this.#partitions = await locator.partitions(target.name);
+      } finally {
+        await locator.close();
+      }
+    }
+    const names = target.kind === 'stream' ? [target.name] : this.#partitions!;
+    const epoch = await this.#db.takeover(this.#work, this.#holder, this.#partitions);
+    const targets = new Map<string, Target>();
+    try {
+      for (const name of names) {
+        // The stream half of StreamDedupPublisher, without its LevelDB core: the database is the store.
+        const transport = new StreamTransport({
+          producerName: this.#opts.producerName,
+          store: 'unused: the transport never reads it',
+          stream: name,
+          connection: this.#opts.connection,
+          connectTimeoutMs: this.#opts.connectTimeoutMs,
+        });
+        const t: Target = { name, transport, inFlight: new Map(), confirmed: [] };
+        targets.set(name, t);
+        const brokerLast = await transport.connect({
+          confirmed: (ids) => this.#confirmed(t, ids),
+          disconnected: (error) => this.#fail(error),
+        });
+        await this.#recover(t, brokerLast);
+      }
+    } catch (err) {
+      await Promise.all([...targets.values()].map((t) => t.transport.close()));
+      throw err;
+    }
+    this.#targets = targets;
+    this.#epoch = epoch;
+    this.#counters.takeovers++;
+    this.#dirty = true;
+    this.#emit({ type: 'active', epoch });
+  }
+
+  /**
+   * The crash-recovery step (docs/design.md §14): rows numbered at or below the broker's last ID are
+   * stored (IDs of a target are dense and sent in order), so they are deleted unsent; the others are
+   * re-sent, in ID order, under their IDs.
+   */
+  async #recover(t: Target, brokerLast: bigint): Promise<void> {
+    const work = this.#work!;
+    const numbered = await this.#db.lastAssigned(work, t.name);
+    if (brokerLast > numbered) {
+      throw new DedupError(
+        'DEDUP_SEQUENCE_REGRESSION',
+        `the broker's last publishing ID for "${this.#opts.producerName}" on stream "${t.name}" is ${brokerLast}, ` +
+          `above the ${numbered} the outbox ever numbered: another producer uses the name, or the database was ` +
+          `restored from an older backup; new rows would be dropped as duplicates, so nothing was sent`,
+      );
+    }
+    const alreadyStored = await this.#db.deleteUpTo(work, t.name, brokerLast);
+    let resent = 0;
+    let after = brokerLast;
+    for (;;) {
+      const rows = await this.#db.assignedAfter(work, t.name, after, this.#opts.batchSize);
+      if (rows.length === 0) break;
+      await this.#send(t, rows);
+      resent += rows.length;
+      after = rows[rows.length - 1]!.publishingId;
+    }
+    this.#counters.alreadyStored += alreadyStored;
+    this.#counters.resent += resent;
+    if (alreadyStored > 0 || resent > 0) {
+      this.#emit({ type: 'recovered', target: t.name, alreadyStored, resent });
+    }
+  }
+
+  async #send(t: Target, rows: readonly AssignedRow[]): Promise<void> {
+    const now = performance.now();
+    const messages: OutgoingMessage[] = rows.map((r) => {
+      t.inFlight.set(r.publishingId, now);
+      return { publishingId: r.publishingId, body: r.body, headers: r.headers };
+    });
+    await t.transport.publish(messages);
+  }
+
+  #confirmed(t: Target, ids: readonly bigint[]): void {
+    let any = false;
+    for (const id of ids) {
+      if (t.inFlight.delete(id)) {
+        t.confirmed.push(id);
+        any = true;
+      }
+    }
+    if (any) this.#wake?.();
+  }
+
+  /** Where a waiting row goes, or why it cannot be published. */
+  #place(row: WaitingRow): Placement {
+    let target: string;
+    if (this.#opts.target.kind === 'stream') {
+      target = this.#opts.target.name;
+    } else {
+      const key = row.routingKey ?? row.key;
+      if (key === null || key.length === 0)
+        return { poison: 'it has neither a routing key nor a key, and goes to a super stream' };
+      target = partitionForKey(key, this.#partitions!);
+    }
+    try {
+      const headers = validateHeaders(
+        row.headers === null ? undefined : (row.headers as Record<string, string | number>),
+      );
+      const transport = this.#targets.get(target)!.transport;
+      assertFits(row.body, headers, stampBytesOf(this.#opts.producerName), transport.maxMessageBytes);
+      return { target, headers };
+    } catch (err) {
+      return { poison: (err as Error).message };
+    }
+  }
+
+  /** Deletes the confirmed rows; true when there were any. */
+  async #flushConfirms(): Promise<void> {
+    for (const t of this.#targets.values()) {
+      if (t.confirmed.length === 0) continue;
+      const ids = t.confirmed;
+      t.confirmed = [];
+      await this.#db.deleteIds(this.#work!, t.name, ids);
+      this.#counters.confirmed += ids.length;
+      this.#emit({ type: 'confirmed', target: t.name, count: ids.length, lastId: ids[ids.length - 1]! });
+    }
+  }
+
+  #inFlight(): number {
+    let n = 0;
+    for (const t of this.#targets.values()) n += t.inFlight.size;
+    return n;
+  }
+
+  #oldestSend(): number | undefined {
+    let oldest: number | undefined;
+    for (const t of this.#targets.values()) {
+      for (const sentAt of t.inFlight.values()) {
+        if (oldest === undefined || sentAt < oldest) oldest = sentAt;
+        break;
+      }
+    }
+    return oldest;
+  }
+
+  /** One active life: numbers and sends until closing or a failure. */
+  async #pump(): Promise<void> {
+    const closeDeadline = (): number => this.#closeStarted + this.#opts.closeTimeoutMs;
+    for (;;) {
+      if (this.#failure !== undefined) throw this.#failure;
+      await this.#flushConfirms();
+      const oldest = this.#oldestSend();
+      if (oldest !== undefined && performance.now() - oldest > this.#opts.confirmTimeoutMs) {
+        throw new DedupError(
+          'DEDUP_CONFIRM_TIMEOUT',
+          `no confirm within ${this.#opts.confirmTimeoutMs} ms: re-sending`,
+        );
+      }
+      const poison = this.#poison;
+      if (poison !== undefined && (this.#inFlight() === 0 || performance.now() >= poison.deadline)) {
+        throw poison.error;
+      }
+      if (this.#closing || poison !== undefined) {
+        // Draining: no more numbering; wait for the confirms of what was sent (bounded).
+        const deadline = poison?.deadline ?? closeDeadline();
+        if (this.#closing && (this.#inFlight() === 0 || performance.now() >= deadline)) return;
+        await sleep(Math.min(50, Math.max(1, deadline - performance.now())), (w) => (this.#wake = w));
+        continue;
+      }
+      const room = this.#opts.maxInFlight - this.#inFlight();
+      if (this.#dirty && room > 0) {
+        this.#dirty = false;
+        const limit = Math.min(this.#opts.batchSize, room);
+        const numbered = await this.#db.assign(this.#work!, this.#epoch!, limit, (row) => this.#place(row));
+        this.#counters.lagMs = numbered.oldestAgeMs === undefined ? 0 : Math.round(numbered.oldestAgeMs);
+        if (numbered.rows.length === limit) this.#dirty = true;
+        const byTarget = new Map<string, AssignedRow[]>();
+        for (const r of numbered.rows) {
+          const list = byTarget.get(r.target) ?? [];
+          list.push(r);
+          byTarget.set(r.target, list);
+        }
+        for (const [name, rows] of byTarget) await this.#send(this.#targets.get(name)!, rows);
+        this.#counters.published += numbered.rows.length;
+        if (numbered.poison !== undefined) {
+          // Stops once the rows before it are confirmed (deleted), at most closeTimeoutMs from now.
+          this.#poison = {
+            error: new OutboxPoisonRowError(numbered.poison.id, numbered.poison.reason),
+            deadline: performance.now() + this.#opts.closeTimeoutMs,
+          };
+        }
+        continue;
+      }
+      const hasConfirms = [...this.#targets.values()].some((t) => t.confirmed.length > 0);
+      if (hasConfirms || this.#failure !== undefined) continue;
+      const wait = Math.min(this.#opts.pollIntervalMs, this.#opts.confirmTimeoutMs);
+      await sleep(wait, (w) => (this.#wake = w));
+      this.#wake = undefined;
+      // The polling fallback: a notification lost while disconnected is found here.
+      this.#dirty = true;
+    }
+  }
+
+  #closeStarted = 0;
+  /** A poison row was met: the relay drains what it sent, then stops with this error. */
+  #poison: { error: OutboxPoisonRowError; deadline: number } | undefined;
+  /** The lock connection failed: the lock may be gone. */
+  #lockLost = false;
+
+  /** The relay's life cycle: standby → active → (failure → retry) … until close or a permanent failure. */
+  async #run(): Promise<void> {
+    const backoff = new Backoff(this.#opts.reconnect);
+    let failingSince: number | undefined;
+    while (!this.#closing) {
+      try {
+        if (this.#epoch === undefined) {
+          if (!(await this.#tryLock())) {
+            await sleep(this.#opts.takeoverIntervalMs, (w) => (this.#wake = w));
+            continue;
+          }
+          await this.#activate();
+        }
+        failingSince = undefined;
+        backoff.reset();
+        await this.#pump();
+      } catch (err) {
+        await this.#deactivate(err instanceof FencedError || this.#lockLost);
+        if (this.#closing) break;
+        if (isPermanent(err)) {
+          this.#stop(asReported(err, `outbox relay "${this.#opts.producerName}" stopped`));
+          return;
+        }
+        failingSince ??= performance.now();
+        if (performance.now() - failingSince > this.#opts.reconnect.giveUpAfterMs) {
+          this.#stop(
+            new DedupError(
+              'DEDUP_BROKER_UNREACHABLE',
+              `outbox relay "${this.#opts.producerName}" gave up after ${this.#opts.reconnect.giveUpAfterMs} ms of failures`,
+              { cause: err },
+            ),
+          );
+          return;
+        }
+        this.#emit({ type: 'retrying', error: err instanceof Error ? err : new Error(String(err)) });
+        await sleep(backoff.next(), (w) => (this.#wake = w));
+      }
+    }
+  }
+
+  #stop(error: Error): void {
+    this.#stopError ??= error;
+    this.#emit({ type: 'stopped', error });
+    void this.#teardown().then(() => this.#finish(error));
+  }
+
+  /** Ends a life: closes the producers; drops the database connections when they may be broken. */
+  async #deactivate(dropLock: boolean): Promise<void> {
+    this.#epoch = undefined;
+    const targets = [...this.#targets.values()];
+    this.#targets = new Map();
+    await Promise.all(targets.map((t) => t.transport.close()));
+    this.#work?.release(true);
+    this.#work = undefined;
+    if (dropLock) {
+      const lock = this.#lockClient;
+      this.#lockClient = undefined;
+      this.#lockLost = false;
+      lock?.release(true);
+    }
+    this.#failure = undefined;
+  }
+
+  async #teardown(): Promise<void> {
+    await this.#deactivate(true);
+  }
+}

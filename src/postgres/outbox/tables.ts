@@ -1,0 +1,78 @@
+/**
+ * The transactional outbox's tables (docs/design.md §14), part of schema version 1: created by
+ * {@link migrate} next to the consumer store's tables.
+ *
+ * - `outbox`: one row per enqueued message, inserted in the application's transaction. `id` only
+ *   orders rows within one relay read; the publishing ID is `publishing_id`, NULL until the relay
+ *   assigns it (with `target`, the stream or partition it goes to) in a transaction of its own
+ *   that commits before the message is sent. A confirmed row is deleted.
+ * - `outbox_relays`: one row per producer name: the lease (`epoch`, bumped by every relay that takes
+ *   over; an assignment checks it under the row's lock, so a relay that lost the lease assigns
+ *   nothing more), who holds it and since when, and a super stream's partition list as first seen
+ *   (routing by hash follows the partition count: a change is refused, not followed silently).
+ * - `outbox_ids`: per producer name and target stream, the highest publishing ID assigned. IDs of a
+ *   target are dense: 1 … `last_assigned`, each belonging to exactly one row until its confirm.
+ */
+
+/** The SQL names of the outbox's tables in a schema, quoted. */
+export interface OutboxTables {
+  readonly outbox: string;
+  readonly relays: string;
+  readonly ids: string;
+}
+
+/** The outbox tables of `schema` (already checked by `checkSchemaName`). */
+export function outboxTablesOf(schema: string): OutboxTables {
+  return {
+    outbox: `"${schema}".outbox`,
+    relays: `"${schema}".outbox_relays`,
+    ids: `"${schema}".outbox_ids`,
+  };
+}
+
+/** The NOTIFY channel of `schema`'s outbox (the payload is the producer name). */
+export function outboxChannel(schema: string): string {
+  return `stream_dedup_outbox_${schema}`.slice(0, 63);
+}
+
+/**
+ * The statements that create the outbox's tables in `schema`; idempotent (`IF NOT EXISTS`), so a
+ * version-1 schema created before the outbox existed gets them at its next migrate.
+ */
+export function outboxDdl(schema: string): string[] {
+  const t = outboxTablesOf(schema);
+  const channel = outboxChannel(schema);
+  return [
+    `CREATE TABLE IF NOT EXISTS ${t.outbox} (
+       id bigserial PRIMARY KEY,
+       producer_name text NOT NULL,
+       body bytea NOT NULL,
+       message_key text,
+       routing_key text,
+       headers jsonb,
+       created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+       target text,
+       publishing_id bigint,
+       CHECK ((target IS NULL) = (publishing_id IS NULL)))`,
+    `CREATE INDEX IF NOT EXISTS outbox_waiting ON ${t.outbox} (producer_name, id) WHERE publishing_id IS NULL`,
+    `CREATE UNIQUE INDEX IF NOT EXISTS outbox_assigned ON ${t.outbox} (producer_name, target, publishing_id)
+       WHERE publishing_id IS NOT NULL`,
+    `CREATE TABLE IF NOT EXISTS ${t.relays} (
+       producer_name text PRIMARY KEY,
+       epoch bigint NOT NULL,
+       holder text NOT NULL,
+       since timestamptz NOT NULL DEFAULT clock_timestamp(),
+       partitions text[])`,
+    `CREATE TABLE IF NOT EXISTS ${t.ids} (
+       producer_name text NOT NULL,
+       target text NOT NULL,
+       last_assigned bigint NOT NULL,
+       PRIMARY KEY (producer_name, target))`,
+    // One notification per committing transaction and producer name (PostgreSQL folds identical
+    // ones within a transaction), delivered at its commit: nothing for a rollback.
+    `CREATE OR REPLACE FUNCTION "${schema}".outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN PERFORM pg_notify('${channel}', NEW.producer_name); RETURN NULL; END $$`,
+    `DROP TRIGGER IF EXISTS outbox_notify ON ${t.outbox}`,
+    `CREATE TRIGGER outbox_notify AFTER INSERT ON ${t.outbox} FOR EACH ROW EXECUTE FUNCTION "${schema}".outbox_notify()`,
+  ];
+}

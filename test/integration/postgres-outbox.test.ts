@@ -1,0 +1,336 @@
+/**
+ * The transactional outbox relay (docs/design.md §14) against the real broker and PostgreSQL: a
+ * rolled-back enqueue publishes nothing; transactions committing in the opposite order of their
+ * INSERTs are published in commit order, once; a relay that stops at any crash point and reopens
+ * neither loses nor doubles; a standby takes over; refusals are typed.
+ */
+import type { PoolClient } from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DedupError } from '../../src/errors.js';
+import { OutboxPoisonRowError, PgOutbox, PgOutboxRelay } from '../../src/postgres/index.js';
+import type { OutboxRelayEvent, PgOutboxRelayOptions } from '../../src/postgres/outbox/relay-options.js';
+import { partitionForKey } from '../../src/superstream/routing.js';
+import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
+import { PG_URL, useSchema } from '../support/postgres.js';
+import { readAll, useClient, type Message } from '../support/stream.js';
+import { useSuperStreams } from '../support/superstream.js';
+
+const client = useClient();
+const superStreams = useSuperStreams(client);
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
+});
+
+async function setup(): Promise<{
+  db: Awaited<ReturnType<typeof useSchema>>;
+  stream: string;
+  outbox: PgOutbox;
+  producerName: string;
+}> {
+  const db = await useSchema();
+  cleanups.push(db.drop);
+  const stream = uniqueName('outbox');
+  await client().createStream({ stream, arguments: {} });
+  cleanups.push(async () => {
+    await client().deleteStream({ stream });
+  });
+  const producerName = uniqueName('relay');
+  return { db, stream, producerName, outbox: PgOutbox.create({ schema: db.schema, producerName }) };
+}
+
+async function openRelay(options: PgOutboxRelayOptions): Promise<PgOutboxRelay> {
+  const relay = await PgOutboxRelay.open({
+    connection: STREAM_CONNECTION,
+    pollIntervalMs: 200,
+    takeoverIntervalMs: 100,
+    ...options,
+  });
+  cleanups.push(() => relay.close());
+  return relay;
+}
+
+/** Resolves when `count` rows in all have been confirmed (and deleted) by the relays given events. */
+function confirmedCounter(): { onEvent: (e: OutboxRelayEvent) => void; reach: (n: number) => Promise<void> } {
+  let confirmed = 0;
+  const waiters: Array<{ n: number; resolve: () => void }> = [];
+  return {
+    onEvent: (e) => {
+      if (e.type !== 'confirmed') return;
+      confirmed += e.count;
+      for (const w of waiters.splice(0)) {
+        if (confirmed >= w.n) w.resolve();
+        else waiters.push(w);
+      }
+    },
+    reach: (n) =>
+      confirmed >= n ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ n, resolve })),
+  };
+}
+
+async function inTransaction<T>(c: PoolClient, work: () => Promise<T>): Promise<T> {
+  await c.query('BEGIN');
+  const result = await work();
+  await c.query('COMMIT');
+  return result;
+}
+
+const bodies = (messages: Message[]): string[] => messages.map((m) => m.content.toString());
+const ids = (messages: Message[]): string[] =>
+  messages.map((m) => String(m.applicationProperties?.['x-dedup-id']));
+
+async function waitingRows(
+  pool: { query: (t: string) => Promise<{ rows: Array<{ n: string }> }> },
+  schema: string,
+) {
+  const found = await pool.query(`SELECT count(*) AS n FROM "${schema}".outbox`);
+  return Number(found.rows[0]!.n);
+}
+
+describe('PgOutboxRelay', () => {
+  it('publishes committed rows once and nothing of a rolled-back transaction', async () => {
+    const { db, stream, outbox, producerName } = await setup();
+    const c = await db.pool.connect();
+    try {
+      await c.query('BEGIN');
+      await outbox.enqueue(c, Buffer.from('rolled-back'));
+      await c.query('ROLLBACK');
+      await inTransaction(c, async () => {
+        await outbox.enqueue(c, Buffer.from('a'), { key: 'k', headers: { type: 'created' } });
+        await outbox.enqueue(c, Buffer.from('b'), { key: 'k' });
+      });
+    } finally {
+      c.release();
+    }
+    const counter = confirmedCounter();
+    await openRelay({ pool: db.pool, schema: db.schema, producerName, stream, onEvent: counter.onEvent });
+    await counter.reach(2);
+    const messages = await readAll(client(), stream);
+    expect(bodies(messages)).toEqual(['a', 'b']);
+    expect(ids(messages)).toEqual(['1', '2']);
+    expect(messages[0]!.applicationProperties?.['type']).toBe('created');
+    expect(await waitingRows(db.pool, db.schema)).toBe(0);
+  });
+
+  it('publishes transactions committing in the opposite order of their INSERTs in commit order', async () => {
+    const { db, stream, outbox, producerName } = await setup();
+    const counter = confirmedCounter();
+    const relay = await openRelay({
+      pool: db.pool,
+      schema: db.schema,
+      producerName,
+      stream,
+      onEvent: counter.onEvent,
+    });
+    const [a, b, r] = [await db.pool.connect(), await db.pool.connect(), await db.pool.connect()];
+    try {
+      for (const c of [a, b, r]) await c.query('BEGIN');
+      // A takes the lower outbox id, B the higher, R rolls back; B commits first and is published
+      // before A commits. A bigserial numbering would give A the lower publishing ID after B's:
+      // the broker would drop it as a duplicate.
+      await outbox.enqueue(a, Buffer.from('A'), { key: 'order-1' });
+      await outbox.enqueue(r, Buffer.from('R'), { key: 'order-3' });
+      await outbox.enqueue(b, Buffer.from('B'), { key: 'order-2' });
+      await b.query('COMMIT');
+      await counter.reach(1);
+      await r.query('ROLLBACK');
+      await a.query('COMMIT');
+      await counter.reach(2);
+    } finally {
+      for (const c of [a, b, r]) c.release();
+    }
+    const messages = await readAll(client(), stream);
+    expect(bodies(messages)).toEqual(['B', 'A']);
+    expect(ids(messages)).toEqual(['1', '2']);
+    expect(relay.stats).toMatchObject({ published: 2, confirmed: 2, resent: 0 });
+  });
+
+  it('re-sends rows numbered by a relay that died before sending, under the same IDs, once', async () => {
+    const { db, stream, outbox, producerName } = await setup();
+    const c = await db.pool.connect();
+    try {
+      await inTransaction(c, async () => {
+        for (let i = 0; i < 5; i++) await outbox.enqueue(c, Buffer.from(`m${i}`));
+      });
+      // A relay died after committing its numbering, before sending: rows 1–3 numbered.
+      await c.query(
+        `UPDATE "${db.schema}".outbox SET target = $1, publishing_id = n.pid
+         FROM (SELECT id, row_number() OVER (ORDER BY id) AS pid FROM "${db.schema}".outbox ORDER BY id LIMIT 3) n
+         WHERE outbox.id = n.id`,
+        [stream],
+      );
+      await c.query(`INSERT INTO "${db.schema}".outbox_ids VALUES ($1, $2, 3)`, [producerName, stream]);
+    } finally {
+      c.release();
+    }
+    const counter = confirmedCounter();
+    const relay = await openRelay({
+      pool: db.pool,
+      schema: db.schema,
+      producerName,
+      stream,
+      onEvent: counter.onEvent,
+    });
+    await counter.reach(5);
+    expect(relay.stats).toMatchObject({ resent: 3, published: 2, alreadyStored: 0 });
+    const messages = await readAll(client(), stream);
+    expect(bodies(messages)).toEqual(['m0', 'm1', 'm2', 'm3', 'm4']);
+    expect(ids(messages)).toEqual(['1', '2', '3', '4', '5']);
+  });
+
+  it('deletes unsent the rows the broker stored before the relay died (their delete was lost)', async () => {
+    const { db, stream, outbox, producerName } = await setup();
+    const c = await db.pool.connect();
+    try {
+      await inTransaction(c, async () => {
+        for (let i = 0; i < 4; i++) await outbox.enqueue(c, Buffer.from(`m${i}`));
+      });
+      const first = confirmedCounter();
+      const relay = await openRelay({
+        pool: db.pool,
+        schema: db.schema,
+        producerName,
+        stream,
+        onEvent: first.onEvent,
+      });
+      await first.reach(4);
+      await relay.close();
+      // The crash point between the broker's confirm and the DELETE: the rows are back, numbered.
+      await c.query(
+        `INSERT INTO "${db.schema}".outbox (producer_name, body, target, publishing_id)
+         SELECT $1, convert_to('m' || (g - 1), 'UTF8'), $2, g FROM generate_series(1, 4) g`,
+        [producerName, stream],
+      );
+      await inTransaction(c, () => outbox.enqueue(c, Buffer.from('m4')));
+    } finally {
+      c.release();
+    }
+    const counter = confirmedCounter();
+    const relay = await openRelay({
+      pool: db.pool,
+      schema: db.schema,
+      producerName,
+      stream,
+      onEvent: counter.onEvent,
+    });
+    await counter.reach(1);
+    expect(relay.stats).toMatchObject({ alreadyStored: 4, resent: 0, published: 1 });
+    const messages = await readAll(client(), stream);
+    expect(bodies(messages)).toEqual(['m0', 'm1', 'm2', 'm3', 'm4']);
+    expect(await waitingRows(db.pool, db.schema)).toBe(0);
+  });
+
+  it('keeps a second relay waiting, and it takes over when the first one’s session ends', async () => {
+    const { db, stream, outbox, producerName } = await setup();
+    const counter = confirmedCounter();
+    const common = { pool: db.pool, schema: db.schema, producerName, stream, onEvent: counter.onEvent };
+    const first = await openRelay(common);
+    const second = await openRelay(common);
+    expect(first.stats.isActive).toBe(true);
+    expect(second.stats.isActive).toBe(false);
+    const c = await db.pool.connect();
+    try {
+      await inTransaction(c, () => outbox.enqueue(c, Buffer.from('one')));
+      await counter.reach(1);
+      // The first relay's process "dies": the server ends its sessions (its lock goes with them).
+      const killed = Date.now();
+      await c.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()
+           AND objid = (hashtextextended($1, 0) & 4294967295)::oid`,
+        [`stream-dedup-outbox:${db.schema}:${producerName}`],
+      );
+      await inTransaction(c, () => outbox.enqueue(c, Buffer.from('two')));
+      await counter.reach(2);
+      expect(Date.now() - killed).toBeLessThan(5_000);
+    } finally {
+      c.release();
+    }
+    expect(second.stats.isActive).toBe(true);
+    const messages = await readAll(client(), stream);
+    expect(bodies(messages)).toEqual(['one', 'two']);
+    expect(ids(messages)).toEqual(['1', '2']);
+  });
+
+  it('stops at a poison row with an error naming it, after publishing the rows before it', async () => {
+    const { db, stream, outbox, producerName } = await setup();
+    const c = await db.pool.connect();
+    let poisonId: string;
+    try {
+      await inTransaction(c, () => outbox.enqueue(c, Buffer.from('fine')));
+      // Written around enqueue (which refuses it): a header the stream cannot carry.
+      const found = await c.query<{ id: string }>(
+        `INSERT INTO "${db.schema}".outbox (producer_name, body, headers) VALUES ($1, 'x', '{"h": [1]}') RETURNING id`,
+        [producerName],
+      );
+      poisonId = found.rows[0]!.id;
+      await inTransaction(c, () => outbox.enqueue(c, Buffer.from('after')));
+    } finally {
+      c.release();
+    }
+    const relay = await openRelay({ pool: db.pool, schema: db.schema, producerName, stream });
+    const stopped = await relay.closed();
+    expect(stopped).toBeInstanceOf(OutboxPoisonRowError);
+    expect((stopped as OutboxPoisonRowError).rowId).toBe(BigInt(poisonId));
+    expect((stopped as DedupError).message).toContain(`outbox row ${poisonId}`);
+    expect(bodies(await readAll(client(), stream))).toEqual(['fine']);
+    expect(await waitingRows(db.pool, db.schema)).toBe(2);
+  });
+
+  it('refuses wrong credentials and a missing schema with DEDUP_STORE_REFUSED', async () => {
+    const { db, stream, producerName } = await setup();
+    const pg = await import('pg');
+    const wrong = new pg.default.Pool({ connectionString: PG_URL.replace(/:[^:@/]*@/, ':wrong@') });
+    wrong.on('error', () => undefined);
+    cleanups.push(() => wrong.end());
+    for (const [pool, schema] of [
+      [wrong, db.schema],
+      [db.pool, 'sd_missing_schema'],
+    ] as const) {
+      const err = await PgOutboxRelay.open({
+        pool,
+        schema,
+        producerName,
+        stream,
+        connection: STREAM_CONNECTION,
+      }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(DedupError);
+      expect((err as DedupError).code).toBe('DEDUP_STORE_REFUSED');
+    }
+  });
+
+  it('routes rows of a super stream by key as SuperStreamDedupPublisher does, with IDs per partition', async () => {
+    const db = await useSchema();
+    cleanups.push(db.drop);
+    const superStream = await superStreams('outbox-super', 3);
+    const producerName = uniqueName('relay');
+    const outbox = PgOutbox.create({ schema: db.schema, producerName });
+    const keys = Array.from({ length: 12 }, (_, i) => `key-${i}`);
+    const c = await db.pool.connect();
+    try {
+      await inTransaction(c, async () => {
+        for (const key of keys) await outbox.enqueue(c, Buffer.from(key), { key });
+      });
+    } finally {
+      c.release();
+    }
+    const counter = confirmedCounter();
+    await openRelay({
+      pool: db.pool,
+      schema: db.schema,
+      producerName,
+      superStream,
+      onEvent: counter.onEvent,
+    });
+    await counter.reach(keys.length);
+    const partitions = Array.from({ length: 3 }, (_, i) => `${superStream}-${i}`);
+    for (const partition of partitions) {
+      const messages = await readAll(client(), partition);
+      const expected = keys.filter((k) => partitionForKey(k, partitions) === partition);
+      expect(bodies(messages)).toEqual(expected);
+      expect(ids(messages)).toEqual(expected.map((_, i) => String(i + 1)));
+    }
+  });
+});
