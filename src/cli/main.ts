@@ -25,6 +25,7 @@ import { formatInspection, formatInspectionJson, inspectStore, selectProducer } 
 import { describeRange, parseAuditRange, type AuditRange } from './audit-range.js';
 import { CliError, plural, progressReporter, runningCount } from './output.js';
 import { checkListArgs, formatList, formatListJson, listStreams } from './list.js';
+import { outboxCommand } from './outbox.js';
 import { produce } from './produce.js';
 import { packageVersion } from './version.js';
 
@@ -77,6 +78,11 @@ Usage:
                                                 create the PostgreSQL store's tables (stream-dedup/postgres)
                                                 in <schema>, or check that they are of this version;
                                                 the URL defaults to STREAM_DEDUP_PG_URL, then DATABASE_URL
+  stream-dedup outbox status --schema S [--postgres URL] [--producer NAME] [--json]
+                                                the PostgreSQL transactional outbox of schema S, per producer
+                                                name: rows waiting, the oldest one's age, the relay holding
+                                                the lock, the last published (confirmed) ID per target; the
+                                                URL defaults as migrate's; exit 4 when the server refuses
   stream-dedup help | --help                    this text
   stream-dedup --version                        the version of stream-dedup
 
@@ -128,6 +134,8 @@ async function main(argv: string[]): Promise<number> {
       return deleteCommand(rest);
     case 'migrate':
       return migrateCommand(rest);
+    case 'outbox':
+      return outboxCommand(rest);
     case '_produce': {
       const { values } = parseArgs({
         args: rest,
