@@ -75,6 +75,7 @@ export async function runApplication(options: ApplicationOptions): Promise<Appli
   const rolledBack: string[] = [];
   let committed = 0;
   let unknown = 0;
+  const guarded = new WeakSet<pg.PoolClient>();
   const worker = async (w: number): Promise<void> => {
     for (let t = 0; t < perWorker && options.signal?.aborted !== true; t++) {
       const rows = 1 + Math.floor(Math.random() * 3);
@@ -83,6 +84,12 @@ export async function runApplication(options: ApplicationOptions): Promise<Appli
       let client: pg.PoolClient | undefined;
       try {
         client = await options.pool.connect();
+        // A checked-out client has no 'error' listener (the pool removes its own): the server
+        // going away while one waits between statements would be an uncaught exception.
+        if (!guarded.has(client)) {
+          guarded.add(client);
+          client.on('error', () => undefined);
+        }
         await client.query('BEGIN');
         for (let r = 0; r < rows; r++) {
           const label = `${prefix}-w${w}-t${t}-r${r}`;
