@@ -50,14 +50,16 @@ async function openRelay(options: PgOutboxRelayOptions): Promise<PgOutboxRelay> 
   return relay;
 }
 
-/** Resolves when `count` rows in all have been confirmed (and deleted) by the relays given events. */
+/** Resolves when `count` rows in all have been deleted as stored (confirmed, or found stored at recovery). */
 function confirmedCounter(): { onEvent: (e: OutboxRelayEvent) => void; reach: (n: number) => Promise<void> } {
   let confirmed = 0;
   const waiters: Array<{ n: number; resolve: () => void }> = [];
   return {
     onEvent: (e) => {
-      if (e.type !== 'confirmed') return;
-      confirmed += e.count;
+      // Rows found stored at recovery are deleted without a confirm.
+      if (e.type === 'recovered') confirmed += e.alreadyStored;
+      if (e.type !== 'confirmed' && e.type !== 'recovered') return;
+      if (e.type === 'confirmed') confirmed += e.count;
       for (const w of waiters.splice(0)) {
         if (confirmed >= w.n) w.resolve();
         else waiters.push(w);
@@ -213,11 +215,45 @@ describe('PgOutboxRelay', () => {
       stream,
       onEvent: counter.onEvent,
     });
-    await counter.reach(1);
-    expect(relay.stats).toMatchObject({ alreadyStored: 4, resent: 0, published: 1 });
+    await counter.reach(5);
+    expect(relay.stats).toMatchObject({ alreadyStored: 4, resent: 0, published: 1, confirmed: 1 });
     const messages = await readAll(client(), stream);
     expect(bodies(messages)).toEqual(['m0', 'm1', 'm2', 'm3', 'm4']);
     expect(await waitingRows(db.pool, db.schema)).toBe(0);
+  });
+
+  it('closed mid-way and reopened: every row once, in order, under IDs 1 … n', async () => {
+    const { db, stream, outbox, producerName } = await setup();
+    const n = 400;
+    const c = await db.pool.connect();
+    try {
+      await inTransaction(c, async () => {
+        for (let i = 0; i < n; i++) await outbox.enqueue(c, Buffer.from(`m${i}`));
+      });
+    } finally {
+      c.release();
+    }
+    const common = { pool: db.pool, schema: db.schema, producerName, stream, batchSize: 20, maxInFlight: 40 };
+    let closing: Promise<void> | undefined;
+    const first: PgOutboxRelay = await openRelay({
+      ...common,
+      onEvent: (e) => {
+        if (e.type === 'confirmed') closing ??= first.close();
+      },
+    });
+    await first.closed();
+    await closing;
+    const left = await waitingRows(db.pool, db.schema);
+    expect(left).toBeGreaterThan(0);
+    expect(left).toBeLessThan(n);
+    const counter = confirmedCounter();
+    const second = await openRelay({ ...common, onEvent: counter.onEvent });
+    await counter.reach(left);
+    const { published, resent, alreadyStored } = second.stats;
+    expect(published + resent + alreadyStored).toBe(left);
+    const messages = await readAll(client(), stream);
+    expect(bodies(messages)).toEqual(Array.from({ length: n }, (_, i) => `m${i}`));
+    expect(ids(messages)).toEqual(Array.from({ length: n }, (_, i) => String(i + 1)));
   });
 
   it('keeps a second relay waiting, and it takes over when the first one’s session ends', async () => {
@@ -249,6 +285,35 @@ describe('PgOutboxRelay', () => {
     const messages = await readAll(client(), stream);
     expect(bodies(messages)).toEqual(['one', 'two']);
     expect(ids(messages)).toEqual(['1', '2']);
+  });
+
+  it('a relay whose lease was taken over numbers nothing more under its old lease', async () => {
+    const { db, stream, outbox, producerName } = await setup();
+    const counter = confirmedCounter();
+    const events: string[] = [];
+    const relay = await openRelay({
+      pool: db.pool,
+      schema: db.schema,
+      producerName,
+      stream,
+      onEvent: (e) => {
+        counter.onEvent(e);
+        events.push(e.type === 'active' ? `active ${e.epoch}` : e.type);
+      },
+    });
+    // Another relay took the name over (its takeover bumped the epoch) while this one held on.
+    await db.pool.query(`UPDATE "${db.schema}".outbox_relays SET epoch = epoch + 1, holder = 'other'`);
+    const c = await db.pool.connect();
+    try {
+      await inTransaction(c, () => outbox.enqueue(c, Buffer.from('x')));
+    } finally {
+      c.release();
+    }
+    await counter.reach(1);
+    // Fenced at its numbering, it let the lock go, took the name again under a new epoch, then numbered.
+    expect(events.filter((e) => e.startsWith('active'))).toEqual(['active 1', 'active 3']);
+    expect(relay.stats.takeovers).toBe(2);
+    expect(bodies(await readAll(client(), stream))).toEqual(['x']);
   });
 
   it('stops at a poison row with an error naming it, after publishing the rows before it', async () => {

@@ -28,6 +28,7 @@ export const OUTBOX_MAX_MESSAGE_BYTES: number = 1_048_576 - 512;
  * @remarks Since 0.6.0
  */
 export interface OutboxClient {
+  /** Runs one statement with its parameters (`pg`'s `client.query(text, values)`). */
   query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
 }
 

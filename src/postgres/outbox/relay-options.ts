@@ -126,7 +126,7 @@ function streamName(value: unknown, name: string): string {
 }
 
 /**
- * Checks every option.
+ * Checks every option. @internal
  *
  * @throws TypeError, RangeError "Expected x to be …, got …".
  */

@@ -37,6 +37,7 @@ export class OutboxPoisonRowError extends DedupError {
   /** The row's `outbox.id`. */
   readonly rowId: bigint;
 
+  /** `rowId`: the row's `outbox.id`; `reason`: why it cannot be published. */
   constructor(rowId: bigint, reason: string) {
     super(
       'DEDUP_BROKER_REFUSED',
@@ -200,12 +201,15 @@ export class PgOutboxRelay {
       this.#closeStarted = performance.now();
       this.#wake?.();
     }
-    await this.#loop;
+    // Bounded whatever the loop waits for: the teardown closes the producers, which ends any write.
+    await Promise.race([this.#loop, sleep(this.#opts.closeTimeoutMs + 1_000)]);
     await this.#teardown();
+    await this.#loop;
     if (this.#stopError === undefined) this.#emit({ type: 'stopped', error: undefined });
     this.#finish(undefined);
   }
 
+  /** Calls {@link PgOutboxRelay.close} (`await using relay = …`). */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
@@ -375,7 +379,12 @@ export class PgOutboxRelay {
       t.inFlight.set(r.publishingId, now);
       return { publishingId: r.publishingId, body: r.body, headers: r.headers };
     });
-    await t.transport.publish(messages);
+    // Bounded: a broker that stops reading (a paused node, a full window) never drains the socket.
+    await withTimeout(
+      t.transport.publish(messages),
+      this.#opts.confirmTimeoutMs,
+      `writing ${messages.length} messages to stream "${t.name}"`,
+    );
   }
 
   #confirmed(t: Target, ids: readonly bigint[]): void {
@@ -553,19 +562,23 @@ export class PgOutboxRelay {
 
   /** Ends a life: closes the producers; drops the database connections when they may be broken. */
   async #deactivate(dropLock: boolean): Promise<void> {
+    // Everything taken out before the first await: close() may tear down while the loop does too,
+    // and a pg client released twice throws.
     this.#epoch = undefined;
     const targets = [...this.#targets.values()];
     this.#targets = new Map();
-    await Promise.all(targets.map((t) => t.transport.close()));
-    this.#work?.release(true);
+    const work = this.#work;
     this.#work = undefined;
+    const lock = dropLock ? this.#lockClient : undefined;
     if (dropLock) {
-      const lock = this.#lockClient;
       this.#lockClient = undefined;
       this.#lockLost = false;
-      lock?.release(true);
     }
     this.#failure = undefined;
+    // The work connection first: a statement waiting on it fails now, not after the broker's close.
+    work?.release(true);
+    lock?.release(true);
+    await Promise.all(targets.map((t) => t.transport.close()));
   }
 
   async #teardown(): Promise<void> {
