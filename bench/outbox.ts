@@ -166,12 +166,14 @@ export async function commitToConfirmLatency(rate: number, seconds: number): Pro
           await sleep(Math.max(0, Math.min(5, dueAt(next) - now)));
           continue;
         }
+        // Claim the due rows before any await: the other committers move `next` meanwhile.
         const from = next;
         while (next < total && dueAt(next) <= now) next++;
+        const to = next;
         const sql = await s.pool.connect();
         try {
           await sql.query('BEGIN');
-          for (let i = from; i < next; i++) await outbox.enqueue(sql, Buffer.from(String(i)));
+          for (let i = from; i < to; i++) await outbox.enqueue(sql, Buffer.from(String(i)));
           await sql.query('COMMIT');
         } finally {
           sql.release();
