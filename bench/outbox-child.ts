@@ -26,8 +26,20 @@ const left = async (): Promise<number> => {
 };
 if (plan.relay === 'at-least-once') {
   const client = await connectClient();
-  console.log('publishing');
-  await runNaiveRelay({ pool, schema: plan.schema, client, stream: plan.stream, untilEmpty: true });
+  let said = false;
+  // After its first committed batch, as the exactly-once relay says it after its first confirm:
+  // the kill then lands while it publishes, not while it starts.
+  await runNaiveRelay({
+    pool,
+    schema: plan.schema,
+    client,
+    stream: plan.stream,
+    untilEmpty: true,
+    onBatch: () => {
+      if (!said) console.log('publishing');
+      said = true;
+    },
+  });
   await client.close();
 } else {
   let said = false;

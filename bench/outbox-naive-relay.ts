@@ -39,6 +39,8 @@ export interface NaiveRelayOptions {
   readonly untilEmpty?: boolean;
   readonly pollMs?: number;
   readonly signal?: AbortSignal;
+  /** Called after each committed batch with the rows it published. */
+  readonly onBatch?: (rows: number) => void;
 }
 
 /** Relays until the table is empty (`untilEmpty`) or `signal` aborts; resolves with the rows published. */
@@ -79,6 +81,7 @@ export async function runNaiveRelay(options: NaiveRelayOptions): Promise<number>
         }
         await sql.query('COMMIT');
         published += rows.length;
+        if (rows.length > 0) options.onBatch?.(rows.length);
       } catch (err) {
         await sql.query('ROLLBACK').catch(() => undefined);
         throw err;
