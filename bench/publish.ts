@@ -27,6 +27,7 @@ import {
   uniqueName,
   type Row,
 } from './common.js';
+import { naiveThroughput, outboxExtras, relayThroughput } from './outbox.js';
 
 const COUNT = Number(process.env.BENCH_COUNT ?? 100_000);
 const SIZE = 100;
@@ -406,6 +407,14 @@ const cases: Array<{ name: string; run: () => Promise<number>; target?: number; 
     target: 1.0,
     baseline: 'raw super stream publisher, 3 partitions',
   },
+  // Issue 35 (needs PostgreSQL): the transactional outbox relay from a table pre-filled with COUNT
+  // rows of the same 100 B bodies, against the raw client; the at-least-once relay as context.
+  {
+    name: 'outbox relay (PostgreSQL), pre-filled rows',
+    run: () => relayThroughput(COUNT, body),
+    target: 0.8,
+  },
+  { name: 'at-least-once relay (SKIP LOCKED), pre-filled rows', run: () => naiveThroughput(COUNT, body) },
   { name: 'raw amqplib confirm channel', run: rawAmqp },
   { name: 'dedup amqp outbox', run: dedupAmqp, target: 0.9, baseline: 'raw amqplib confirm channel' },
 ];
@@ -467,10 +476,14 @@ const rows: Row[] = chosen.map((c) => {
     ...(c.target === undefined ? {} : { target: c.target }),
   };
 });
+// The outbox's latency (1 000 and 10 000 committed rows/s) and duplicates after 20 SIGKILLs of each
+// relay, once per run, when the outbox cases ran.
+const outbox = chosen.some((c) => c.name.includes('relay')) ? await outboxExtras() : undefined;
 for (const [name, bytes] of Object.entries(bytesPerMessage))
   console.log(`on disk: ${name}: ${bytes} B/message`);
 report('publish', rows, {
   bytesPerMessageOnDisk: bytesPerMessage,
+  ...(outbox === undefined ? {} : { outbox }),
   messages: COUNT,
   bytes: SIZE,
   rounds: ROUNDS,

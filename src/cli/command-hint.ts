@@ -12,6 +12,7 @@ export const COMMANDS: readonly string[] = [
   'list',
   'delete',
   'migrate',
+  'outbox',
   'help',
   '--version',
 ];

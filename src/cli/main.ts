@@ -31,6 +31,7 @@ import { produce } from './produce.js';
 import { packageVersion } from './version.js';
 import { createSuperStreamCommand, deleteCommand, listCommand } from './housekeeping.js';
 import { exitCodeOf, help, reportError, USAGE } from './usage.js';
+import { outboxCommand } from './outbox.js';
 
 /** The command that starts this CLI again (under tsx when running from source). */
 function selfCommand(): string[] {
@@ -55,6 +56,8 @@ async function main(argv: string[]): Promise<number> {
       return deleteCommand(rest);
     case 'migrate':
       return migrateCommand(rest);
+    case 'outbox':
+      return outboxCommand(rest);
     case '_produce': {
       const { values } = parseArgs({
         args: rest,

@@ -55,6 +55,11 @@ Usage:
                                                 create the PostgreSQL store's tables (stream-dedup/postgres)
                                                 in <schema>, or check that they are of this version;
                                                 the URL defaults to STREAM_DEDUP_PG_URL, then DATABASE_URL
+  stream-dedup outbox status --schema S [--postgres URL] [--producer NAME] [--json]
+                                                the PostgreSQL transactional outbox of schema S, per producer
+                                                name: rows waiting, the oldest one's age, the relay holding
+                                                the lock, the last published (confirmed) ID per target; the
+                                                URL defaults as migrate's; exit 4 when the server refuses
   stream-dedup help | --help                    this text
   stream-dedup --version                        the version of stream-dedup
 
@@ -81,7 +86,7 @@ copies and messages without identity are reported but do not fail it), or delete
 2 usage (delete without --yes and without a terminal included); 3 broker unreachable or refused (for
 example no stream or super stream has the name, for list any of the names, or create-super-stream's
 name exists); 4 store locked, corrupt or missing, or it has no producer of the --producer name, or
-the PostgreSQL server refused (migrate).`;
+the PostgreSQL server refused (migrate, inspect, outbox status).`;
 
 /** Prints the help; exit code 0. */
 export function help(): number {

@@ -80,6 +80,15 @@ describe('examples run against the real broker', () => {
     expect(out).toContain('balance 16');
   });
 
+  it('postgres-outbox: orders and their events commit together; the rolled-back order publishes nothing', async () => {
+    const out = await example('postgres-outbox');
+    expect(out).toContain('rolled back: order 3: a total must be positive');
+    expect(out).toMatch(/stream: \{"type":"order-placed","id":1,.*\(orders-svc#1\)/);
+    expect(out).toMatch(/stream: \{"type":"order-placed","id":4,.*\(orders-svc#3\)/);
+    expect(out).toContain('orders: 3, events: 3');
+    await expectDeletedItsStream(out);
+  });
+
   it('amqp: five orders applied once over AMQP 0-9-1', async () => {
     const out = await example('amqp');
     expect(out).toContain('applied: order 1, order 2, order 3, order 4, order 5');

@@ -1,0 +1,314 @@
+/**
+ * The transactional outbox relay's cases of `npm run bench:publish` (issue 35), in the same run as
+ * the raw client: relay throughput from a table pre-filled with `count` rows (the ratio is to the
+ * raw client publishing the same bodies), the at-least-once relay written the usual way from the
+ * same rows, commit-to-confirm latency at 1 000 and 10 000 committed rows/s (an open-loop schedule;
+ * latency from each row's scheduled commit time to its delivery to a consumer, an upper bound of
+ * the confirm), and duplicates after 20 SIGKILLs of each relay. Needs PostgreSQL
+ * (`bash scripts/postgres.sh up`; STREAM_DEDUP_PG_URL).
+ */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import * as hdr from 'hdr-histogram-js';
+import pg from 'pg';
+import { Offset } from 'rabbitmq-stream-js-client';
+import { migrate, PgOutbox, PgOutboxRelay } from 'stream-dedup/postgres';
+import { readStreamToEnd } from 'stream-dedup/stream';
+import { CONNECTION, connectClient, uniqueName } from './common.js';
+import { createNaiveOutbox, fillNaiveOutbox, runNaiveRelay } from './outbox-naive-relay.js';
+
+/** The PostgreSQL server of the benches. */
+export const PG_URL =
+  process.env.STREAM_DEDUP_PG_URL ?? 'postgres://stream_dedup:stream-dedup@127.0.0.1:5433/stream_dedup';
+const PRODUCER = 'bench-outbox';
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A pool, a migrated schema of its own and a stream; `drop()` removes all three. */
+async function setUp(prefix: string) {
+  const pool = new pg.Pool({ connectionString: PG_URL, max: 10 });
+  pool.on('error', () => undefined);
+  const schema = `bench_${prefix}_${process.pid}_${Date.now().toString(36)}`;
+  await migrate(pool, { schema });
+  const client = await connectClient();
+  const stream = uniqueName(`bench-${prefix}`);
+  await client.createStream({ stream, arguments: {} });
+  return {
+    pool,
+    schema,
+    client,
+    stream,
+    drop: async () => {
+      await client.deleteStream({ stream }).catch(() => undefined);
+      await client.close().catch(() => undefined);
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
+      await pool.end();
+    },
+  };
+}
+
+/** Inserts `count` outbox rows as `enqueue` writes them (body only), 10 000 a statement. */
+async function fillOutbox(pool: pg.Pool, schema: string, count: number, bodyOf: (i: number) => Buffer) {
+  for (let from = 0; from < count; from += 10_000) {
+    const bodies = Array.from({ length: Math.min(10_000, count - from) }, (_, i) => bodyOf(from + i));
+    await pool.query(`INSERT INTO "${schema}".outbox (producer_name, body) SELECT $1, unnest($2::bytea[])`, [
+      PRODUCER,
+      bodies,
+    ]);
+  }
+}
+
+/** Rows/s of PgOutboxRelay from `count` pre-filled rows: open() to the last row's confirm. */
+export async function relayThroughput(count: number, body: Buffer): Promise<number> {
+  const s = await setUp('relay');
+  try {
+    await fillOutbox(s.pool, s.schema, count, () => body);
+    let confirmed = 0;
+    let done: () => void = () => undefined;
+    const all = new Promise<void>((resolve) => (done = resolve));
+    const t0 = performance.now();
+    const relay = await PgOutboxRelay.open({
+      pool: s.pool,
+      schema: s.schema,
+      producerName: PRODUCER,
+      stream: s.stream,
+      connection: s.client,
+      onEvent: (e) => {
+        if (e.type === 'confirmed' && (confirmed += e.count) >= count) done();
+      },
+    });
+    await all;
+    const rate = count / ((performance.now() - t0) / 1000);
+    await relay.close();
+    return rate;
+  } finally {
+    await s.drop();
+  }
+}
+
+/** Rows/s of the at-least-once relay (bench/outbox-naive-relay.ts) from `count` pre-filled rows. */
+export async function naiveThroughput(count: number, body: Buffer): Promise<number> {
+  const s = await setUp('naive');
+  try {
+    await createNaiveOutbox(s.pool, s.schema);
+    await fillNaiveOutbox(s.pool, s.schema, count, () => body);
+    const t0 = performance.now();
+    await runNaiveRelay({
+      pool: s.pool,
+      schema: s.schema,
+      client: s.client,
+      stream: s.stream,
+      untilEmpty: true,
+    });
+    return count / ((performance.now() - t0) / 1000);
+  } finally {
+    await s.drop();
+  }
+}
+
+/** What {@link commitToConfirmLatency} measured, in ms. */
+export interface LatencyResult {
+  readonly targetRate: number;
+  readonly committedRate: number;
+  readonly rows: number;
+  readonly p50: number;
+  readonly p99: number;
+  readonly max: number;
+}
+
+/**
+ * Commits rows at `rate` rows/s for `seconds` on an open-loop schedule (row i is due at
+ * t0 + i/rate; up to 8 concurrent transactions each commit the rows due when it starts), with the
+ * relay running, and records each row's delivery to a consumer less its scheduled commit time. The
+ * first half second is a warm-up, not recorded.
+ */
+export async function commitToConfirmLatency(rate: number, seconds: number): Promise<LatencyResult> {
+  const s = await setUp(`latency${rate}`);
+  const histogram = hdr.build({
+    lowestDiscernibleValue: 1,
+    highestTrackableValue: 60_000_000,
+    numberOfSignificantValueDigits: 3,
+  });
+  try {
+    const outbox = PgOutbox.create({ schema: s.schema, producerName: PRODUCER });
+    const relayPool = new pg.Pool({ connectionString: PG_URL, max: 4 });
+    relayPool.on('error', () => undefined);
+    const relay = await PgOutboxRelay.open({
+      pool: relayPool,
+      schema: s.schema,
+      producerName: PRODUCER,
+      stream: s.stream,
+      connection: CONNECTION,
+    });
+    const total = Math.round(rate * seconds);
+    const warmUp = Math.round(rate * 0.5);
+    let t0 = 0;
+    const dueAt = (i: number): number => t0 + (i * 1000) / rate;
+    let received = 0;
+    let allReceived: () => void = () => undefined;
+    const everything = new Promise<void>((resolve) => (allReceived = resolve));
+    const consumer = await s.client.declareConsumer(
+      { stream: s.stream, offset: Offset.first() },
+      (message) => {
+        const i = Number(message.content.toString());
+        if (i >= warmUp)
+          histogram.recordValue(Math.max(1, Math.round((performance.now() - dueAt(i)) * 1000)));
+        if (++received === total) allReceived();
+      },
+    );
+    t0 = performance.now() + 50;
+    let next = 0;
+    const committer = async (): Promise<void> => {
+      while (next < total) {
+        const now = performance.now();
+        if (dueAt(next) > now) {
+          await sleep(Math.max(0, Math.min(5, dueAt(next) - now)));
+          continue;
+        }
+        // Claim the due rows before any await: the other committers move `next` meanwhile.
+        const from = next;
+        while (next < total && dueAt(next) <= now) next++;
+        const to = next;
+        const sql = await s.pool.connect();
+        try {
+          await sql.query('BEGIN');
+          for (let i = from; i < to; i++) await outbox.enqueue(sql, Buffer.from(String(i)));
+          await sql.query('COMMIT');
+        } finally {
+          sql.release();
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: 8 }, committer));
+    const committedRate = total / ((performance.now() - t0) / 1000);
+    await Promise.race([everything, sleep(60_000)]);
+    await s.client.closeConsumer(consumer.extendedId);
+    await relay.close();
+    await relayPool.end();
+    return {
+      targetRate: rate,
+      committedRate: Math.round(committedRate),
+      rows: received,
+      p50: histogram.getValueAtPercentile(50) / 1000,
+      p99: histogram.getValueAtPercentile(99) / 1000,
+      max: histogram.maxValue / 1000,
+    };
+  } finally {
+    histogram.destroy();
+    await s.drop();
+  }
+}
+
+const CHILD = fileURLToPath(new URL('./outbox-child.ts', import.meta.url));
+
+/** What {@link duplicatesAfterKills} found for one relay. */
+export interface KillResult {
+  readonly relay: 'exactly-once' | 'at-least-once';
+  readonly kills: number;
+  readonly rows: number;
+  readonly inStream: number;
+  readonly duplicates: number;
+  readonly lost: number;
+}
+
+/** How many times each body (a row index) is in the stream. */
+async function countCopies(
+  stream: string,
+  rows: number,
+): Promise<{ total: number; dup: number; lost: number }> {
+  const seen = new Uint16Array(rows);
+  const records = await readStreamToEnd(CONNECTION, stream, { timeoutMs: 120_000 });
+  for (const r of records) seen[Number(r.body.toString())]!++;
+  let dup = 0;
+  let lost = 0;
+  for (const n of seen) {
+    if (n > 1) dup += n - 1;
+    if (n === 0) lost++;
+  }
+  return { total: records.length, dup, lost };
+}
+
+/**
+ * `rows` pre-filled rows relayed by processes SIGKILLed `kills` times (each 0–150 ms after it said
+ * it was publishing), then one last process to the end; counts the copies in the stream.
+ */
+export async function duplicatesAfterKills(
+  relay: KillResult['relay'],
+  rows: number,
+  kills: number,
+): Promise<KillResult> {
+  const s = await setUp(relay === 'exactly-once' ? 'kills' : 'naivekills');
+  try {
+    const bodyOf = (i: number): Buffer => Buffer.from(String(i));
+    if (relay === 'exactly-once') await fillOutbox(s.pool, s.schema, rows, bodyOf);
+    else {
+      await createNaiveOutbox(s.pool, s.schema);
+      await fillNaiveOutbox(s.pool, s.schema, rows, bodyOf);
+    }
+    const args = JSON.stringify({
+      relay,
+      url: PG_URL,
+      schema: s.schema,
+      stream: s.stream,
+      producerName: PRODUCER,
+    });
+    let killed = 0;
+    for (;;) {
+      const child = spawn(process.execPath, [...process.execArgv, CHILD, args], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      const exited = once(child, 'exit');
+      const lines = createInterface({ input: child.stdout });
+      let publishing = false;
+      for await (const line of lines) {
+        if (line === 'publishing') {
+          publishing = true;
+          break;
+        }
+      }
+      if (publishing && killed < kills) {
+        await sleep(Math.random() * 150);
+        child.kill('SIGKILL');
+        const [, signal] = (await exited) as [number | null, NodeJS.Signals | null];
+        if (signal === 'SIGKILL') killed++;
+        else break; // It reached the end before the kill.
+        continue;
+      }
+      // The last life: to the end (it prints `done` and exits 0 when the table is empty).
+      const [code] = (await exited) as [number | null];
+      if (code !== 0) throw new Error(`the last ${relay} relay exited with ${code}`);
+      break;
+    }
+    const copies = await countCopies(s.stream, rows);
+    return { relay, kills: killed, rows, inStream: copies.total, duplicates: copies.dup, lost: copies.lost };
+  } finally {
+    await s.drop();
+  }
+}
+
+/** The outbox's latency and kill rows of the run, printed, and returned for the JSON line. */
+export async function outboxExtras(): Promise<{ latency: LatencyResult[]; kills: KillResult[] }> {
+  const latency = [
+    await commitToConfirmLatency(1_000, Number(process.env.BENCH_OUTBOX_SECONDS ?? 5)),
+    await commitToConfirmLatency(10_000, Number(process.env.BENCH_OUTBOX_SECONDS ?? 5)),
+  ];
+  for (const l of latency) {
+    console.log(
+      `outbox commit-to-confirm at ${l.targetRate} rows/s (committed ${l.committedRate}/s, ${l.rows} rows): ` +
+        `p50 ${l.p50.toFixed(1)} ms, p99 ${l.p99.toFixed(1)} ms, max ${l.max.toFixed(1)} ms` +
+        (l.targetRate === 1_000 ? ` (target p99 ≤ 50 ms: ${l.p99 <= 50 ? 'met' : 'NOT met'})` : ''),
+    );
+  }
+  const rows = Number(process.env.BENCH_OUTBOX_KILL_ROWS ?? 150_000);
+  const kills = [
+    await duplicatesAfterKills('at-least-once', rows, 20),
+    await duplicatesAfterKills('exactly-once', rows, 20),
+  ];
+  for (const k of kills) {
+    console.log(
+      `${k.relay} relay, ${k.kills} SIGKILLs over ${k.rows} rows: ${k.duplicates} duplicates, ${k.lost} lost (${k.inStream} in the stream)`,
+    );
+  }
+  return { latency, kills };
+}
