@@ -23,7 +23,7 @@ import {
   type PartitionResume,
   type PartitionStrategy,
 } from './strategy.js';
-import type { PartitionSettings } from './partition.js';
+import type { PartitionSettings } from './partition-settings.js';
 
 /** How long the restore may wait for the next changelog entry before asking for the end again. */
 const RESTORE_STALL_MS = 5_000;

@@ -11,10 +11,8 @@
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../consumer/core.js';
-import { isConsumerStoreProvider, type ConsumerStoreProvider } from '../consumer/consumer-store.js';
-import type { ResolvedSubscriptionOptions, ResolvedVerifyingConsumerOptions } from '../consumer/options.js';
+import { isConsumerStoreProvider } from '../consumer/consumer-store.js';
 import { Resubscriber, type Generation } from '../consumer/resubscribe.js';
-import type { DedupStore } from '../store/store.js';
 import type { Logger } from '../telemetry/logger.js';
 import {
   consumerCloseEvents,
@@ -36,53 +34,15 @@ import {
   explainDeclareFailure,
   StreamNotAvailableError,
   withTimeout,
-  type StreamConnectionOptions,
 } from '../transport/util.js';
 import { ChangelogStrategy } from './changelog-strategy.js';
 import { PartitionWatch, type Subscribed } from './partition-watch.js';
 import { ChangelogMissing, RestoreStoreError } from './restore.js';
 import { permanentRefusal } from './refusal.js';
 import { SharedDatabaseStrategy } from './shared-db-strategy.js';
+import type { PartitionSettings } from './partition-settings.js';
 import { PartitionMoved, type PartitionHost, type PartitionStrategy } from './strategy.js';
-import type {
-  AssignmentEvent,
-  GroupMessageHandler,
-  GroupStats,
-  SuperStreamVerifyingConsumerOptions,
-} from './types.js';
-
-/**
- * What every partition of one member shares.
- *
- * @internal
- */
-export interface PartitionSettings {
-  readonly superStream: string;
-  readonly consumerName: string;
-  readonly partition: string;
-  /** The partition's namespace in the store: the name its core's keys are kept under. */
-  readonly namespace: string;
-  /** The changelog strategy's stream and producer name (unused with a shared database). */
-  readonly changelog: string;
-  readonly changelogProducer: string;
-  /** The member's store: its own LevelDB store (changelog strategy) or a shared database. */
-  readonly store: DedupStore | ConsumerStoreProvider;
-  readonly consumer: ResolvedVerifyingConsumerOptions;
-  /** The name of the `tenant` function that members compare (`tenantVersion`), if given. */
-  readonly tenantVersion?: string | undefined;
-  readonly handler: GroupMessageHandler;
-  readonly hooks: SuperStreamVerifyingConsumerOptions['hooks'];
-  readonly subscription: ResolvedSubscriptionOptions;
-  readonly connection: StreamConnectionOptions;
-  readonly appendTimeoutMs: number;
-  readonly restoreTimeoutMs: number;
-  /** `stalledPartitionMs`: 0 turns the stalled-partition watch off. */
-  readonly stalledMs: number;
-  readonly onAssignment: ((event: AssignmentEvent) => void) | undefined;
-  readonly stats: GroupStats;
-  /** Stops the whole member with `error` (a handler threw, a changelog is invalid). */
-  readonly fail: (error: Error) => void;
-}
+import type { AssignmentEvent } from './types.js';
 
 /**
  * How long take-overs must keep hearing that the changelog does not exist before a member that holds
