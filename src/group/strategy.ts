@@ -50,16 +50,20 @@ export interface PartitionHost {
 }
 
 /**
- * One activation as a strategy opened it.
+ * A resumption's plan and the refusal its chunk check raises (see {@link planPartitionResume}).
  *
  * @internal
  */
-/** A resumption's plan and the refusal its chunk check raises (see {@link planPartitionResume}). */
 export interface PartitionResume {
   readonly plan: ResumePlan;
   readonly refuse: (found: string) => DedupError;
 }
 
+/**
+ * One activation as a strategy opened it.
+ *
+ * @internal
+ */
 export interface ActivationPlan {
   readonly core: VerifyingConsumerCore;
   /** A resumption after a commit: where, and the committed chunk to compare; `undefined`: none. */
@@ -109,6 +113,8 @@ export interface PartitionStrategy {
  * stream consumer): a partition that cannot be the one the group committed of — deleted and
  * recreated: empty, shorter, or another chunk where the committed one was (`chunk`, when stored) —
  * stops the member with `DEDUP_STREAM_REGRESSION`, at once or when the chunk is read again.
+ *
+ * @internal
  */
 export async function planPartitionResume(
   client: Client,

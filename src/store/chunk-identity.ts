@@ -12,9 +12,8 @@
 import { DedupError } from '../errors.js';
 
 /**
- * A chunk as the stream protocol's chunk header names it.
- *
- * @internal
+ * A chunk as the stream protocol's chunk header names it (not exported by an entry: the type of
+ * internal declarations that the published .d.ts files keep).
  */
 export interface ChunkIdentity {
   /** The chunk's first offset (its chunk ID). */

@@ -15,8 +15,8 @@
  *
  * @internal
  */
-import type { ChunkIdentity } from './chunk-identity.js';
 import { DedupError } from '../errors.js';
+import type { ChunkIdentity } from './chunk-identity.js';
 import { scopeKeyPrefix } from '../identity/scope-key.js';
 import { decodeTracker } from '../verifier/window.js';
 import type { SequenceTracker } from '../verifier/types.js';

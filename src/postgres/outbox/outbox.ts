@@ -29,7 +29,13 @@ export const OUTBOX_MAX_MESSAGE_BYTES: number = 1_048_576 - 512;
  */
 export interface OutboxClient {
   /** Runs one statement with its parameters (`pg`'s `client.query(text, values)`). */
-  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+  query(
+    text: string,
+    values?: unknown[],
+  ): Promise<{
+    /** The statement's result rows. */
+    rows: unknown[];
+  }>;
 }
 
 /**
@@ -62,11 +68,18 @@ export interface EnqueueOptions {
   /**
    * The message's domain key (at most 512 UTF-8 bytes, no lone surrogate, no U+0000). On a super
    * stream it routes the row (unless `routingKey` is given). Stored in `outbox.message_key`.
+   * @defaultValue none: the row has no key (on a super stream it then needs `routingKey`)
    */
   readonly key?: string;
-  /** Application properties, as `send()` takes them (strings, non-zero 32-bit integers). */
+  /**
+   * Application properties, as `send()` takes them (strings, non-zero 32-bit integers).
+   * @defaultValue none: only the identity stamps
+   */
   readonly headers?: Readonly<Record<string, string | number>>;
-  /** The super stream routing key, when it is not `key` (same bounds as `key`). */
+  /**
+   * The super stream routing key, when it is not `key` (same bounds as `key`).
+   * @defaultValue `key`
+   */
   readonly routingKey?: string;
 }
 

@@ -31,16 +31,44 @@ import { checkSchemaName } from '../schema.js';
  * @remarks Since 0.6.0
  */
 export type OutboxRelayEvent =
-  | { readonly type: 'active'; readonly epoch: bigint }
   | {
+      /** This relay took the producer name over (it holds the lock). */
+      readonly type: 'active';
+      /** The lease epoch it numbers under. */
+      readonly epoch: bigint;
+    }
+  | {
+      /** The crash-recovery step of a target ran (docs/design.md §14). */
       readonly type: 'recovered';
+      /** The stream or partition. */
       readonly target: string;
+      /** Numbered rows the broker already held (deleted without a re-send). */
       readonly alreadyStored: number;
+      /** Numbered rows re-sent under their IDs. */
       readonly resent: number;
     }
-  | { readonly type: 'confirmed'; readonly target: string; readonly count: number; readonly lastId: bigint }
-  | { readonly type: 'retrying'; readonly error: Error }
-  | { readonly type: 'stopped'; readonly error: Error | undefined };
+  | {
+      /** The broker confirmed rows (they are deleted). */
+      readonly type: 'confirmed';
+      /** The stream or partition. */
+      readonly target: string;
+      /** How many rows. */
+      readonly count: number;
+      /** The highest publishing ID among them. */
+      readonly lastId: bigint;
+    }
+  | {
+      /** A transient failure: the relay reconnects and goes on. */
+      readonly type: 'retrying';
+      /** What failed. */
+      readonly error: Error;
+    }
+  | {
+      /** The relay stopped. */
+      readonly type: 'stopped';
+      /** Why (`undefined` after `close()`). */
+      readonly error: Error | undefined;
+    };
 
 /**
  * Options of `PgOutboxRelay.open`. Exactly one of `stream` and `superStream`.
@@ -54,7 +82,10 @@ export interface PgOutboxRelayOptions {
   readonly schema: string;
   /** The producer name: the outbox rows it publishes (`PgOutbox`'s `producerName`), and its name on the broker. */
   readonly producerName: string;
-  /** The stream to publish into (it must exist). */
+  /**
+   * The stream to publish into (it must exist). Exactly one of `stream` and `superStream`.
+   * @defaultValue none: `superStream` is given
+   */
   readonly stream?: string;
   /**
    * The super stream to publish into: each row goes to the partition its routing key (`routingKey`,
@@ -62,9 +93,13 @@ export interface PgOutboxRelayOptions {
    * 104729), with its own publishing IDs per partition under the same producer name. A row with
    * neither key stops the relay (`DEDUP_BROKER_REFUSED` naming it). The partition list is read at
    * takeover.
+   * @defaultValue none: `stream` is given
    */
   readonly superStream?: string;
-  /** Connection parameters, or an existing `Client` (as `StreamDedupPublisher.open` takes them). */
+  /**
+   * Connection parameters, or an existing `Client` (as `StreamDedupPublisher.open` takes them).
+   * @defaultValue the publishers' defaults: localhost:5552, guest/guest, vhost `/`
+   */
   readonly connection?: StreamConnectionOptions | Client;
   /** How long one broker connection attempt may take, in ms. @defaultValue 10000 */
   readonly connectTimeoutMs?: number;
@@ -89,9 +124,15 @@ export interface PgOutboxRelayOptions {
   readonly confirmTimeoutMs?: number;
   /** The longest `close()` waits for confirms of what was sent, in ms. @defaultValue 10000 */
   readonly closeTimeoutMs?: number;
-  /** Reconnect backoff (broker and database). Defaults as the publishers': 100 ms, 5000 ms, 120000 ms. */
+  /**
+   * Reconnect backoff (broker and database).
+   * @defaultValue as the publishers': initialDelayMs 100, maxDelayMs 5000, giveUpAfterMs 120000
+   */
   readonly reconnect?: ReconnectOptions;
-  /** Observation hook; must not throw (what it throws is ignored). */
+  /**
+   * Observation hook; must not throw (what it throws is ignored).
+   * @defaultValue none
+   */
   readonly onEvent?: (event: OutboxRelayEvent) => void;
 }
 
