@@ -78,12 +78,14 @@ export type DedupErrorCode =
    */
   | 'DEDUP_CHANGELOG_INVALID'
   /**
-   * The verifying stream consumer's committed offset is beyond the stream it subscribes to: the
-   * stream is empty although an offset was committed, so it was deleted and recreated under the
-   * same name (or the store belongs to another stream or cluster). Resuming would skip the new
-   * stream's first messages silently; the consumer stops instead. Only an empty stream is
-   * detected: a recreated stream that already holds more messages than the committed offset is
-   * not (the broker exposes no stream identity).
+   * The verifying stream consumer's stream was deleted and recreated under the same name (or the
+   * store belongs to another stream or cluster): it is empty although an offset was committed, its
+   * last chunk starts before the committed chunk, or the chunk found at the committed chunk's
+   * offset has another first offset or timestamp than the one stored with the offset. Resuming
+   * would skip the new stream's first messages silently; the consumer (or a group member taking
+   * over the partition) stops instead, before any handler runs. Not detected: a recreated stream
+   * that retention also trimmed past the committed chunk, and the AMQP 0-9-1 consumer (its
+   * deliveries carry no chunk header).
    * Since 0.6.0.
    */
   | 'DEDUP_STREAM_REGRESSION'
