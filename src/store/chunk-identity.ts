@@ -93,6 +93,12 @@ export class ChunkExpectation {
     this.disarm();
     if (chunk === undefined) return undefined;
     if (offset === expected.firstOffset && sameChunk(chunk, expected)) return undefined;
+    // The expected chunk is gone and the stream now begins after it: retention trimmed it between
+    // the stats query and the subscription (or the replica serving the subscription trimmed
+    // earlier than the one that answered the stats). A stream recreated under the name starts at
+    // offset 0 and delivers the chunk holding the offset asked for, which begins at or before it;
+    // so this is the trimmed case of stream-resume.ts, resumed without a check as there.
+    if (chunk.firstOffset > expected.firstOffset) return undefined;
     return refuse(
       `holds ${describeChunk(chunk)} where its ${describeChunk(expected)} was (first message read: offset ${offset})`,
     );

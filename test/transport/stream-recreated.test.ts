@@ -220,4 +220,27 @@ describe('stream verifying consumer - a stream recreated under its name that hol
     await consumer.close();
     await store.close();
   });
+
+  it('retention that trims the committed chunk between the stats query and the subscription (or the stats node and the subscribing node differ): the same stream is not refused', async () => {
+    // First life: offsets 0..4 committed, in chunk OLD (first offset 0).
+    const store = await committedStore();
+    // Second life: stats (answered by the locator's node) still show chunk 0 as the first; the
+    // subscription (another node, or a moment later) finds it trimmed: the broker starts at the
+    // first chunk it still has, OLD_NEXT at 5, of the SAME stream.
+    stats = { firstChunkId: 0n, lastChunkId: 5n };
+    const applied: bigint[] = [];
+    const { consumer, client } = await open(store, applied);
+    expect(client.offsetAsked).toBe(0n);
+    for (const m of messages(5, 7, OLD_NEXT)) client.deliver!(m);
+    const stopped = await Promise.race([
+      consumer.closed(),
+      consumer.waitForOffset(7n).then(() => 'caught up' as const),
+    ]);
+    // The same stream's next messages are applied (5, 6, 7), as when the stats already show the
+    // trim (review B: this was DEDUP_STREAM_REGRESSION, nothing applied).
+    expect(stopped).toBe('caught up');
+    expect(applied).toEqual([5n, 6n, 7n]);
+    await consumer.close().catch(() => undefined);
+    await store.close();
+  });
 });
