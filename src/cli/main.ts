@@ -28,6 +28,7 @@ import {
 import { describeRange, parseAuditRange, type AuditRange } from './audit-range.js';
 import { CliError, plural, progressReporter, runningCount } from './output.js';
 import { produce } from './produce.js';
+import { redactUrl } from './redact.js';
 import { packageVersion } from './version.js';
 import { createSuperStreamCommand, deleteCommand, listCommand } from './housekeeping.js';
 import { exitCodeOf, help, reportError, USAGE } from './usage.js';
@@ -345,7 +346,7 @@ async function inspectPostgres(
     return 2;
   }
   // The password stays out of what is printed.
-  const shown = `${url.replace(/:[^:@/]*@/, ':***@')} schema ${schema}`;
+  const shown = `${redactUrl(url)} schema ${schema}`;
   const { readPostgresStore } = await import('../postgres/inspect.js');
   let contents;
   try {
