@@ -1,0 +1,147 @@
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { DedupError } from '../../src/errors.js';
+import { identityHeaders } from '../../src/identity/headers.js';
+import { StreamVerifyingConsumer } from '../../src/stream.js';
+import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
+import { useClient } from '../support/stream.js';
+import { useTempDir } from '../support/tmp.js';
+
+const client = useClient();
+const tempDir = useTempDir();
+const streams: string[] = [];
+afterAll(async () => {
+  for (const stream of streams) await client().deleteStream({ stream });
+});
+
+async function newStream(prefix: string): Promise<string> {
+  const stream = uniqueName(prefix);
+  await client().createStream({ stream, arguments: {} });
+  streams.push(stream);
+  return stream;
+}
+
+/** Publishes `count` messages of producer `p` from ID `from`, in one frame when `oneChunk`, else one confirmed chunk each. */
+async function publish(stream: string, from: number, count: number, oneChunk: boolean): Promise<void> {
+  const publisher = await client().declarePublisher({ stream });
+  let confirmed = 0;
+  let wake = (): void => undefined;
+  publisher.on('publish_confirm', (_e, ids) => {
+    confirmed += ids.length;
+    wake();
+  });
+  const confirmedUpTo = (n: number): Promise<void> =>
+    new Promise((resolve) => {
+      wake = () => {
+        if (confirmed >= n) resolve();
+      };
+      wake();
+    });
+  for (let i = 0; i < count; i++) {
+    await publisher.send(Buffer.from(String(i)), {
+      applicationProperties: identityHeaders('p', BigInt(from + i)),
+    });
+    if (!oneChunk) {
+      await publisher.flush();
+      await confirmedUpTo(i + 1);
+    }
+  }
+  await publisher.flush();
+  await confirmedUpTo(count);
+  await publisher.close();
+}
+
+async function open(stream: string, handler: () => Promise<void> | void): Promise<StreamVerifyingConsumer> {
+  return StreamVerifyingConsumer.open({
+    connection: STREAM_CONNECTION,
+    stream,
+    consumerName: 'lagging',
+    store: join(await tempDir(), 'store'),
+    commit: 'message',
+    handler,
+  });
+}
+
+function aborted(error: unknown): boolean {
+  return error instanceof DedupError && error.code === 'DEDUP_ABORTED';
+}
+
+describe('stream verifying consumer - lag and caughtUp()', () => {
+  it('an empty stream: lag 0 and caught up at once', async () => {
+    const stream = await newStream('lag-empty');
+    const consumer = await open(stream, () => undefined);
+    try {
+      expect(await consumer.lag()).toEqual({
+        offsets: 0n,
+        lastChunkId: undefined,
+        committedOffset: undefined,
+      });
+      await consumer.caughtUp({ timeoutMs: 1_000 });
+    } finally {
+      await consumer.close();
+    }
+  });
+
+  it('a consumer behind by 5 messages reports lag ≥ 5; caughtUp() times out or aborts with DEDUP_ABORTED while the handler waits, and resolves once it committed the end', async () => {
+    const stream = await newStream('lag-behind');
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const consumer = await open(stream, () => gate);
+    try {
+      await publish(stream, 1, 5, false);
+      const lag = await consumer.lag();
+      expect(lag.offsets).toBeGreaterThanOrEqual(5n);
+      expect(lag.committedOffset).toBeUndefined();
+      const started = Date.now();
+      const timedOut = await consumer.caughtUp({ timeoutMs: 200 }).catch((e: unknown) => e);
+      expect(aborted(timedOut), String(timedOut)).toBe(true);
+      expect(Date.now() - started).toBeLessThan(2_000);
+      const controller = new AbortController();
+      const waiting = consumer.caughtUp({ signal: controller.signal }).catch((e: unknown) => e);
+      controller.abort();
+      expect(aborted(await waiting)).toBe(true);
+      const caughtUp = consumer.caughtUp({ timeoutMs: 10_000 });
+      release();
+      await caughtUp;
+      expect(consumer.committedOffset).toBe(4n);
+      expect((await consumer.lag()).offsets).toBe(0n);
+    } finally {
+      release();
+      await consumer.close();
+    }
+  });
+
+  it("caughtUp() waits for the last chunk's every message, not only its first: 50 in one chunk", async () => {
+    const stream = await newStream('lag-chunk');
+    await publish(stream, 1, 50, true);
+    // Slow enough that the first message's commit comes well before the chunk's last.
+    const consumer = await open(stream, () => new Promise((r) => setTimeout(r, 2)));
+    try {
+      await consumer.caughtUp({ timeoutMs: 10_000 });
+      expect(consumer.committedOffset).toBe(49n);
+    } finally {
+      await consumer.close();
+    }
+  });
+
+  it('refuses a bad option before any I/O', async () => {
+    const stream = await newStream('lag-options');
+    const consumer = await open(stream, () => undefined);
+    try {
+      await expect(consumer.caughtUp({ timeoutMs: 0 })).rejects.toThrow(RangeError);
+      await expect(consumer.caughtUp({ signal: {} as AbortSignal })).rejects.toThrow(TypeError);
+      await expect(
+        StreamVerifyingConsumer.open({
+          connection: STREAM_CONNECTION,
+          stream,
+          consumerName: 'x',
+          store: join(await tempDir(), 'store2'),
+          handler: () => undefined,
+          lagIntervalMs: -1,
+        }),
+      ).rejects.toThrow(RangeError);
+    } finally {
+      await consumer.close();
+    }
+  });
+});
