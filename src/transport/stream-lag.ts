@@ -36,7 +36,10 @@ export interface ConsumerLag {
  * @remarks Since 0.6.0
  */
 export interface CaughtUpOptions {
-  /** Cancels the wait: it rejects with `DEDUP_ABORTED` (the consumer goes on). */
+  /**
+   * Cancels the wait: it rejects with `DEDUP_ABORTED` (the consumer goes on).
+   * @defaultValue none: only `timeoutMs` ends the wait early
+   */
   readonly signal?: AbortSignal;
   /**
    * The most the wait may take, in ms; past it, it rejects with `DEDUP_ABORTED` (the consumer
