@@ -2,16 +2,22 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import { identityHeaders } from '../../src/identity/headers.js';
-import { StreamVerifyingConsumer } from '../../src/stream.js';
+import { StreamVerifyingConsumer, SuperStreamVerifyingConsumer } from '../../src/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { useClient } from '../support/stream.js';
+import { useSuperStreams } from '../support/superstream.js';
 import { useTempDir } from '../support/tmp.js';
 
 const client = useClient();
 const tempDir = useTempDir();
+const superStream = useSuperStreams(client);
+/** Streams of the tests (changelogs included): deleted after the file's tests. */
 const streams: string[] = [];
 afterAll(async () => {
-  for (const stream of streams) await client().deleteStream({ stream });
+  for (const stream of streams)
+    await client()
+      .deleteStream({ stream })
+      .catch(() => undefined);
 });
 
 async function newStream(prefix: string): Promise<string> {
@@ -142,6 +148,49 @@ describe('stream verifying consumer - lag and caughtUp()', () => {
       ).rejects.toThrow(RangeError);
     } finally {
       await consumer.close();
+    }
+  });
+});
+
+describe('consumer group member - lag and caughtUp() per partition', () => {
+  it('reports each held partition behind by what was sent; caughtUp() resolves once every partition committed its end', async () => {
+    const name = await superStream('lag-group', 2);
+    const partitions = await client().queryPartitions({ superStream: name });
+    streams.push(...partitions.map((p) => `${p}.lagging.changelog`));
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let assigned!: () => void;
+    const allAssigned = new Promise<void>((resolve) => (assigned = resolve));
+    let held = 0;
+    const member = await SuperStreamVerifyingConsumer.open({
+      superStream: name,
+      consumerName: 'lagging',
+      store: await tempDir(),
+      connection: STREAM_CONNECTION,
+      commitEvery: 1,
+      handler: () => gate,
+      onAssignment: (e) => {
+        if (e.kind === 'assigned' && ++held === partitions.length) assigned();
+      },
+    });
+    try {
+      await allAssigned;
+      await publish(partitions[0]!, 1, 3, false);
+      await publish(partitions[1]!, 1, 40, true);
+      const lags = await member.lag();
+      expect([...lags.keys()].sort()).toEqual([...partitions].sort());
+      expect(lags.get(partitions[0]!)!.offsets).toBeGreaterThanOrEqual(3n);
+      expect(lags.get(partitions[1]!)!.offsets).toBeGreaterThanOrEqual(1n);
+      const timedOut = await member.caughtUp({ timeoutMs: 200 }).catch((e: unknown) => e);
+      expect(aborted(timedOut), String(timedOut)).toBe(true);
+      const caughtUp = member.caughtUp({ timeoutMs: 20_000 });
+      release();
+      await caughtUp;
+      expect(member.committedOffset(partitions[0]!)).toBe(2n);
+      expect(member.committedOffset(partitions[1]!)).toBe(39n);
+    } finally {
+      release();
+      await member.close();
     }
   });
 });
