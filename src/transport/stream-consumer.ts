@@ -171,6 +171,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   #lastLag: ConsumerLag | undefined;
   #lagTimer: NodeJS.Timeout | undefined;
   #unobserveLag: () => void = () => undefined;
+  #closing = false;
 
   private constructor(
     core: VerifyingConsumerCore,
@@ -252,6 +253,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
 
   #currentClient(): Client {
     if (this.core.failure !== undefined) throw this.core.failure;
+    if (this.#closing) throw new DedupError('DEDUP_CONSUMER_CLOSED', 'the consumer is closed');
     const client = this.#client;
     if (client === undefined) {
       throw new DedupError(
@@ -415,6 +417,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
 
   /** @internal Unsubscribes first (what is buffered is dropped), lets the message in progress finish, then commits. */
   protected override shutdown(closeCore: () => Promise<void>): Promise<void> {
+    this.#closing = true;
     clearInterval(this.#lagTimer);
     this.#unobserveLag();
     this.#client = undefined;

@@ -1,4 +1,6 @@
 import { join } from 'node:path';
+import { metrics } from '@opentelemetry/api';
+import { MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import { identityHeaders } from '../../src/identity/headers.js';
@@ -149,6 +151,57 @@ describe('stream verifying consumer - lag and caughtUp()', () => {
     } finally {
       await consumer.close();
     }
+  });
+});
+
+class TestReader extends MetricReader {
+  protected override onForceFlush(): Promise<void> {
+    return Promise.resolve();
+  }
+  protected override onShutdown(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+/** The lag gauge's value for `stream`, if reported. */
+async function lagGauge(reader: TestReader, stream: string): Promise<number | undefined> {
+  const { resourceMetrics } = (await reader.collect()) as { resourceMetrics: ResourceMetrics };
+  for (const scope of resourceMetrics.scopeMetrics)
+    for (const metric of scope.metrics)
+      if (metric.descriptor.name === 'stream_dedup.verifier.lag')
+        for (const p of metric.dataPoints) if (p.attributes.stream === stream) return p.value as number;
+  return undefined;
+}
+
+describe('stream verifying consumer - the lag gauge', () => {
+  it('samples the lag every lagIntervalMs, and lag() is refused after close', async () => {
+    const reader = new TestReader();
+    metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
+    const stream = await newStream('lag-gauge');
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const consumer = await StreamVerifyingConsumer.open({
+      connection: STREAM_CONNECTION,
+      stream,
+      consumerName: 'gauged',
+      store: join(await tempDir(), 'store'),
+      handler: () => gate,
+      lagIntervalMs: 20,
+    });
+    try {
+      await publish(stream, 1, 3, false);
+      // The timer's sample has no event to wait for: polled, every 20 ms, for at most 5 s.
+      const deadline = Date.now() + 5_000;
+      let seen: number | undefined;
+      while ((seen = await lagGauge(reader, stream)) !== 3 && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 20));
+      expect(seen).toBe(3);
+    } finally {
+      release();
+      await consumer.close();
+    }
+    await expect(consumer.lag()).rejects.toMatchObject({ code: 'DEDUP_CONSUMER_CLOSED' });
+    metrics.disable();
   });
 });
 
