@@ -207,6 +207,8 @@ describe('stream verifying consumer - the lag gauge', () => {
 
 describe('consumer group member - lag and caughtUp() per partition', () => {
   it('reports each held partition behind by what was sent; caughtUp() resolves once every partition committed its end', async () => {
+    const reader = new TestReader();
+    metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
     const name = await superStream('lag-group', 2);
     const partitions = await client().queryPartitions({ superStream: name });
     streams.push(...partitions.map((p) => `${p}.lagging.changelog`));
@@ -241,9 +243,19 @@ describe('consumer group member - lag and caughtUp() per partition', () => {
       await caughtUp;
       expect(member.committedOffset(partitions[0]!)).toBe(2n);
       expect(member.committedOffset(partitions[1]!)).toBe(39n);
+      // One restore per partition assigned (nothing to restore: an empty changelog).
+      const { resourceMetrics } = (await reader.collect()) as { resourceMetrics: ResourceMetrics };
+      const restores: [string, number][] = [];
+      for (const scope of resourceMetrics.scopeMetrics)
+        for (const metric of scope.metrics)
+          if (metric.descriptor.name === 'stream_dedup.group.restore_duration')
+            for (const p of metric.dataPoints)
+              restores.push([String(p.attributes.partition), (p.value as { count: number }).count]);
+      expect(restores.sort()).toEqual(partitions.map((p) => [p, 1]).sort());
     } finally {
       release();
       await member.close();
+      metrics.disable();
     }
   });
 });
