@@ -14,6 +14,7 @@ export type {
   SubEntryOptions,
 } from './transport/stream-options.js';
 export { StreamVerifyingConsumer, type StreamVerifyingConsumerOptions } from './transport/stream-consumer.js';
+export type { CaughtUpOptions, ConsumerLag } from './transport/stream-lag.js';
 export { readStreamToEnd, type StreamRecord } from './transport/stream-ops.js';
 export type { StreamConnectionOptions, StreamTlsOptions } from './transport/util.js';
 export { SuperStreamDedupPublisher } from './superstream/publisher.js';

@@ -5,6 +5,7 @@
  * written to the store. A member whose append is fenced (another member wrote past it) drops the
  * batch and takes the partition over again.
  */
+import { histogramRecorder } from '../telemetry/metrics.js';
 import type { Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import type { JournalEntry } from '../consumer/commit-pipeline.js';
@@ -74,6 +75,7 @@ export class ChangelogStrategy implements PartitionStrategy {
     const client = await this.#host.connectReader();
     let report;
     let resume: PartitionResume | undefined;
+    const started = performance.now();
     try {
       report = await restorePartition({
         db: this.#store.db,
@@ -87,6 +89,9 @@ export class ChangelogStrategy implements PartitionStrategy {
         timeoutMs: this.#s.restoreTimeoutMs,
         isCurrent: current,
       });
+      histogramRecorder('restoreDuration', { group: this.#s.consumerName, partition: this.#s.partition })(
+        performance.now() - started,
+      );
       if (report.offset !== undefined) {
         resume = await planPartitionResume(
           client,

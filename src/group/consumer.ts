@@ -11,6 +11,12 @@ import { effectKeyPrefix } from '../store/consumer-keys.js';
 import { DedupStore } from '../store/store.js';
 import { Locator } from '../superstream/partitions.js';
 import { EndpointRotation, openThroughEndpoints } from '../transport/util.js';
+import {
+  bounded,
+  resolveCaughtUpOptions,
+  type CaughtUpOptions,
+  type ConsumerLag,
+} from '../transport/stream-lag.js';
 import type { Logger } from '../telemetry/logger.js';
 import { checkChangelogWritable } from './changelog-writer.js';
 import { changelogProducerName, resolveGroupOptions } from './options.js';
@@ -261,6 +267,47 @@ export class SuperStreamVerifyingConsumer {
   /** The last offset of `partition` committed by this member while it holds it; `undefined` otherwise. */
   committedOffset(partition: string): bigint | undefined {
     return this.#member(partition).committedOffset;
+  }
+
+  /**
+   * The lag of each partition this member holds (as {@link StreamVerifyingConsumer.lag}: offsets
+   * to the first offset of the partition's last chunk, a lower bound), one stats query each.
+   *
+   * @throws DedupError `DEDUP_BROKER_UNREACHABLE` when a partition is lost or between
+   *   subscriptions during the call, `DEDUP_BROKER_REFUSED` when a query fails.
+   * @remarks Since 0.6.0
+   */
+  async lag(): Promise<Map<string, ConsumerLag>> {
+    const held = this.activePartitions();
+    const lags = await Promise.all(held.map((p) => this.#member(p).lag()));
+    return new Map(held.map((p, i) => [p, lags[i]!]));
+  }
+
+  /**
+   * Resolves once every partition this member holds at the call has committed its end as of the
+   * call (as {@link StreamVerifyingConsumer.caughtUp}, per partition). A partition lost during
+   * the wait keeps it waiting until `timeoutMs`.
+   *
+   * @throws TypeError, RangeError for a bad option, before any I/O.
+   * @throws DedupError `DEDUP_ABORTED` when `timeoutMs` passes or `signal` aborts first; what
+   *   {@link SuperStreamVerifyingConsumer.lag} throws; the error that stops the member (or
+   *   `DEDUP_CONSUMER_CLOSED` after `close()`).
+   * @remarks Since 0.6.0
+   */
+  async caughtUp(options?: CaughtUpOptions): Promise<void> {
+    const { signal, timeoutMs } = resolveCaughtUpOptions(options);
+    const wait = Promise.all(
+      this.activePartitions().map(async (partition) => {
+        const member = this.#member(partition);
+        const { lastChunkId: last } = await member.lag();
+        if (last === undefined) return;
+        await this.waitForOffset(partition, last);
+        // The whole last chunk was delivered with its first message.
+        const delivered = member.delivered;
+        if (delivered !== undefined && delivered > last) await this.waitForOffset(partition, delivered);
+      }),
+    );
+    await bounded(wait, `a member of group "${this.#consumerName}" catching up`, signal, timeoutMs);
   }
 
   /**

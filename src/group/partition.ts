@@ -27,6 +27,7 @@ import {
   type StreamMessage,
 } from '../transport/stream-delivery.js';
 import { connectStreamClient } from '../transport/stream-probe.js';
+import { lagOf, lastChunkId, type ConsumerLag } from '../transport/stream-lag.js';
 import {
   EndpointRotation,
   errorText,
@@ -85,6 +86,8 @@ export class GroupPartition {
   #generation: Generation<Client> | undefined;
   /** The subscription in place (its consumer declared), for the stalled-partition watch. */
   #subscribed: Subscribed | undefined;
+  /** The highest offset delivered to any activation of this member (its `caughtUp`). */
+  #delivered: bigint | undefined;
   /** Activations under way: the watch waits while there are any. */
   #activations = 0;
   readonly #watch: PartitionWatch | undefined;
@@ -157,6 +160,29 @@ export class GroupPartition {
   /** The partition's committed offset in this member's store while active. */
   get committedOffset(): bigint | undefined {
     return this.#active?.core.committedOffset;
+  }
+
+  /** The highest offset delivered to this member's activations of the partition. */
+  get delivered(): bigint | undefined {
+    return this.#delivered;
+  }
+
+  /**
+   * The partition's lag while this member holds it (one stats query through the subscription's
+   * connection, bounded: 5 s; see stream-lag.ts).
+   *
+   * @throws DedupError `DEDUP_BROKER_UNREACHABLE` when this member does not hold the partition or
+   *   is between subscriptions; `DEDUP_BROKER_REFUSED` when the query fails.
+   */
+  async lag(): Promise<ConsumerLag> {
+    const client = this.#subscribed?.client;
+    if (client === undefined || this.#active === undefined) {
+      throw new DedupError(
+        'DEDUP_BROKER_UNREACHABLE',
+        `partition "${this.#s.partition}" is not held by this member at the moment`,
+      );
+    }
+    return lagOf(await lastChunkId(client, this.#s.partition), this.committedOffset);
   }
 
   /**
@@ -522,6 +548,10 @@ export class GroupPartition {
   /** A delivery of subscription `generation`: to the current activation if it is that subscription's. */
   #deliver(generation: Generation<Client>, message: StreamMessage): void {
     const active = this.#active;
+    const at = message.offset;
+    if (active?.generation === generation && at !== undefined && (this.#delivered ?? -1n) < at) {
+      this.#delivered = at;
+    }
     if (active?.generation === generation) active.delivery.deliver(active.isCurrent, message);
   }
 

@@ -91,6 +91,11 @@ function makeInstruments(meter: Meter) {
       ),
       commits: counter('stream_dedup.verifier.commits', '{commit}', 'LevelDB batches committed'),
     },
+    lag: gauge(
+      'stream_dedup.verifier.lag',
+      '{offset}',
+      "Offsets from the committed one to the first of the stream's last chunk (a lower bound)",
+    ),
     histograms: {
       confirmLatency: histogram(
         'stream_dedup.publisher.confirm_latency',
@@ -99,6 +104,10 @@ function makeInstruments(meter: Meter) {
       commitDuration: histogram(
         'stream_dedup.verifier.commit_duration',
         "A batch's write: effects, verifier state and offset",
+      ),
+      restoreDuration: histogram(
+        'stream_dedup.group.restore_duration',
+        "A partition's store restored from its changelog, on assignment",
       ),
     },
   };
@@ -207,8 +216,21 @@ export function observeVerifier(counters: Readonly<VerifierCounters>, consumer: 
  * A histogram's recorder for fixed attributes (made once per publisher or consumer): `record(ms)`.
  * Without an SDK the API's no-op histogram costs a call.
  */
+/**
+ * Reports `lag()` (the last lag read; `undefined`: none yet, nothing reported) as the lag gauge of
+ * `consumer` on `stream`; returns the function that stops it.
+ */
+export function observeLag(consumer: string, stream: string, lag: () => bigint | undefined): () => void {
+  const { meter, lag: gauge } = instruments();
+  const attributes = { consumer, stream };
+  return register(meter, { gauge }, (result) => {
+    const value = lag();
+    if (value !== undefined) result.observe(gauge, Number(value), attributes);
+  });
+}
+
 export function histogramRecorder(
-  which: 'confirmLatency' | 'commitDuration',
+  which: 'confirmLatency' | 'commitDuration' | 'restoreDuration',
   attributes: Attributes,
 ): (ms: number) => void {
   const h = instruments().histograms[which];
@@ -251,4 +273,11 @@ export const INSTRUMENTS: readonly InstrumentInfo[] = [
   { name: 'stream_dedup.verifier.skips', kind: 'counter', unit: '{skip}', attributes: ['consumer'] },
   { name: 'stream_dedup.verifier.commits', kind: 'counter', unit: '{commit}', attributes: ['consumer'] },
   { name: 'stream_dedup.verifier.commit_duration', kind: 'histogram', unit: 'ms', attributes: ['consumer'] },
+  { name: 'stream_dedup.verifier.lag', kind: 'gauge', unit: '{offset}', attributes: ['consumer', 'stream'] },
+  {
+    name: 'stream_dedup.group.restore_duration',
+    kind: 'histogram',
+    unit: 'ms',
+    attributes: ['group', 'partition'],
+  },
 ];

@@ -23,6 +23,15 @@ import { regressionError } from '../store/chunk-identity.js';
 import { connectSubscriber, OrderedDelivery } from './stream-delivery.js';
 import { resolveChunkLimits } from './stream-options.js';
 import {
+  bounded,
+  lagOf,
+  lastChunkId,
+  resolveCaughtUpOptions,
+  type CaughtUpOptions,
+  type ConsumerLag,
+} from './stream-lag.js';
+import { observeLag } from '../telemetry/metrics.js';
+import {
   EndpointRotation,
   errorText,
   explainDeclareFailure,
@@ -52,6 +61,13 @@ export interface StreamVerifyingConsumerOptions extends VerifyingConsumerOptions
    * @remarks Since 0.6.0
    */
   readonly maxInflatedBytes?: number;
+  /**
+   * How often the consumer reads its lag for the `stream_dedup.verifier.lag` gauge, in ms (one
+   * stream stats query each time); `0`: never (the gauge is not reported).
+   * @defaultValue 30000
+   * @remarks Since 0.6.0
+   */
+  readonly lagIntervalMs?: number;
 }
 
 /** {@link StreamVerifyingConsumerOptions}, checked, with their defaults. */
@@ -61,6 +77,7 @@ interface ResolvedStreamOptions {
   readonly stream: string;
   readonly connection: StreamConnectionOptions;
   readonly limits: ChunkLimits;
+  readonly lagIntervalMs: number;
 }
 
 /**
@@ -73,12 +90,14 @@ function resolveStreamOptions(options: StreamVerifyingConsumerOptions): Resolved
   const stream = nonEmptyString(options.stream, 'stream');
   const connection = checkConnectionOptions(options.connection);
   const limits = resolveChunkLimits(options.maxInflatedBytes);
+  const lagIntervalMs = integerOption(options.lagIntervalMs, 'lagIntervalMs', 30_000, 0, 2_147_483_647);
   return Object.freeze({
     consumer,
     subscription: resolveSubscriptionOptions(options),
     stream,
     connection,
     limits,
+    lagIntervalMs,
   });
 }
 
@@ -144,6 +163,15 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
   readonly #subscriptions: Resubscriber<Client>;
   readonly #delivery: OrderedDelivery;
   readonly #log: Logger;
+  /** The connection of the current subscription (for stats queries); `undefined` between them. */
+  #client: Client | undefined;
+  /** The highest offset delivered by any subscription of this life. */
+  #delivered: bigint | undefined;
+  /** The lag the gauge reports: the last one read. */
+  #lastLag: ConsumerLag | undefined;
+  #lagTimer: NodeJS.Timeout | undefined;
+  #unobserveLag: () => void = () => undefined;
+  #closing = false;
 
   private constructor(
     core: VerifyingConsumerCore,
@@ -172,6 +200,68 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       onNewGeneration: () => this.#delivery.clear(),
     });
     core.onRewind((delayMs) => this.#subscriptions.rewind(delayMs));
+    if (options.lagIntervalMs > 0) {
+      this.#unobserveLag = observeLag(core.consumerName, options.stream, () => this.#lastLag?.offsets);
+      this.#lagTimer = setInterval(() => {
+        this.lag().catch(() => undefined);
+      }, options.lagIntervalMs).unref();
+    }
+  }
+
+  /**
+   * How far the committed offset is behind the stream's end: one stream stats query (bounded:
+   * 5 s). The stream protocol gives the first offset of the stream's last chunk, not its last
+   * offset, so `offsets` counts up to that one: a lower bound, short by at most the last chunk's
+   * other records (docs/design.md §16).
+   *
+   * @throws DedupError `DEDUP_BROKER_UNREACHABLE` between subscriptions (after a lost
+   *   connection), `DEDUP_BROKER_REFUSED` when the stats query fails or times out,
+   *   `DEDUP_CONSUMER_CLOSED` after `close()`.
+   * @remarks Since 0.6.0
+   */
+  async lag(): Promise<ConsumerLag> {
+    const last = await lastChunkId(this.#currentClient(), this.#options.stream);
+    const lag = lagOf(last, this.core.committedOffset);
+    this.#lastLag = lag;
+    return lag;
+  }
+
+  /**
+   * Resolves once the consumer has committed the stream's end as of the call: the first offset of
+   * the stream's last chunk (one stats query), then every offset delivered by then (the rest of
+   * that chunk, delivered with it). At once for an empty stream. The consumer goes on either way.
+   *
+   * @throws TypeError, RangeError for a bad option, before any I/O.
+   * @throws DedupError `DEDUP_ABORTED` when `timeoutMs` passes or `signal` aborts first; what
+   *   {@link StreamVerifyingConsumer.lag} throws; the error that stops the consumer (or
+   *   `DEDUP_CONSUMER_CLOSED` after `close()`) if it stops first.
+   * @remarks Since 0.6.0
+   */
+  async caughtUp(options?: CaughtUpOptions): Promise<void> {
+    const { signal, timeoutMs } = resolveCaughtUpOptions(options);
+    const what = `consumer "${this.core.consumerName}" catching up with stream "${this.#options.stream}"`;
+    const wait = (async () => {
+      const last = await lastChunkId(this.#currentClient(), this.#options.stream);
+      if (last === undefined) return;
+      await this.core.waitForOffset(last);
+      // The whole last chunk was delivered with its first message.
+      const delivered = this.#delivered;
+      if (delivered !== undefined && delivered > last) await this.core.waitForOffset(delivered);
+    })();
+    await bounded(wait, what, signal, timeoutMs);
+  }
+
+  #currentClient(): Client {
+    if (this.core.failure !== undefined) throw this.core.failure;
+    if (this.#closing) throw new DedupError('DEDUP_CONSUMER_CLOSED', 'the consumer is closed');
+    const client = this.#client;
+    if (client === undefined) {
+      throw new DedupError(
+        'DEDUP_BROKER_UNREACHABLE',
+        `consumer "${this.core.consumerName}" is not subscribed to stream "${this.#options.stream}" at the moment`,
+      );
+    }
+    return client;
   }
 
   /**
@@ -254,10 +344,19 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
           {
             stream: this.#options.stream,
             offset,
-            connectionClosedListener: () => generation.lost(),
+            connectionClosedListener: () => {
+              if (this.#client === client) this.#client = undefined;
+              generation.lost();
+            },
             creditPolicy: this.#delivery.creditPolicy(isCurrent),
           },
-          (message) => this.#delivery.deliver(isCurrent, message),
+          (message) => {
+            const at = message.offset;
+            if (isCurrent() && at !== undefined && (this.#delivered === undefined || at > this.#delivered)) {
+              this.#delivered = at;
+            }
+            this.#delivery.deliver(isCurrent, message);
+          },
         ),
         10_000,
         'subscribing',
@@ -269,6 +368,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
       // (measured on a 3-node cluster). metadata_update above handles the change instead.
       consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
       this.#missing.succeeded();
+      this.#client = client;
       const via = consumer.getConnectionInfo();
       this.#log.info(
         {
@@ -317,6 +417,10 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
 
   /** @internal Unsubscribes first (what is buffered is dropped), lets the message in progress finish, then commits. */
   protected override shutdown(closeCore: () => Promise<void>): Promise<void> {
+    this.#closing = true;
+    clearInterval(this.#lagTimer);
+    this.#unobserveLag();
+    this.#client = undefined;
     return this.#subscriptions.shutdown(closeCore, false);
   }
 }

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { VerifyingConsumerCore } from '../../src/consumer/core.js';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupPublisherCore } from '../../src/publisher/core.js';
-import { INSTRUMENTS } from '../../src/telemetry/metrics.js';
+import { histogramRecorder, INSTRUMENTS, observeLag } from '../../src/telemetry/metrics.js';
 import { memoryStore } from '../support/memory-store.js';
 import { ModelBroker, ModelTransport } from '../support/model-broker.js';
 
@@ -105,6 +105,14 @@ describe('metrics through @opentelemetry/api', () => {
       applicationProperties: identityHeaders('q', 1n),
     });
     await consumer.flush();
+    // The stream consumer's lag gauge (its sampling: test/integration/consumer-lag.test.ts) and a
+    // group's restore (src/group/changelog-strategy.ts).
+    const lag: { value?: bigint } = {};
+    const stopLag = observeLag('histo', 'orders', () => lag.value);
+    expect([...(await points()).keys()].some((k) => k.startsWith('stream_dedup.verifier.lag'))).toBe(false);
+    lag.value = 3n;
+    expect((await points()).get('stream_dedup.verifier.lag{consumer=histo,stream=orders}')).toBe(3);
+    histogramRecorder('restoreDuration', { group: 'g', partition: 'orders-0' })(12);
 
     const { resourceMetrics } = (await reader.collect()) as { resourceMetrics: ResourceMetrics };
     const scopes = resourceMetrics.scopeMetrics.filter((s) => s.scope.name === 'stream-dedup');
@@ -127,6 +135,7 @@ describe('metrics through @opentelemetry/api', () => {
       (m) => m.descriptor.name === 'stream_dedup.publisher.confirm_latency',
     );
     expect(latency!.dataPoints.find((p) => p.attributes.producer === 'q')!.value).toMatchObject({ count: 2 });
+    stopLag();
     await pub.close();
     await consumer.close();
   });
