@@ -4,7 +4,7 @@
  * INSERTs are published in commit order, once; a relay that stops at any crash point and reopens
  * neither loses nor doubles; a standby takes over; refusals are typed.
  */
-import type { PoolClient } from 'pg';
+import pg, { type PoolClient } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import { OutboxPoisonRowError, PgOutbox, PgOutboxRelay } from '../../src/postgres.js';
@@ -282,6 +282,89 @@ describe('PgOutboxRelay', () => {
       c.release();
     }
     expect(second.stats.isActive).toBe(true);
+    const messages = await readAll(client(), stream);
+    expect(bodies(messages)).toEqual(['one', 'two']);
+    expect(ids(messages)).toEqual(['1', '2']);
+  });
+
+  it('a relay whose sessions ended, work first, does not take the name again while another session holds the lock', async () => {
+    const { db, stream, outbox, producerName } = await setup();
+    const counter = confirmedCounter();
+    // The relay's own pool, so that the test can end its sessions and only those.
+    const appName = uniqueName('relay-a');
+    const pool = new pg.Pool({ connectionString: PG_URL, application_name: appName, max: 4 });
+    pool.on('error', () => undefined);
+    cleanups.push(() => pool.end());
+    const events: OutboxRelayEvent[] = [];
+    /** Whether an event of `type` arrives within `ms` (counting from `events.length = 0`). */
+    const seen = (type: OutboxRelayEvent['type'], ms: number): Promise<boolean> =>
+      new Promise((resolve) => {
+        const done = (found: boolean): void => {
+          clearInterval(check);
+          clearTimeout(timer);
+          resolve(found);
+        };
+        const check = setInterval(() => events.some((e) => e.type === type) && done(true), 10);
+        const timer = setTimeout(() => done(false), ms);
+      });
+    const relay = await openRelay({
+      pool,
+      schema: db.schema,
+      producerName,
+      stream,
+      reconnect: { initialDelayMs: 1_000, maxDelayMs: 1_000, giveUpAfterMs: 60_000 },
+      onEvent: (e) => {
+        counter.onEvent(e);
+        events.push(e);
+      },
+    });
+    await outbox.enqueue(db.pool, Buffer.from('one'));
+    await counter.reach(1);
+    const lockKey = `stream-dedup-outbox:${db.schema}:${producerName}`;
+    const lockHolders = (param: string): string =>
+      `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+         AND objid = (hashtextextended(${param}, 0) & 4294967295)::oid`;
+    const other = await db.pool.connect();
+    try {
+      // The bad order: the work session ends first (the life fails on it; the lock connection is
+      // kept for the next life), then the lock session, and another session takes the lock.
+      events.length = 0;
+      await other.query(
+        `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = $1
+           AND pid NOT IN (${lockHolders('$2')})`,
+        [appName, lockKey],
+      );
+      expect(await seen('retrying', 5_000)).toBe(true);
+      // The other session queues for the lock before the relay's lock session ends, so it gets
+      // the lock as that session exits, whatever the relay retries then.
+      const otherPid = (await other.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+      const taken = other.query('SELECT pg_advisory_lock(hashtextextended($1, 0))', [lockKey]);
+      for (;;) {
+        const waiting = await db.pool.query(
+          `SELECT 1 FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted`,
+          [otherPid],
+        );
+        if (waiting.rowCount === 1) break;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      await db.pool.query(`SELECT pg_terminate_backend(pid, 5000) FROM (${lockHolders('$1')}) AS l`, [
+        lockKey,
+      ]);
+      await taken;
+      // The lock is the other session's: the relay must stay a standby (its retry comes within 1 s).
+      expect(await seen('active', 2_500)).toBe(false);
+      expect(relay.stats.isActive).toBe(false);
+      await other.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [lockKey]);
+    } finally {
+      other.release();
+    }
+    // Once the lock is free, it takes the name over under the next epoch and publishes.
+    expect(await seen('active', 5_000)).toBe(true);
+    expect(
+      events.filter((e) => e.type === 'active').map((e) => (e.type === 'active' ? e.epoch : 0n)),
+    ).toEqual([2n]);
+    await outbox.enqueue(db.pool, Buffer.from('two'));
+    await counter.reach(2);
     const messages = await readAll(client(), stream);
     expect(bodies(messages)).toEqual(['one', 'two']);
     expect(ids(messages)).toEqual(['1', '2']);

@@ -250,9 +250,20 @@ export class PgOutboxRelay {
     }
   }
 
-  /** Tries the session advisory lock on a dedicated connection; true when held. */
+  /**
+   * Tries the session advisory lock on a dedicated connection; true when held. A lock connection
+   * kept from an earlier life counts only once the server says its session still holds the lock:
+   * its 'end' may not have arrived yet when another connection's failure ended the life, and a
+   * standby may hold the lock by now (docs/design.md §14, "one active relay").
+   */
   async #tryLock(): Promise<boolean> {
-    if (this.#lockClient !== undefined) return true;
+    const kept = this.#lockClient;
+    if (kept !== undefined) {
+      if (!this.#lockLost && (await this.#stillHeld(kept))) return true;
+      this.#lockClient = undefined;
+      this.#lockLost = false;
+      kept.release(true);
+    }
     const client = await this.#connectDb();
     try {
       const got = await this.#db.run<{ locked: boolean }>(
@@ -281,6 +292,21 @@ export class PgOutboxRelay {
     } catch (err) {
       client.release(true);
       throw err;
+    }
+  }
+
+  /** Whether the session of `client` holds the relay's advisory lock (false when it cannot answer). */
+  async #stillHeld(client: PoolClient): Promise<boolean> {
+    try {
+      const found = await this.#db.run<{ held: boolean }>(
+        client,
+        `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()
+           AND objid = (hashtextextended($1, 0) & 4294967295)::oid) AS held`,
+        [this.#lockKey],
+      );
+      return found.rows[0]?.held === true;
+    } catch {
+      return false;
     }
   }
 
