@@ -256,7 +256,7 @@ describe('PgOutboxRelay', () => {
     expect(ids(messages)).toEqual(Array.from({ length: n }, (_, i) => String(i + 1)));
   });
 
-  it('keeps a second relay waiting, and it takes over when the first one’s session ends', async () => {
+  it('keeps a second relay waiting; when the first one’s lock session ends, exactly one of them holds the name again within 5 s', async () => {
     const { db, stream, outbox, producerName } = await setup();
     const counter = confirmedCounter();
     const common = { pool: db.pool, schema: db.schema, producerName, stream, onEvent: counter.onEvent };
@@ -268,7 +268,10 @@ describe('PgOutboxRelay', () => {
     try {
       await inTransaction(c, () => outbox.enqueue(c, Buffer.from('one')));
       await counter.reach(1);
-      // The first relay's process "dies": the server ends its sessions (its lock goes with them).
+      // The server ends the first relay's lock session (its lock goes with it). Its process lives on
+      // and may take the lock back before the standby's next try (every takeoverIntervalMs): which
+      // one wins is a race; that exactly one is active, and every row goes out once, is not. A
+      // relay that dies is the SIGKILL test's (outbox-kill.test.ts).
       const killed = Date.now();
       await c.query(
         `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()
@@ -281,7 +284,7 @@ describe('PgOutboxRelay', () => {
     } finally {
       c.release();
     }
-    expect(second.stats.isActive).toBe(true);
+    expect([first.stats.isActive, second.stats.isActive].filter(Boolean)).toHaveLength(1);
     const messages = await readAll(client(), stream);
     expect(bodies(messages)).toEqual(['one', 'two']);
     expect(ids(messages)).toEqual(['1', '2']);

@@ -73,6 +73,7 @@ export class RelayDb {
     client: PoolClient,
     holder: string,
     partitions: readonly string[] | undefined,
+    targets: readonly string[],
   ): Promise<bigint> {
     const t = this.tables;
     await this.run(client, 'BEGIN');
@@ -95,6 +96,25 @@ export class RelayDb {
           'DEDUP_PARTITIONS_CHANGED',
           `the super stream's partitions are [${partitions.join(', ')}], but the outbox relay "${this.producerName}" ` +
             `first numbered rows for [${row.partitions.join(', ')}]: keys would move to other partitions; nothing was sent`,
+        );
+      }
+      // Rows an earlier life numbered for another target (the relay reopened on another stream, or a
+      // super stream's relay reopened on a stream) would never be sent: their IDs belong to that
+      // target's sequence (review A). Refused, nothing sent; the relay on the old target sends them.
+      const stranded = await this.run<{ target: string; rows: string }>(
+        client,
+        `SELECT target, count(*) AS rows FROM ${t.outbox}
+          WHERE producer_name = $1 AND publishing_id IS NOT NULL AND NOT (target = ANY($2::text[]))
+          GROUP BY target ORDER BY target LIMIT 5`,
+        [this.producerName, targets],
+      );
+      if (stranded.rows.length > 0) {
+        const list = stranded.rows.map((r) => `${r.rows} for "${r.target}"`).join(', ');
+        throw new DedupError(
+          'DEDUP_UNSAFE_OPTIONS',
+          `the outbox holds rows an earlier relay "${this.producerName}" numbered and may not have sent (${list}), ` +
+            `but this relay publishes to [${targets.join(', ')}]: they would never be sent. Open the relay on the ` +
+            'old target until they are confirmed (outbox status shows them), then move it; nothing was sent',
         );
       }
       await this.run(client, 'COMMIT');

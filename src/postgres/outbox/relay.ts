@@ -91,6 +91,7 @@ function isPermanent(err: unknown): boolean {
       err.code === 'DEDUP_STORE_REFUSED' ||
       err.code === 'DEDUP_PARTITIONS_CHANGED' ||
       err.code === 'DEDUP_SEQUENCE_REGRESSION' ||
+      err.code === 'DEDUP_UNSAFE_OPTIONS' ||
       err instanceof OutboxPoisonRowError
     );
   }
@@ -335,7 +336,7 @@ export class PgOutboxRelay {
       }
     }
     const names = target.kind === 'stream' ? [target.name] : this.#partitions!;
-    const epoch = await this.#db.takeover(this.#work, this.#holder, this.#partitions);
+    const epoch = await this.#db.takeover(this.#work, this.#holder, this.#partitions, names);
     const targets = new Map<string, Target>();
     try {
       for (const name of names) {
