@@ -15,4 +15,10 @@ export {
   type PgOutboxOptions,
 } from './postgres/outbox/outbox.js';
 export { PgOutboxRelay, OutboxPoisonRowError, type OutboxRelayStats } from './postgres/outbox/relay.js';
-export type { OutboxRelayEvent, PgOutboxRelayOptions } from './postgres/outbox/relay-options.js';
+export type {
+  OutboxRelayEvent,
+  PgOutboxRelayCommonOptions,
+  PgOutboxRelayOptions,
+  PgOutboxRelayStreamOptions,
+  PgOutboxRelaySuperStreamOptions,
+} from './postgres/outbox/relay-options.js';
