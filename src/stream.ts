@@ -33,4 +33,7 @@ export type {
   GroupMessageHandler,
   GroupStats,
   SuperStreamVerifyingConsumerOptions,
+  SuperStreamVerifyingConsumerCommonOptions,
+  SuperStreamChangelogConsumerOptions,
+  SuperStreamSharedDatabaseConsumerOptions,
 } from './group/types.js';
