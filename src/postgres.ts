@@ -5,7 +5,13 @@
 export { postgresHandler, type PostgresMessageHandler } from './postgres/handler.js';
 export type { PostgresClient, PostgresTransaction } from './postgres/handler-client.js';
 export { migrate, SCHEMA_VERSION, type MigrateOptions, type MigrateResult } from './postgres/schema.js';
-export { PostgresStore, type PostgresStoreOptions } from './postgres/store.js';
+export {
+  PostgresStore,
+  type PostgresStoreCommonOptions,
+  type PostgresStoreOptions,
+  type PostgresStorePoolOptions,
+  type PostgresStoreUrlOptions,
+} from './postgres/store.js';
 export {
   PgOutbox,
   OUTBOX_MAX_MESSAGE_BYTES,
