@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { connect, type Client, type Publisher } from 'rabbitmq-stream-js-client';
-import { StreamDedupPublisher, type StreamDedupPublisherOptions } from 'stream-dedup/stream';
+import { StreamDedupPublisher, type StreamNumberedPublisherOptions } from 'stream-dedup/stream';
 
 /** The broker the benchmarks use: loopback and the ports scripts/rabbitmq.sh starts. */
 export const CONNECTION = {
@@ -35,7 +35,7 @@ export function allConfirmed(publisher: Publisher, count: number): Promise<void>
  */
 export async function publishStamped(
   count: number,
-  options: Omit<StreamDedupPublisherOptions, 'connection' | 'durability'>,
+  options: Omit<StreamNumberedPublisherOptions, 'connection' | 'durability'>,
 ): Promise<void> {
   const pub = await StreamDedupPublisher.open({ connection: CONNECTION, durability: 'reserve', ...options });
   const body = Buffer.alloc(100, 0x61);

@@ -15,7 +15,12 @@ import { join } from 'node:path';
 import { connect as amqpConnect } from 'amqplib';
 import { AmqpDedupPublisher } from 'stream-dedup/amqp';
 import { connect as streamConnect } from 'rabbitmq-stream-js-client';
-import { StreamDedupPublisher, SuperStreamDedupPublisher, type SubEntryOptions } from 'stream-dedup/stream';
+import {
+  StreamDedupPublisher,
+  SuperStreamDedupPublisher,
+  type StreamDedupPublisherOptions,
+  type SubEntryOptions,
+} from 'stream-dedup/stream';
 import type { Durability } from 'stream-dedup';
 import {
   allConfirmed,
@@ -141,7 +146,8 @@ async function dedup(
       ...(subEntry === undefined ? {} : { subEntry }),
       maxInFlight,
       ...(maxBatch === undefined ? {} : { maxBatch }),
-    });
+      // The case's durability and idMode as given (the bench never runs keyed with 'reserve').
+    } as StreamDedupPublisherOptions);
     const keys = ids === 'keyed' ? Array.from({ length: COUNT }, (_, i) => `order-${i}`) : [];
     const t0 = performance.now();
     const send = (i: number): Promise<unknown> =>

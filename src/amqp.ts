@@ -12,6 +12,11 @@
  * @packageDocumentation
  */
 export { AmqpDedupPublisher } from './transport/amqp-publisher.js';
-export type { AmqpDedupPublisherOptions } from './transport/amqp-options.js';
+export type {
+  AmqpAutoPublisherOptions,
+  AmqpDedupPublisherOptions,
+  AmqpOutboxPublisherOptions,
+  AmqpPublisherCommonOptions,
+} from './transport/amqp-options.js';
 export { AmqpVerifyingConsumer, type AmqpVerifyingConsumerOptions } from './transport/amqp-consumer.js';
 export type { AmqpSocketOptions } from './transport/amqp-connect.js';

@@ -5,7 +5,13 @@
 export { postgresHandler, type PostgresMessageHandler } from './postgres/handler.js';
 export type { PostgresClient, PostgresTransaction } from './postgres/handler-client.js';
 export { migrate, SCHEMA_VERSION, type MigrateOptions, type MigrateResult } from './postgres/schema.js';
-export { PostgresStore, type PostgresStoreOptions } from './postgres/store.js';
+export {
+  PostgresStore,
+  type PostgresStoreCommonOptions,
+  type PostgresStoreOptions,
+  type PostgresStorePoolOptions,
+  type PostgresStoreUrlOptions,
+} from './postgres/store.js';
 export {
   PgOutbox,
   OUTBOX_MAX_MESSAGE_BYTES,
@@ -15,4 +21,10 @@ export {
   type PgOutboxOptions,
 } from './postgres/outbox/outbox.js';
 export { PgOutboxRelay, OutboxPoisonRowError, type OutboxRelayStats } from './postgres/outbox/relay.js';
-export type { OutboxRelayEvent, PgOutboxRelayOptions } from './postgres/outbox/relay-options.js';
+export type {
+  OutboxRelayEvent,
+  PgOutboxRelayCommonOptions,
+  PgOutboxRelayOptions,
+  PgOutboxRelayStreamOptions,
+  PgOutboxRelaySuperStreamOptions,
+} from './postgres/outbox/relay-options.js';

@@ -10,6 +10,9 @@
 export { StreamDedupPublisher } from './transport/stream-publisher.js';
 export type {
   StreamDedupPublisherOptions,
+  StreamKeyedPublisherOptions,
+  StreamNumberedPublisherOptions,
+  StreamPublisherCommonOptions,
   SubEntryCompression,
   SubEntryOptions,
 } from './transport/stream-options.js';
@@ -34,4 +37,7 @@ export type {
   GroupMessageHandler,
   GroupStats,
   SuperStreamVerifyingConsumerOptions,
+  SuperStreamVerifyingConsumerCommonOptions,
+  SuperStreamChangelogConsumerOptions,
+  SuperStreamSharedDatabaseConsumerOptions,
 } from './group/types.js';

@@ -5,7 +5,8 @@ import { SuperStreamDedupPublisher } from '../superstream/publisher.js';
 import { StreamDedupPublisher } from '../transport/stream-publisher.js';
 import type { Durability } from '../publisher/types.js';
 import { silentLogger } from '../telemetry/logger.js';
-import type { SubEntryOptions } from '../transport/stream-options.js';
+import type { AmqpDedupPublisherOptions } from '../transport/amqp-options.js';
+import type { StreamDedupPublisherOptions, SubEntryOptions } from '../transport/stream-options.js';
 import type { SuperStreamDedupPublisherOptions } from '../superstream/options.js';
 import { amqpSocketOptionsFromEnv, amqpUrlFromEnv, connectionFromEnv } from './env.js';
 
@@ -120,6 +121,7 @@ export async function produce(o: ProduceOptions): Promise<void> {
         last: () => ({ lastPublishingIds: jsonable(Object.fromEntries(pub.lastPublishingIds)) }),
       };
     }
+    // As above: --keyed with --durability reserve reaches open() and is refused there.
     const pub =
       o.transport === 'amqp'
         ? await AmqpDedupPublisher.open({
@@ -128,14 +130,14 @@ export async function produce(o: ProduceOptions): Promise<void> {
             socketOptions: amqpSocketOptionsFromEnv(),
             queue: o.stream,
             declareQueue: true,
-          })
+          } as AmqpDedupPublisherOptions)
         : await StreamDedupPublisher.open({
             ...common,
             connection: connectionFromEnv(),
             stream: o.stream,
             createStream: true,
             ...(o.subEntry === undefined ? {} : { subEntry: o.subEntry }),
-          });
+          } as StreamDedupPublisherOptions);
     return {
       send: (label) => pub.send(Buffer.from(label), o.keyed ? { key: label } : {}),
       close: () => pub.close(),

@@ -8,6 +8,8 @@ import type {
   VerifiedMessage,
   VerifyingConsumerOptions,
 } from '../consumer/types.js';
+import type { ConsumerStoreProvider } from '../consumer/consumer-store.js';
+import type { DedupStore } from '../store/store.js';
 import type { StreamConnectionOptions } from '../transport/util.js';
 
 /**
@@ -55,13 +57,16 @@ export type AssignmentEvent =
     };
 
 /**
- * Options of `SuperStreamVerifyingConsumer.open`: those of a verifying consumer (they apply to
- * every partition), and the super stream.
+ * The options of `SuperStreamVerifyingConsumer.open` whatever the store: those of a verifying
+ * consumer (they apply to every partition), and the super stream. See
+ * {@link SuperStreamVerifyingConsumerOptions}, which adds the store and the options of its strategy.
  *
- * @remarks Since 0.5.0
+ * @remarks Since 0.6.0 (before, these were part of `SuperStreamVerifyingConsumerOptions`).
  */
-export interface SuperStreamVerifyingConsumerOptions
-  extends Omit<VerifyingConsumerOptions, 'handler' | 'scopeTtlMs' | 'hooks'>, SubscriptionOptions {
+export interface SuperStreamVerifyingConsumerCommonOptions
+  extends
+    Omit<VerifyingConsumerOptions, 'handler' | 'scopeTtlMs' | 'hooks' | 'store' | 'sync'>,
+    SubscriptionOptions {
   /** The super stream whose partitions the group shares. */
   readonly superStream: string;
   /**
@@ -78,6 +83,39 @@ export interface SuperStreamVerifyingConsumerOptions
    * @defaultValue `{ hostname: 'localhost', port: 5552, username: 'guest', password: 'guest', vhost: '/' }`
    */
   readonly connection?: StreamConnectionOptions;
+  /**
+   * Observation hooks around each commit of a partition this member holds (for example fault
+   * injection in tests): `beforeCommit` before the batch goes to the changelog, `afterCommit` once
+   * it is in the changelog and in this member's store, before its messages are settled. A hook
+   * that throws stops the member, as in `VerifyingConsumerOptions.hooks`.
+   * @defaultValue none
+   */
+  readonly hooks?: {
+    /** Before the batch goes to the changelog. @defaultValue none */
+    readonly beforeCommit?: (info: CommitInfo) => void;
+    /** Once the batch is in the changelog and in this member's store. @defaultValue none */
+    readonly afterCommit?: (info: CommitInfo) => void;
+  };
+  /** Observation: partitions coming to this member and leaving it. @defaultValue none */
+  readonly onAssignment?: (event: AssignmentEvent) => void;
+  /**
+   * Not supported in a group: an eviction would not be in the changelog. Must be absent or 0.
+   * @defaultValue 0
+   */
+  readonly scopeTtlMs?: 0;
+}
+
+/**
+ * A member that keeps its own store (a LevelDB folder or a `DedupStore`) and restores a partition
+ * from the partition's changelog when it takes the partition over: the changelog strategy.
+ *
+ * @remarks Since 0.6.0 (before, these were part of `SuperStreamVerifyingConsumerOptions`).
+ */
+export interface SuperStreamChangelogConsumerOptions extends SuperStreamVerifyingConsumerCommonOptions {
+  /** This member's LevelDB folder (opened and closed by the member) or an opened `DedupStore`. */
+  readonly store: string | DedupStore;
+  /** fsync every commit; only when `store` is a path. @defaultValue false */
+  readonly sync?: boolean;
   /**
    * How long appending one batch to its changelog may take, reconnections included (an integer
    * ≥ 1). After it, the member drops the partition and subscribes to it again.
@@ -100,21 +138,6 @@ export interface SuperStreamVerifyingConsumerOptions
    */
   readonly stalledPartitionMs?: number;
   /**
-   * Observation hooks around each commit of a partition this member holds (for example fault
-   * injection in tests): `beforeCommit` before the batch goes to the changelog, `afterCommit` once
-   * it is in the changelog and in this member's store, before its messages are settled. A hook
-   * that throws stops the member, as in `VerifyingConsumerOptions.hooks`.
-   * @defaultValue none
-   */
-  readonly hooks?: {
-    /** Before the batch goes to the changelog. @defaultValue none */
-    readonly beforeCommit?: (info: CommitInfo) => void;
-    /** Once the batch is in the changelog and in this member's store. @defaultValue none */
-    readonly afterCommit?: (info: CommitInfo) => void;
-  };
-  /** Observation: partitions coming to this member and leaving it. @defaultValue none */
-  readonly onAssignment?: (event: AssignmentEvent) => void;
-  /**
    * A name for the `tenant` function, which every member of the group compares (a non-empty string
    * of at most 64 UTF-8 bytes; only with `tenant`). Members must compute the same tenants, but a
    * function cannot be compared: without a name only its presence is. Change the name whenever the
@@ -125,12 +148,40 @@ export interface SuperStreamVerifyingConsumerOptions
    * @defaultValue none: only whether `tenant` is given is compared
    */
   readonly tenantVersion?: string;
-  /**
-   * Not supported in a group: an eviction would not be in the changelog. Must be absent or 0.
-   * @defaultValue 0
-   */
-  readonly scopeTtlMs?: 0;
 }
+
+/**
+ * Members that share a `PostgresStore` (`stream-dedup/postgres`): a partition's state is in the
+ * database, no changelog is kept, and the options of the changelog strategy are refused
+ * (`DEDUP_UNSAFE_OPTIONS` at run time, for a caller the types do not reach).
+ *
+ * @remarks Since 0.6.0
+ */
+export interface SuperStreamSharedDatabaseConsumerOptions extends SuperStreamVerifyingConsumerCommonOptions {
+  /** The `PostgresStore` every member of the group opens on the same database and schema. */
+  readonly store: ConsumerStoreProvider;
+  /** Left out: the database commits. @defaultValue none */
+  readonly sync?: undefined;
+  /** Left out: no changelog. @defaultValue none */
+  readonly appendTimeoutMs?: undefined;
+  /** Left out: no changelog. @defaultValue none */
+  readonly restoreTimeoutMs?: undefined;
+  /** Absent or 0: the stalled-partition watch reads the changelog. @defaultValue 0 */
+  readonly stalledPartitionMs?: 0;
+  /** Left out: no changelog records carry it. @defaultValue none */
+  readonly tenantVersion?: undefined;
+}
+
+/**
+ * Options of `SuperStreamVerifyingConsumer.open`. With a `PostgresStore` the options of the
+ * changelog strategy (`sync`, `appendTimeoutMs`, `restoreTimeoutMs`, `stalledPartitionMs`,
+ * `tenantVersion`) are left out: the types say what `open()` checks at run time.
+ *
+ * @remarks Since 0.5.0; a union of {@link SuperStreamChangelogConsumerOptions} and
+ *   {@link SuperStreamSharedDatabaseConsumerOptions} since 0.6.0 (before, one interface).
+ */
+export type SuperStreamVerifyingConsumerOptions =
+  SuperStreamChangelogConsumerOptions | SuperStreamSharedDatabaseConsumerOptions;
 
 /**
  * What the commit hooks of a group member are told.

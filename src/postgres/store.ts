@@ -13,23 +13,14 @@ import { refusal } from './refusal.js';
 import { checkSchema, checkSchemaName, tablesOf, type Tables } from './schema.js';
 
 /**
- * Options of {@link PostgresStore.open}. Give `pool` or `connectionString`, not both.
+ * The options of {@link PostgresStore.open} whatever the connection: see
+ * {@link PostgresStoreOptions}, which adds `pool` or `connectionString`.
  *
  * @remarks Since 0.6.0
  */
-export interface PostgresStoreOptions {
+export interface PostgresStoreCommonOptions {
   /** The schema that {@link migrate} created for the store's tables. */
   readonly schema: string;
-  /**
-   * The application's `pg.Pool`: used, never closed, by the store.
-   * @defaultValue none: give `pool` or `connectionString`
-   */
-  readonly pool?: Pool;
-  /**
-   * A connection URL: the store makes a pool of its own and closes it in `close()`.
-   * @defaultValue none: give `pool` or `connectionString`
-   */
-  readonly connectionString?: string;
   /**
    * How long connecting may take, in ms, with `connectionString` (a pool passed in keeps its own
    * `connectionTimeoutMillis`). @defaultValue 10000
@@ -80,6 +71,38 @@ export interface PostgresStoreOptions {
    */
   readonly reconnectTimeoutMs?: number;
 }
+
+/**
+ * A store on the application's `pg.Pool`.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface PostgresStorePoolOptions extends PostgresStoreCommonOptions {
+  /** The application's `pg.Pool`: used, never closed, by the store. */
+  readonly pool: Pool;
+  /** Left out: the pool connects. @defaultValue none */
+  readonly connectionString?: undefined;
+}
+
+/**
+ * A store on a pool of its own.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface PostgresStoreUrlOptions extends PostgresStoreCommonOptions {
+  /** A connection URL: the store makes a pool of its own and closes it in `close()`. */
+  readonly connectionString: string;
+  /** Left out: the store makes its own pool. @defaultValue none */
+  readonly pool?: undefined;
+}
+
+/**
+ * Options of {@link PostgresStore.open}: `pool` or `connectionString`, not both. The types say
+ * what `open()` checks at run time (a TypeError for a caller the types do not reach).
+ *
+ * @remarks Since 0.6.0
+ */
+export type PostgresStoreOptions = PostgresStorePoolOptions | PostgresStoreUrlOptions;
 
 /**
  * The verifying consumers' store in PostgreSQL: pass it as the `store` of a verifying consumer and

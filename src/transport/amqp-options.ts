@@ -18,8 +18,13 @@ import {
 import type { AmqpSocketOptions } from './amqp-connect.js';
 import { assertTlsOptions } from './util.js';
 
-/** Options of {@link AmqpDedupPublisher.open}. */
-export interface AmqpDedupPublisherOptions extends DedupPublisherOptions {
+/**
+ * The options of {@link AmqpDedupPublisher.open} whatever the `idMode`: see
+ * {@link AmqpDedupPublisherOptions}.
+ *
+ * @remarks Since 0.6.0 (before, these were all of `AmqpDedupPublisherOptions`).
+ */
+export interface AmqpPublisherCommonOptions extends DedupPublisherOptions {
   /** An AMQP URL (`amqp://guest:guest@127.0.0.1:5672`) or amqplib connect options. The publisher owns its connection. */
   readonly url: string | Options.Connect;
   /** The stream queue to publish into (through the default exchange). */
@@ -40,6 +45,40 @@ export interface AmqpDedupPublisherOptions extends DedupPublisherOptions {
    */
   readonly socketOptions?: AmqpSocketOptions;
 }
+
+/**
+ * Automatic IDs: every `durability`.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface AmqpAutoPublisherOptions extends AmqpPublisherCommonOptions {
+  /** `'auto'`; `'explicit'` and `'keyed'` are {@link AmqpOutboxPublisherOptions}. @defaultValue 'auto' */
+  readonly idMode?: 'auto';
+}
+
+/**
+ * Explicit or keyed IDs: `durability` is `'outbox'`. `'reserve'` is refused with
+ * `DEDUP_UNSAFE_OPTIONS`: explicit IDs would resume after the broker's last ID, which AMQP 0-9-1
+ * cannot report, and a crash could leave a key recorded whose message never reached the broker.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface AmqpOutboxPublisherOptions extends AmqpPublisherCommonOptions {
+  /** Explicit or keyed IDs. */
+  readonly idMode: 'explicit' | 'keyed';
+  /** Only `'outbox'`. @defaultValue 'outbox' */
+  readonly durability?: 'outbox';
+}
+
+/**
+ * Options of {@link AmqpDedupPublisher.open}. Explicit and keyed IDs take no
+ * `durability: 'reserve'`: the types say what `open()` checks at run time (`DEDUP_UNSAFE_OPTIONS`
+ * for a caller the types do not reach).
+ *
+ * @remarks Since 0.1.0; a union of {@link AmqpAutoPublisherOptions} and
+ *   {@link AmqpOutboxPublisherOptions} since 0.6.0 (before, one interface).
+ */
+export type AmqpDedupPublisherOptions = AmqpAutoPublisherOptions | AmqpOutboxPublisherOptions;
 
 /** The AMQP publisher's options with every default filled in; frozen. @internal */
 export interface ResolvedAmqpPublisherOptions {

@@ -48,8 +48,13 @@ export interface SubEntryOptions {
   readonly maxUncompressedBytes?: number;
 }
 
-/** Options of {@link StreamDedupPublisher.open}. */
-export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
+/**
+ * The options of {@link StreamDedupPublisher.open} whatever the `idMode`: see
+ * {@link StreamDedupPublisherOptions}.
+ *
+ * @remarks Since 0.6.0 (before, these were all of `StreamDedupPublisherOptions`).
+ */
+export interface StreamPublisherCommonOptions extends DedupPublisherOptions {
   /**
    * Connection parameters, or an existing `Client` to share. Defaults: `hostname` 'localhost',
    * `port` 5552, `username` and `password` 'guest', `vhost` '/'. With parameters the publisher
@@ -80,6 +85,42 @@ export interface StreamDedupPublisherOptions extends DedupPublisherOptions {
    */
   readonly subEntry?: SubEntryOptions;
 }
+
+/**
+ * Automatic or explicit IDs: every `durability`.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface StreamNumberedPublisherOptions extends StreamPublisherCommonOptions {
+  /**
+   * `'auto'` (the default) or `'explicit'`; `'keyed'` is {@link StreamKeyedPublisherOptions}.
+   * @defaultValue 'auto'
+   */
+  readonly idMode?: 'auto' | 'explicit';
+}
+
+/**
+ * Keyed IDs: `durability` is `'outbox'` (`'reserve'` is refused with `DEDUP_UNSAFE_OPTIONS`: a
+ * crash could leave a key recorded whose message never reached the broker).
+ *
+ * @remarks Since 0.6.0
+ */
+export interface StreamKeyedPublisherOptions extends StreamPublisherCommonOptions {
+  /** Keyed IDs. */
+  readonly idMode: 'keyed';
+  /** Only `'outbox'`. @defaultValue 'outbox' */
+  readonly durability?: 'outbox';
+}
+
+/**
+ * Options of {@link StreamDedupPublisher.open}. Keyed IDs take no `durability: 'reserve'`: the
+ * types say what `open()` checks at run time (`DEDUP_UNSAFE_OPTIONS` for a caller the types do
+ * not reach).
+ *
+ * @remarks Since 0.1.0; a union of {@link StreamNumberedPublisherOptions} and
+ *   {@link StreamKeyedPublisherOptions} since 0.6.0 (before, one interface).
+ */
+export type StreamDedupPublisherOptions = StreamNumberedPublisherOptions | StreamKeyedPublisherOptions;
 
 /** {@link SubEntryOptions} checked, with their defaults; `size` 1 is off. @internal */
 export interface ResolvedSubEntry {

@@ -8,7 +8,7 @@ import { creditPolicyOf } from '../../src/transport/stream-delivery.js';
 import {
   SuperStreamVerifyingConsumer,
   type AssignmentEvent,
-  type SuperStreamVerifyingConsumerOptions,
+  type SuperStreamChangelogConsumerOptions,
 } from '../../src/stream.js';
 import { ledgerHandler, ledgerIds, publishLedger as publish, type Sent } from '../support/group-ledger.js';
 import { STREAM_CONNECTION } from '../support/broker.js';
@@ -41,7 +41,7 @@ async function member(
   superStreamName: string,
   events: string[],
   store?: string,
-  more: Partial<SuperStreamVerifyingConsumerOptions> = {},
+  more: Partial<SuperStreamChangelogConsumerOptions> = {},
 ): Promise<SuperStreamVerifyingConsumer> {
   return SuperStreamVerifyingConsumer.open({
     superStream: superStreamName,
@@ -371,7 +371,7 @@ describe('SuperStreamVerifyingConsumer (consumer group)', () => {
   });
 
   it('refuses a stalledPartitionMs that is not an integer ≥ 0, or not above commitLingerMs, at open', async () => {
-    const open = async (more: Partial<SuperStreamVerifyingConsumerOptions>) =>
+    const open = async (more: Partial<SuperStreamChangelogConsumerOptions>) =>
       SuperStreamVerifyingConsumer.open({
         superStream: 'never-opened',
         consumerName: 'g',

@@ -631,6 +631,7 @@ describe('verifying consumer on PostgreSQL', () => {
     await expect(PostgresStore.open({ connectionString: PG_URL, schema: 'Bad-Name' })).rejects.toThrow(
       RangeError,
     );
+    // @ts-expect-error neither pool nor connectionString (refused by the types too: test/types/)
     await expect(PostgresStore.open({ schema: 'ok' })).rejects.toThrow(TypeError);
     await expect(
       PostgresStore.open({ connectionString: PG_URL, schema: 'ok', lockTimeoutMs: 0 }),

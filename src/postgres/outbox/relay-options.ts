@@ -71,31 +71,18 @@ export type OutboxRelayEvent =
     };
 
 /**
- * Options of `PgOutboxRelay.open`. Exactly one of `stream` and `superStream`.
+ * The options of `PgOutboxRelay.open` whatever its target: see {@link PgOutboxRelayOptions}, which
+ * adds exactly one of `stream` and `superStream`.
  *
  * @remarks Since 0.6.0
  */
-export interface PgOutboxRelayOptions {
+export interface PgOutboxRelayCommonOptions {
   /** The database: the relay takes up to two connections of it (the lock, and its work). */
   readonly pool: Pool;
   /** The schema `migrate()` created. */
   readonly schema: string;
   /** The producer name: the outbox rows it publishes (`PgOutbox`'s `producerName`), and its name on the broker. */
   readonly producerName: string;
-  /**
-   * The stream to publish into (it must exist). Exactly one of `stream` and `superStream`.
-   * @defaultValue none: `superStream` is given
-   */
-  readonly stream?: string;
-  /**
-   * The super stream to publish into: each row goes to the partition its routing key (`routingKey`,
-   * else `key`) hashes to, as `SuperStreamDedupPublisher`'s `hash` routing does (MurmurHash3, seed
-   * 104729), with its own publishing IDs per partition under the same producer name. A row with
-   * neither key stops the relay (`DEDUP_BROKER_REFUSED` naming it). The partition list is read at
-   * takeover.
-   * @defaultValue none: `stream` is given
-   */
-  readonly superStream?: string;
   /**
    * Connection parameters, or an existing `Client` (as `StreamDedupPublisher.open` takes them).
    * @defaultValue the publishers' defaults: localhost:5552, guest/guest, vhost `/`
@@ -135,6 +122,44 @@ export interface PgOutboxRelayOptions {
    */
   readonly onEvent?: (event: OutboxRelayEvent) => void;
 }
+
+/**
+ * A relay publishing into one stream.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface PgOutboxRelayStreamOptions extends PgOutboxRelayCommonOptions {
+  /** The stream to publish into (it must exist). */
+  readonly stream: string;
+  /** Left out: a relay publishes into a stream or a super stream. @defaultValue none */
+  readonly superStream?: undefined;
+}
+
+/**
+ * A relay publishing into a super stream.
+ *
+ * @remarks Since 0.6.0
+ */
+export interface PgOutboxRelaySuperStreamOptions extends PgOutboxRelayCommonOptions {
+  /**
+   * The super stream to publish into: each row goes to the partition its routing key (`routingKey`,
+   * else `key`) hashes to, as `SuperStreamDedupPublisher`'s `hash` routing does (MurmurHash3, seed
+   * 104729), with its own publishing IDs per partition under the same producer name. A row with
+   * neither key stops the relay (`DEDUP_BROKER_REFUSED` naming it). The partition list is read at
+   * takeover.
+   */
+  readonly superStream: string;
+  /** Left out: a relay publishes into a stream or a super stream. @defaultValue none */
+  readonly stream?: undefined;
+}
+
+/**
+ * Options of `PgOutboxRelay.open`: exactly one of `stream` and `superStream`. The types say what
+ * `open()` checks at run time (a TypeError for a caller the types do not reach).
+ *
+ * @remarks Since 0.6.0
+ */
+export type PgOutboxRelayOptions = PgOutboxRelayStreamOptions | PgOutboxRelaySuperStreamOptions;
 
 /** The options with every default; frozen. @internal */
 export interface ResolvedRelayOptions {
