@@ -2,9 +2,9 @@
  * revA (hostile review), outbox relay: mixed configurations over time (REVIEW.md §7). The rows a
  * relay numbered for its target stream stay bound to that target (`outbox.target`). A relay of the
  * same producer name reopened on ANOTHER stream (the stream renamed, a config change) recovers only
- * its own target: the rows numbered for the old one are never re-sent, never reported (they are
- * not even "waiting" for `outbox status`: publishing_id IS NOT NULL), and the later rows are
- * published before them. The partitions check exists for super streams only; a plain stream's
+ * its own target: the rows numbered for the old one are never re-sent and the relay reports nothing
+ * (no error, no event; only `outbox status` counts them as numbered-waiting), and the later rows
+ * are published before them. The partitions check exists for super streams only; a plain stream's
  * target change is neither followed nor refused.
  *
  * Needs the broker and the project's PostgreSQL.
