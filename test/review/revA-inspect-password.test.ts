@@ -25,6 +25,7 @@ beforeAll(async () => {
   await db.pool.query(`GRANT SELECT ON ALL TABLES IN SCHEMA "${db.schema}" TO ${ROLE}`);
 });
 afterAll(async () => {
+  await db.pool.query(`DROP SCHEMA IF EXISTS "${db.schema}" CASCADE`).catch(() => undefined);
   await db.pool.query(`DROP OWNED BY ${ROLE}`).catch(() => undefined);
   await db.pool.query(`DROP ROLE IF EXISTS ${ROLE}`).catch(() => undefined);
   await db.drop();
