@@ -13,7 +13,7 @@ import { startSettle, traceProcess } from '../telemetry/tracing.js';
 import { outOfRange } from '../util/options.js';
 import { ChunkExpectation, type ChunkIdentity } from '../store/chunk-identity.js';
 import { CommitPipeline, type Journal } from './commit-pipeline.js';
-import { isConsumerStoreProvider, type ConsumerStore } from './consumer-store.js';
+import { isConsumerStoreProvider, type ConsumerStore, type ConsumerStoreProvider } from './consumer-store.js';
 import { Effects } from './effect-transaction.js';
 import { LevelConsumerStore } from './level-consumer-store.js';
 import { resolveVerifyingConsumerOptions, type ResolvedVerifyingConsumerOptions } from './options.js';
@@ -47,6 +47,25 @@ export interface CoreExtensions {
   readonly onStop?: (error: Error, cause: unknown) => void;
   /** The stream (or queue) read: the `messaging.destination.name` of its spans. */
   readonly destination?: string;
+}
+
+/**
+ * Refuses a `commitLingerMs` the store cannot hold a batch open for: a quiet tail's batch stays
+ * open commitLingerMs, and the server (PostgreSQL: `idleInTransactionTimeoutMs`) must not end it
+ * first. Pure: called before any I/O by the core and by a group member's options.
+ *
+ * @throws RangeError when `commitLingerMs` is not less than the store's limit.
+ * @internal
+ */
+export function checkCommitLinger(commitLingerMs: number, provider: ConsumerStoreProvider | undefined): void {
+  const lingerLimit = provider?.commitLingerLimitMs;
+  if (lingerLimit !== undefined && commitLingerMs >= lingerLimit) {
+    outOfRange(
+      'commitLingerMs',
+      `less than the store's idleInTransactionTimeoutMs (${lingerLimit})`,
+      commitLingerMs,
+    );
+  }
 }
 
 /** How often idle scopes are looked for when `scopeTtlMs` is set. */
@@ -146,15 +165,7 @@ export class VerifyingConsumerCore {
     if (provider !== undefined && opts.scopeTtlMs > 0) {
       outOfRange('scopeTtlMs', '0 with this store (it does not evict idle scopes)', opts.scopeTtlMs);
     }
-    // A quiet tail's batch stays open commitLingerMs: the server must not end it first.
-    const lingerLimit = provider?.commitLingerLimitMs;
-    if (lingerLimit !== undefined && opts.commitLingerMs >= lingerLimit) {
-      outOfRange(
-        'commitLingerMs',
-        `less than the store's idleInTransactionTimeoutMs (${lingerLimit})`,
-        opts.commitLingerMs,
-      );
-    }
+    checkCommitLinger(opts.commitLingerMs, provider);
     // The store may stop the consumer itself (a handler that used its client after returning).
     let fail = (error: Error): void => void error;
     const store =

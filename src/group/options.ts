@@ -7,6 +7,7 @@
  */
 import type { ConsumerStoreProvider } from '../consumer/consumer-store.js';
 import { isConsumerStoreProvider } from '../consumer/consumer-store.js';
+import { checkCommitLinger } from '../consumer/core.js';
 import {
   nonEmptyString,
   resolveSubscriptionOptions,
@@ -142,6 +143,9 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
     );
   }
   if (shared) {
+    // The plain consumer's refusal, made here before the broker is reached (the core makes it
+    // again only when a partition is activated).
+    checkCommitLinger(consumer.commitLingerMs, store);
     // Each of these would be ignored: a member that believes it bounds its appends, or names its
     // tenant function to the others, must be told it does not.
     const given = CHANGELOG_ONLY.filter((name) => options[name] !== undefined);
