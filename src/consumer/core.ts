@@ -13,7 +13,12 @@ import { startSettle, traceProcess } from '../telemetry/tracing.js';
 import { outOfRange } from '../util/options.js';
 import { ChunkExpectation, type ChunkIdentity } from '../store/chunk-identity.js';
 import { CommitPipeline, type Journal } from './commit-pipeline.js';
-import { isConsumerStoreProvider, type ConsumerStore, type ConsumerStoreProvider } from './consumer-store.js';
+import {
+  isConsumerStoreProvider,
+  PARTITION_SEPARATOR,
+  type ConsumerStore,
+  type ConsumerStoreProvider,
+} from './consumer-store.js';
 import { Effects } from './effect-transaction.js';
 import { LevelConsumerStore } from './level-consumer-store.js';
 import { resolveVerifyingConsumerOptions, type ResolvedVerifyingConsumerOptions } from './options.js';
@@ -47,6 +52,11 @@ export interface CoreExtensions {
   readonly onStop?: (error: Error, cause: unknown) => void;
   /** The stream (or queue) read: the `messaging.destination.name` of its spans. */
   readonly destination?: string;
+  /**
+   * The consumer name is a group partition's in a shared database (`<group>` + {@link
+   * PARTITION_SEPARATOR} + `<partition>`): the separator a plain consumer's name may not hold.
+   */
+  readonly groupPartition?: boolean;
 }
 
 /**
@@ -64,6 +74,24 @@ export function checkCommitLinger(commitLingerMs: number, provider: ConsumerStor
       'commitLingerMs',
       `less than the store's idleInTransactionTimeoutMs (${lingerLimit})`,
       commitLingerMs,
+    );
+  }
+}
+
+/**
+ * Refuses, on a shared store (a {@link ConsumerStoreProvider}), a consumer name holding the
+ * separator of a group partition's name: such a plain consumer could share a partition's offset
+ * row and verifier scopes (a group's too: its name is checked the same way). Pure.
+ *
+ * @throws RangeError for a name holding U+001F.
+ * @internal
+ */
+export function checkPlainName(consumerName: string): void {
+  if (consumerName.includes(PARTITION_SEPARATOR)) {
+    outOfRange(
+      'consumerName',
+      'a string without U+001F with this store (it separates a group from its partition)',
+      consumerName,
     );
   }
 }
@@ -166,6 +194,7 @@ export class VerifyingConsumerCore {
       outOfRange('scopeTtlMs', '0 with this store (it does not evict idle scopes)', opts.scopeTtlMs);
     }
     checkCommitLinger(opts.commitLingerMs, provider);
+    if (provider !== undefined && extensions.groupPartition !== true) checkPlainName(opts.consumerName);
     // The store may stop the consumer itself (a handler that used its client after returning).
     let fail = (error: Error): void => void error;
     const store =

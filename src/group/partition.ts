@@ -394,6 +394,7 @@ export class GroupPartition {
           },
           {
             journal,
+            groupPartition: true,
             expectedStop: (error) => error instanceof PartitionMoved,
             // Any failure (a failed linger commit too, not only one a delivery sees) stops the member.
             onStop: (error, cause) => {

@@ -1,14 +1,13 @@
 /**
- * revA (hostile review), identity (REVIEW.md §2): on LevelDB a group partition's namespace is
- * `<group>\0<partition>` — "NUL cannot appear in a stream name, so no plain consumer's name ... is
- * the same" (group/consumer.ts). On PostgreSQL (h/pggroup) it is `<group>.<partition>`
- * (sharedPartitionName), injective among groups only: a PLAIN verifying consumer may be named
- * "billing.orders-0" (a '.' is allowed there), and then it and group "billing"'s partition
- * "orders-0" share one offset row and one set of verifier scopes in the same schema. The partition
- * resumes at the plain consumer's offset of ANOTHER stream (skipping messages) and judges its
- * producers' IDs against the plain consumer's (false suppression: silent loss).
+ * A plain verifying consumer and a consumer group's partition on one PostgreSQL schema do not
+ * share an offset row or verifier scopes. The partition's rows were kept under
+ * `<group>.<partition>`, injective among groups only: a plain consumer named "billing.orders-0"
+ * (a '.' is allowed) and group "billing"'s partition "orders-0" shared one row, so the partition
+ * resumed at the other consumer's offset and judged its producers' IDs against the other's (false
+ * suppression). Found by the hostile review (revA finding 2). Now `<group>` U+001F `<partition>`,
+ * and a plain name holding U+001F is refused on such a store before any I/O.
  *
- * Needs the project's PostgreSQL.
+ * Needs the project's PostgreSQL (fails loudly without it); about 300 ms.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { VerifyingConsumerCore } from '../../src/consumer/core.js';
@@ -23,7 +22,7 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
 });
 
-describe('revA: a plain consumer and a group partition on one PostgreSQL schema', () => {
+describe('a plain consumer and a group partition on one PostgreSQL schema', () => {
   it('do not share an offset row or verifier scopes', async () => {
     const db = await useSchema();
     cleanups.push(db.drop);
@@ -50,17 +49,42 @@ describe('revA: a plain consumer and a group partition on one PostgreSQL schema'
     const groupStore = await PostgresStore.open({ pool: db.pool, schema: db.schema });
     cleanups.push(() => groupStore.close());
     const applied: string[] = [];
-    const part = await VerifyingConsumerCore.open({
-      consumerName: sharedPartitionName('billing', 'orders-0'),
-      store: groupStore,
-      commitEvery: 1,
-      handler: postgresHandler((m) => void applied.push(`${m.identity?.producerName}/${m.identity?.publishingId}`)),
-    });
+    const part = await VerifyingConsumerCore.open(
+      {
+        consumerName: sharedPartitionName('billing', 'orders-0'),
+        store: groupStore,
+        commitEvery: 1,
+        handler: postgresHandler(
+          (m) => void applied.push(`${m.identity?.producerName}/${m.identity?.publishingId}`),
+        ),
+      },
+      { groupPartition: true },
+    );
     cleanups.push(() => part.close());
     const startsAt = part.committedOffset;
     // The partition's own first message: producer p, ID 1 (a different stream, a different p).
-    await part.process({ offset: 0n, content: Buffer.alloc(0), applicationProperties: identityHeaders('p', 1n) });
+    await part.process({
+      offset: 0n,
+      content: Buffer.alloc(0),
+      applicationProperties: identityHeaders('p', 1n),
+    });
     await part.flush();
     expect({ startsAt, applied }).toEqual({ startsAt: undefined, applied: ['p/1'] });
-  }, 30_000);
+  });
+
+  it("refuses a plain consumer's name holding the partition separator, before any I/O", async () => {
+    const opened: string[] = [];
+    const err: unknown = await VerifyingConsumerCore.open({
+      consumerName: sharedPartitionName('billing', 'orders-0'),
+      store: {
+        openConsumerStore: (name: string) => {
+          opened.push(name);
+          throw new Error('I/O');
+        },
+      },
+      handler: () => undefined,
+    }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RangeError);
+    expect({ message: String(err).includes('U+001F'), opened }).toEqual({ message: true, opened: [] });
+  });
 });
