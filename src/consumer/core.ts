@@ -129,6 +129,8 @@ export class VerifyingConsumerCore {
   #ttlTimer: NodeJS.Timeout | undefined;
   /** `close()` was called: no new message is accepted. */
   #closing = false;
+  /** The first offset delivered while nothing was committed (see startOffset). */
+  #firstDelivered: bigint | undefined;
   readonly #stopListeners = new Set<(error: Error) => void>();
   #unobserve: () => void = () => undefined;
   readonly #extensions: CoreExtensions;
@@ -234,6 +236,17 @@ export class VerifyingConsumerCore {
     return committed === undefined ? undefined : committed + 1n;
   }
 
+  /**
+   * Where a subscription starts: {@link VerifyingConsumerCore.resumeOffset}, or before the first
+   * commit the first offset this consumer was delivered. A resubscription before the first commit
+   * (a lost connection drops the uncommitted batch) must deliver that batch again: at `startFrom`
+   * 'next' it would start at the stream's new end, and the dropped batch and everything written
+   * while away would never be delivered (review B, finding 1). `undefined`: nothing delivered yet.
+   */
+  get startOffset(): bigint | undefined {
+    return this.resumeOffset ?? this.#firstDelivered;
+  }
+
   /** The last committed offset. */
   get committedOffset(): bigint | undefined {
     return this.#pipeline.committedOffset;
@@ -327,6 +340,16 @@ export class VerifyingConsumerCore {
     // Another stream under the committed offset's name: nothing of it may be applied.
     const regression = this.#expectation.check(message.offset, message.chunk);
     if (regression !== undefined) throw pipeline.fail(regression);
+    if (pipeline.committedOffset === undefined) {
+      // Before the first commit: a resubscription starts at the first offset delivered (see
+      // startOffset); what a chunk holds before it is not this consumer's input.
+      const floor = this.#firstDelivered;
+      if (floor === undefined) this.#firstDelivered = message.offset;
+      else if (message.offset < floor) {
+        message.settle?.();
+        return undefined;
+      }
+    }
     if (pipeline.isHanded(message.offset)) {
       // Redelivered (for example a re-subscription after a lost connection): committed, or in the
       // commit being written; settled once that is durable.
