@@ -104,7 +104,7 @@ describe("startFrom 'next': a resubscription before the first commit", () => {
       // The first batch is still lingering when the connection drops.
       commitLingerMs: 60_000,
       handler: (message) => void applied.push(message.offset),
-      subscription: { reconnect: { initialDelayMs: 1, maxDelayMs: 5 } },
+      reconnect: { initialDelayMs: 1, maxDelayMs: 5 },
     });
     const first = clients.at(-1)!;
     expect(first.offsetAsked).toBe('next');
