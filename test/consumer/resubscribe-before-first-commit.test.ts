@@ -7,6 +7,7 @@
  */
 import type { Client, ClientParams } from 'rabbitmq-stream-js-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { VerifyingConsumerCore } from '../../src/consumer/core.js';
 import type { ChunkIdentity } from '../../src/store/chunk-identity.js';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { decodeOffset, offsetKey } from '../../src/store/consumer-keys.js';
@@ -128,5 +129,34 @@ describe("startFrom 'next': a resubscription before the first commit", () => {
       committed: committed === undefined ? undefined : decodeOffset(committed),
     }).toEqual({ asked: 10n, applied: [10n, 11n, 12n, 10n, 11n, 12n, 13n, 14n], committed: 14n });
     await store.close();
+  });
+});
+
+describe('VerifyingConsumerCore.startOffset before the first commit', () => {
+  it('is the first offset delivered, kept across a dropped batch; offsets below it are skipped', async () => {
+    const store = await memoryStore();
+    const applied: bigint[] = [];
+    const core = await VerifyingConsumerCore.open({
+      consumerName: 'c',
+      store,
+      commitLingerMs: 60_000,
+      handler: (message) => void applied.push(message.offset),
+    });
+    const chunk: ChunkIdentity = { firstOffset: 8n, timestamp: 1n };
+    const before = core.startOffset;
+    for (const m of messages(10, 11, chunk)) await core.process(m);
+    core.discardPending(); // a lost connection
+    const afterLoss = core.startOffset;
+    for (const m of messages(8, 12, chunk)) await core.process(m);
+    await core.flush();
+    const committed = core.committedOffset;
+    await core.close();
+    await store.close();
+    expect({ before, afterLoss, applied, committed }).toEqual({
+      before: undefined,
+      afterLoss: 10n,
+      applied: [10n, 11n, 10n, 11n, 12n],
+      committed: 12n,
+    });
   });
 });
