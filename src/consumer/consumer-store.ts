@@ -104,6 +104,17 @@ export interface ConsumerStoreProvider {
   readonly commitLingerLimitMs?: number;
 }
 
+/**
+ * Separates a group's name from a partition's in the consumer name a shared database keeps a
+ * partition's rows under (`<group>\u001f<partition>`, group/shared-db-strategy.ts). A plain
+ * consumer's name on a {@link ConsumerStoreProvider} may not hold it (the core refuses one), so
+ * no plain consumer shares a group partition's offset row or scopes. U+001F (INFORMATION
+ * SEPARATOR ONE), since PostgreSQL's text cannot hold U+0000, which LevelDB's namespace uses.
+ *
+ * @internal
+ */
+export const PARTITION_SEPARATOR = '\u001f';
+
 /** True when `value` is a {@link ConsumerStoreProvider}. */
 export function isConsumerStoreProvider(value: unknown): value is ConsumerStoreProvider {
   return (

@@ -13,7 +13,12 @@ import { startSettle, traceProcess } from '../telemetry/tracing.js';
 import { outOfRange } from '../util/options.js';
 import { ChunkExpectation, type ChunkIdentity } from '../store/chunk-identity.js';
 import { CommitPipeline, type Journal } from './commit-pipeline.js';
-import { isConsumerStoreProvider, type ConsumerStore } from './consumer-store.js';
+import {
+  isConsumerStoreProvider,
+  PARTITION_SEPARATOR,
+  type ConsumerStore,
+  type ConsumerStoreProvider,
+} from './consumer-store.js';
 import { Effects } from './effect-transaction.js';
 import { LevelConsumerStore } from './level-consumer-store.js';
 import { resolveVerifyingConsumerOptions, type ResolvedVerifyingConsumerOptions } from './options.js';
@@ -47,6 +52,48 @@ export interface CoreExtensions {
   readonly onStop?: (error: Error, cause: unknown) => void;
   /** The stream (or queue) read: the `messaging.destination.name` of its spans. */
   readonly destination?: string;
+  /**
+   * The consumer name is a group partition's in a shared database (`<group>` + {@link
+   * PARTITION_SEPARATOR} + `<partition>`): the separator a plain consumer's name may not hold.
+   */
+  readonly groupPartition?: boolean;
+}
+
+/**
+ * Refuses a `commitLingerMs` the store cannot hold a batch open for: a quiet tail's batch stays
+ * open commitLingerMs, and the server (PostgreSQL: `idleInTransactionTimeoutMs`) must not end it
+ * first. Pure: called before any I/O by the core and by a group member's options.
+ *
+ * @throws RangeError when `commitLingerMs` is not less than the store's limit.
+ * @internal
+ */
+export function checkCommitLinger(commitLingerMs: number, provider: ConsumerStoreProvider | undefined): void {
+  const lingerLimit = provider?.commitLingerLimitMs;
+  if (lingerLimit !== undefined && commitLingerMs >= lingerLimit) {
+    outOfRange(
+      'commitLingerMs',
+      `less than the store's idleInTransactionTimeoutMs (${lingerLimit})`,
+      commitLingerMs,
+    );
+  }
+}
+
+/**
+ * Refuses, on a shared store (a {@link ConsumerStoreProvider}), a consumer name holding the
+ * separator of a group partition's name: such a plain consumer could share a partition's offset
+ * row and verifier scopes (a group's too: its name is checked the same way). Pure.
+ *
+ * @throws RangeError for a name holding U+001F.
+ * @internal
+ */
+export function checkPlainName(consumerName: string): void {
+  if (consumerName.includes(PARTITION_SEPARATOR)) {
+    outOfRange(
+      'consumerName',
+      'a string without U+001F with this store (it separates a group from its partition)',
+      consumerName,
+    );
+  }
 }
 
 /** How often idle scopes are looked for when `scopeTtlMs` is set. */
@@ -82,6 +129,8 @@ export class VerifyingConsumerCore {
   #ttlTimer: NodeJS.Timeout | undefined;
   /** `close()` was called: no new message is accepted. */
   #closing = false;
+  /** The first offset delivered while nothing was committed (see startOffset). */
+  #firstDelivered: bigint | undefined;
   readonly #stopListeners = new Set<(error: Error) => void>();
   #unobserve: () => void = () => undefined;
   readonly #extensions: CoreExtensions;
@@ -146,15 +195,8 @@ export class VerifyingConsumerCore {
     if (provider !== undefined && opts.scopeTtlMs > 0) {
       outOfRange('scopeTtlMs', '0 with this store (it does not evict idle scopes)', opts.scopeTtlMs);
     }
-    // A quiet tail's batch stays open commitLingerMs: the server must not end it first.
-    const lingerLimit = provider?.commitLingerLimitMs;
-    if (lingerLimit !== undefined && opts.commitLingerMs >= lingerLimit) {
-      outOfRange(
-        'commitLingerMs',
-        `less than the store's idleInTransactionTimeoutMs (${lingerLimit})`,
-        opts.commitLingerMs,
-      );
-    }
+    checkCommitLinger(opts.commitLingerMs, provider);
+    if (provider !== undefined && extensions.groupPartition !== true) checkPlainName(opts.consumerName);
     // The store may stop the consumer itself (a handler that used its client after returning).
     let fail = (error: Error): void => void error;
     const store =
@@ -192,6 +234,17 @@ export class VerifyingConsumerCore {
   get resumeOffset(): bigint | undefined {
     const committed = this.#pipeline.committedOffset;
     return committed === undefined ? undefined : committed + 1n;
+  }
+
+  /**
+   * Where a subscription starts: {@link VerifyingConsumerCore.resumeOffset}, or before the first
+   * commit the first offset this consumer was delivered. A resubscription before the first commit
+   * (a lost connection drops the uncommitted batch) must deliver that batch again: at `startFrom`
+   * 'next' it would start at the stream's new end, and the dropped batch and everything written
+   * while away would never be delivered (review B, finding 1). `undefined`: nothing delivered yet.
+   */
+  get startOffset(): bigint | undefined {
+    return this.resumeOffset ?? this.#firstDelivered;
   }
 
   /** The last committed offset. */
@@ -287,6 +340,16 @@ export class VerifyingConsumerCore {
     // Another stream under the committed offset's name: nothing of it may be applied.
     const regression = this.#expectation.check(message.offset, message.chunk);
     if (regression !== undefined) throw pipeline.fail(regression);
+    if (pipeline.committedOffset === undefined) {
+      // Before the first commit: a resubscription starts at the first offset delivered (see
+      // startOffset); what a chunk holds before it is not this consumer's input.
+      const floor = this.#firstDelivered;
+      if (floor === undefined) this.#firstDelivered = message.offset;
+      else if (message.offset < floor) {
+        message.settle?.();
+        return undefined;
+      }
+    }
     if (pipeline.isHanded(message.offset)) {
       // Redelivered (for example a re-subscription after a lost connection): committed, or in the
       // commit being written; settled once that is durable.

@@ -7,6 +7,7 @@
  */
 import type { ConsumerStoreProvider } from '../consumer/consumer-store.js';
 import { isConsumerStoreProvider } from '../consumer/consumer-store.js';
+import { checkCommitLinger, checkPlainName } from '../consumer/core.js';
 import {
   nonEmptyString,
   resolveSubscriptionOptions,
@@ -64,7 +65,7 @@ export function changelogProducerName(consumerName: string): string {
  * names come from the super stream and may hold dots (`<superStream>-<key>`, or any bound stream),
  * so only the group's name can be kept free of them; refusing keeps every existing changelog name
  * as it was (no renamed changelog left behind unread). A shared database names a partition's rows
- * `<consumerName>.<partition>` (injective for the same reason).
+ * `<consumerName>` U+001F `<partition>` (shared-db-strategy.ts).
  *
  * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for a name with a '.'.
  */
@@ -142,6 +143,10 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
     );
   }
   if (shared) {
+    // The plain consumer's refusal, made here before the broker is reached (the core makes it
+    // again only when a partition is activated).
+    checkCommitLinger(consumer.commitLingerMs, store);
+    checkPlainName(consumerName);
     // Each of these would be ignored: a member that believes it bounds its appends, or names its
     // tenant function to the others, must be told it does not.
     const given = CHANGELOG_ONLY.filter((name) => options[name] !== undefined);

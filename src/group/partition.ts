@@ -81,6 +81,12 @@ export class GroupPartition {
   /** Set by the consumer-update watch just before the client calls our listener. */
   #updateActive: boolean | undefined;
   #closed = false;
+  /**
+   * The first offset this member was delivered of the partition while nothing was committed (a
+   * shared database's partition before its first commit has no stored start): a later activation
+   * here starts there, not at startFrom 'next' again (review B, finding 1).
+   */
+  #firstDelivered: bigint | undefined;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
   /** The current subscription attempt. */
   #generation: Generation<Client> | undefined;
@@ -420,6 +426,7 @@ export class GroupPartition {
           },
           {
             journal,
+            groupPartition: true,
             expectedStop: (error) => error instanceof PartitionMoved,
             // Any failure (a failed linger commit too, not only one a delivery sees) stops the member.
             onStop: (error, cause) => {
@@ -491,6 +498,8 @@ export class GroupPartition {
     );
     this.#emit({ kind: 'assigned', partition, offset: plan.offset, restored: plan.applied, ms });
     if (plan.start !== undefined) return Offset.offset(plan.start);
+    if (plan.offset === undefined && this.#firstDelivered !== undefined)
+      return Offset.offset(this.#firstDelivered);
     return this.#s.subscription.startFrom === 'next' ? Offset.next() : Offset.first();
   }
 
@@ -536,6 +545,7 @@ export class GroupPartition {
     this.#active = undefined;
     active.delivery.release();
     active.core.discardPending();
+    if (active.core.committedOffset === undefined) this.#firstDelivered ??= active.core.startOffset;
     const closing = this.#closingCore.then(() => active.core.close()).catch(() => undefined);
     this.#closingCore = closing;
     this.#emit({ kind: 'revoked', partition: this.#s.partition, reason: why });

@@ -7,7 +7,7 @@
  * with what this member last committed (the store's fence): the late batch of a member that lost
  * the partition while paused rolls back.
  */
-import type { ConsumerStoreProvider } from '../consumer/consumer-store.js';
+import { PARTITION_SEPARATOR, type ConsumerStoreProvider } from '../consumer/consumer-store.js';
 import { withTimeout } from '../transport/util.js';
 import {
   planPartitionResume,
@@ -19,17 +19,18 @@ import {
   type PartitionStrategy,
 } from './strategy.js';
 
-/** How long a stats query of the partition may take. */
 /**
  * The partition's name in a shared database: the consumer name its offset and verifier state are
- * kept under. The group's name holds no '.' (checkGroupName), so the first '.' ends it and no two
- * (group, partition) pairs share a name. PostgreSQL's text holds no NUL, which the changelog
- * strategy's LevelDB namespace uses.
+ * kept under, `<group>` U+001F `<partition>`. Neither a group's name nor a plain consumer's on such
+ * a store may hold U+001F (checkPlainName, before any I/O), so the first U+001F ends the group's
+ * name (no two pairs share a name) and no plain consumer's name is a partition's (it would share
+ * the partition's offset row and scopes: review A's finding 2 with '.'). PostgreSQL's text holds
+ * no NUL, which the changelog strategy's LevelDB namespace uses.
  *
  * @internal
  */
 export function sharedPartitionName(consumerName: string, partition: string): string {
-  return `${consumerName}.${partition}`;
+  return `${consumerName}${PARTITION_SEPARATOR}${partition}`;
 }
 
 /** @internal */

@@ -116,8 +116,12 @@ interface OpenTransaction {
   misuse: Error | undefined;
 }
 
-/** A connection's `error` event while the store holds it (the server went away): the next query fails. */
-const ignoreError = (): void => undefined;
+/**
+ * Batches ended in a row by the server for idling (25P03) before the consumer stops: one is a
+ * paused process (a fence: it goes on from the stored offset), three are a handler slower than
+ * idleInTransactionTimeoutMs.
+ */
+const IDLE_ENDS_LIMIT = 3;
 
 /**
  * One consumer's PostgreSQL store.
@@ -144,6 +148,17 @@ export class PgConsumerStore implements ConsumerStore {
   /** When the connection was first found lost since the last commit (ms since the epoch). */
   #lostSince: number | undefined;
   readonly #reconnectBackoff = new Backoff(RECONNECT_BACKOFF);
+  /**
+   * The server ended the open batch's session for idling (SQLSTATE 25P03): the FATAL comes on the
+   * client's 'error' event, and the handler's next query then fails "not queryable", which alone
+   * reads as a lost connection.
+   */
+  #endedIdle = false;
+  /** Batches ended by the server for idling in a row (none since the last commit). */
+  #idleEnds = 0;
+  readonly #onClientError = (err: unknown): void => {
+    if (endedByServer(err)) this.#endedIdle = true;
+  };
 
   private constructor(
     pool: Pool,
@@ -271,10 +286,25 @@ export class PgConsumerStore implements ConsumerStore {
       // #open re-read the stored offset: the consumer goes on from there, with no wait.
       return { kind: 'fenced', delayMs: 0 };
     }
-    if (endedByServer(error)) {
+    const endedIdle = this.#endedIdle;
+    this.#endedIdle = false;
+    if (endedByServer(error) || (endedIdle && connectionLost(error))) {
       // The server ended this batch's transaction after idleInTransactionTimeoutMs (a process
       // paused mid-batch, then resumed): rolled back, so that another process could take the offset
-      // row. A fence like the one #open finds: the next batch re-reads the stored offset.
+      // row. A fence like the one #open finds: the next batch re-reads the stored offset. The same
+      // batch ended so again and again is a handler that idles longer than the limit, not a pause:
+      // re-running it would end the same way (review A, finding 5).
+      if (++this.#idleEnds >= IDLE_ENDS_LIMIT) {
+        return new DedupError(
+          'DEDUP_STORE_REFUSED',
+          `consumer "${this.#consumer}": the server ended the same batch's transaction ${this.#idleEnds} times ` +
+            `in a row for idling (idle_in_transaction_session_timeout = idleInTransactionTimeoutMs, ` +
+            `${this.#limits.idleInTransactionTimeoutMs} ms; SQLSTATE 25P03): the handler holds the transaction ` +
+            'idle longer than that between its statements (its own work counts as idle). Raise ' +
+            'idleInTransactionTimeoutMs (and lockTimeoutMs above it), or do the slow work outside the handler',
+          { cause: error },
+        );
+      }
       return { kind: 'fenced', delayMs: 0 };
     }
     if (connectionLost(error)) {
@@ -321,7 +351,8 @@ export class PgConsumerStore implements ConsumerStore {
     } catch (err) {
       throw refusal(err, `consumer "${this.#consumer}" cannot reach the database`);
     }
-    client.on('error', ignoreError);
+    this.#endedIdle = false;
+    client.on('error', this.#onClientError);
     try {
       const { lockTimeoutMs, idleInTransactionTimeoutMs } = this.#limits;
       // READ COMMITTED (docs/design.md §13: why it suffices); one round trip for the three. READ
@@ -468,6 +499,7 @@ export class PgConsumerStore implements ConsumerStore {
     this.#retryBackoff.reset();
     this.#lostSince = undefined;
     this.#reconnectBackoff.reset();
+    this.#idleEnds = 0;
   }
 
   async #rollback(tx: OpenTransaction): Promise<void> {
@@ -483,7 +515,7 @@ export class PgConsumerStore implements ConsumerStore {
 
   /** Gives the connection back to the pool; one that failed is destroyed, not reused. */
   #releaseClient(client: PoolClient, err: unknown): void {
-    client.removeListener('error', ignoreError);
+    client.removeListener('error', this.#onClientError);
     client.release(err === undefined ? undefined : err instanceof Error ? err : true);
   }
 }

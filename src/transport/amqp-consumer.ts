@@ -173,7 +173,8 @@ export class AmqpVerifyingConsumer extends VerifyingConsumer {
       channel.on('error', () => undefined);
       channel.on('close', () => generation.lost());
       await budget.step(channel.prefetch(this.#options.prefetch), 'setting the prefetch');
-      const resume = this.core.resumeOffset;
+      // Before the first commit: the first offset delivered (core.startOffset), not 'next' again.
+      const resume = this.core.startOffset;
       const start = resume !== undefined ? Number(resume) : this.#options.subscription.startFrom;
       const consuming = channel.consume(
         this.#options.queue,

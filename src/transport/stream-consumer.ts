@@ -311,12 +311,17 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
     const committed = this.core.committedOffset;
     const resume = committed === undefined ? undefined : await this.#planResume(client, committed);
     if (resume === undefined) this.core.expectChunk(undefined);
+    // Before the first commit, a resubscription starts at the first offset delivered: at 'next'
+    // the dropped batch and what was written while away would never come (core.startOffset).
+    const first = committed === undefined ? this.core.startOffset : undefined;
     const offset =
       resume !== undefined
         ? Offset.offset(resume)
-        : this.#options.subscription.startFrom === 'next'
-          ? Offset.next()
-          : Offset.first();
+        : first !== undefined
+          ? Offset.offset(first)
+          : this.#options.subscription.startFrom === 'next'
+            ? Offset.next()
+            : Offset.first();
     try {
       // The client misreads sub-entry batches (their offsets, and every batch but a chunk's first):
       // this client's connections decode chunks with stream-chunks.ts (docs/design.md §10). A chunk
@@ -374,7 +379,7 @@ export class StreamVerifyingConsumer extends VerifyingConsumer {
         {
           consumer: this.core.consumerName,
           stream: this.#options.stream,
-          offset: resume?.toString() ?? offset.type,
+          offset: (resume ?? first)?.toString() ?? offset.type,
           node: `${via.host}:${via.port}`,
         },
         'stream-dedup: verifying consumer subscribed',
