@@ -2,7 +2,14 @@
  * The publisher's life (docs/design.md §4): open, send, the pump that writes each group commit
  * before its messages leave, confirms, lost connections, fatal errors and close. Each part that
  * is an idea of its own lives beside it: startup, reconcile, commit, send-queue, keyed, skip,
- * reconnect, watchdog, shutdown, errors.
+ * reconnect, watchdog, shutdown, errors, send-aborts, confirms.
+ *
+ * Over the ~600 lines the layout asks for (issue 38), on purpose: what is left is one state
+ * machine — the status, the last assigned and highest confirmed IDs, the pump's flags, the epoch
+ * that makes a disconnect heard from an older connection ignored — read and written by send, the
+ * pump, confirms, a lost connection and close. Each of those is short; split across files they
+ * would pass that private state around by setters (as send-aborts.ts does for the one field it
+ * needs), and the invariants of docs/design.md §7 would no longer be checkable in one place.
  */
 import type { DedupError } from '../errors.js';
 import { MAX_PUBLISHING_ID } from '../identity/publishing-id.js';
