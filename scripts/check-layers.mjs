@@ -2,9 +2,10 @@
 // .dependency-cruiser.mjs (the layers of docs/design.md, "Layers"). Exits 1 on any violation and
 // prints each as `error <rule>: <from> → <to>`.
 //
-// Through dependency-cruiser's API, not its command line: the command line (18.x) refuses to start
-// on Node.js 20, the engines floor and the machine's node, while the API runs there (checked: the
-// same result as the command line on Node.js 22, 116 modules and 484 imports).
+// Through dependency-cruiser's API, not its command line (written against 18.x, whose command line
+// refuses Node.js 20). The package is held at 17.4 (engines ^20.12 || ^22 || >=24): 18 declares
+// Node.js ≥ 22, and `npm ci --engine-strict` under Node.js 20 (scripts/node-versions.sh, the engines
+// floor) refuses the whole lock file for it.
 import { cruise } from 'dependency-cruiser';
 import extractTSConfig from 'dependency-cruiser/config-utl/extract-ts-config';
 import { URL, fileURLToPath } from 'node:url';
