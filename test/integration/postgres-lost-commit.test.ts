@@ -234,8 +234,10 @@ describe('verifying consumer on PostgreSQL: a COMMIT of unknown outcome', () => 
     expect(r.core.failure).toBeUndefined();
     expect(r.proxy.cuts).toBe(1);
     expect(r.proxy.answerDropped).toBe(true);
-    // The committed batch shows as a moved offset: one fence, and offsets 3-5 ran once each.
-    expect(r.core.stats.fences).toBe(1);
+    // The committed batch shows as a moved offset — a fence at the next batch, or none when the
+    // reconnect read the offset row first (as since the group's shared-database work) — and
+    // offsets 3-5 ran once each: what counts is that the batch is not applied again.
+    expect(r.core.stats.fences).toBeLessThanOrEqual(1);
     expect(r.core.stats.reconnects).toBe(1);
     expect([...r.runs.values()].every((n) => n === 1)).toBe(true);
     expect(r.runs.size).toBe(STREAM.length - 4); // the 4 copies are not handed to the handler

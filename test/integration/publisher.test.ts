@@ -195,7 +195,7 @@ describe('publisher - bad input', () => {
     expect(refusal).toMatchObject({ code: 'DEDUP_BROKER_REFUSED' });
     // The refusal says how to get the stream (issue 38).
     expect((refusal as Error).message).toMatch(
-      /stream does not exist \(create it first, or .* createStream: true\)$/,
+      /does not exist \(pass `createStream: true` to create it at open, or create it first\)$/,
     );
     const consumerRefusal = await StreamVerifyingConsumer.open({
       ...base,
