@@ -79,9 +79,10 @@ export type DedupErrorCode =
   | 'DEDUP_CHANGELOG_INVALID'
   /**
    * The verifying stream consumer's stream was deleted and recreated under the same name (or the
-   * store belongs to another stream or cluster): it is empty although an offset was committed, its
-   * last chunk starts before the committed chunk, or the chunk found at the committed chunk's
-   * offset has another first offset or timestamp than the one stored with the offset. Resuming
+   * store belongs to another stream or cluster): it is empty although an offset was committed, or
+   * the chunk found at the committed chunk's offset has another first offset or timestamp than the
+   * one stored with the offset (a stream still shorter than that waits until it grows there: the
+   * node answering may be a replica behind). Resuming
    * would skip the new stream's first messages silently; the consumer (or a group member taking
    * over the partition) stops instead, before any handler runs. Not detected: a recreated stream
    * that retention also trimmed past the committed chunk, and the AMQP 0-9-1 consumer (its

@@ -5,8 +5,12 @@
  *
  * - an empty stream: recreated (retention never empties a stream) → `DEDUP_STREAM_REGRESSION`;
  * - no chunk identity stored (a store of an older version): at committed + 1, no check;
- * - the stream's last chunk starts before the stored chunk: the stream is shorter than what was
- *   committed of it (a stream never loses its tail) → `DEDUP_STREAM_REGRESSION`;
+ * - the stream's last chunk starts before the stored chunk: the node that answered is behind (a
+ *   replica catching up after a partition: seen in the nemesis test, 22494 against a stored
+ *   23167), or the stream was recreated and is still shorter. Not refused at once: the
+ *   subscription waits at the stored chunk's first offset with the check armed, so the chunk that
+ *   arrives there — the same one once the replica caught up, another one when the recreated stream
+ *   grows past it — decides;
  * - the stream's first chunk starts after the stored chunk: retention trimmed it, legitimately;
  *   nothing is left to compare → at committed + 1, no check (a recreated stream that retention
  *   trimmed past that chunk too goes undetected: documented);
@@ -17,7 +21,7 @@
  * A stats query that fails otherwise or times out proves nothing: at committed + 1, no check.
  */
 import type { Client } from 'rabbitmq-stream-js-client';
-import { describeChunk, type ChunkIdentity } from '../store/chunk-identity.js';
+import type { ChunkIdentity } from '../store/chunk-identity.js';
 import type { DedupError } from '../errors.js';
 import { decodeOffsetRecord, offsetKey } from '../store/consumer-keys.js';
 import type { KeyValueDb } from '../store/store.js';
@@ -59,11 +63,9 @@ export async function planResume(
   }
   if (stats === 'empty') throw refuse('is empty');
   if (stats === undefined || chunk === undefined) return unchecked;
-  if (stats.lastChunkId < chunk.firstOffset) {
-    throw refuse(
-      `ends with a chunk at offset ${stats.lastChunkId}, before its ${describeChunk(chunk)} (a stream never loses its tail)`,
-    );
-  }
+  // A last chunk before the stored one: a replica behind, or a recreated stream still shorter. The
+  // subscription at the stored chunk waits for it; the check decides when a chunk arrives there.
+  if (stats.lastChunkId < chunk.firstOffset) return { offset: chunk.firstOffset, expect: chunk };
   // Trimmed by retention: nothing to compare with.
   if (stats.firstChunkId > chunk.firstOffset) return unchecked;
   return { offset: chunk.firstOffset, expect: chunk };

@@ -179,20 +179,35 @@ describe('stream verifying consumer - a stream recreated under its name that hol
     await store.close();
   });
 
-  it('a stream whose last chunk starts before the committed chunk is refused at open(); an empty one too', async () => {
+  it('a stream whose last chunk starts before the committed chunk (a replica behind, or a recreated stream still shorter) is not refused at open(): the subscription waits at the committed chunk, and the chunk that arrives there decides; an empty one is refused at open()', async () => {
+    const committed: ChunkIdentity = { firstOffset: 10n, timestamp: 1n };
+    // The replica that answered the stats catches up: the committed chunk arrives, the rest applies.
     const store = await memoryStore();
-    await putOffset(store, encodeOffset(12n, { firstOffset: 10n, timestamp: 1n }));
+    await putOffset(store, encodeOffset(12n, committed));
     stats = { firstChunkId: 0n, lastChunkId: 4n };
-    await expect(open(store, [])).rejects.toMatchObject({
-      code: 'DEDUP_STREAM_REGRESSION',
-      message: expect.stringMatching(/ends with a chunk at offset 4, before its chunk 10/) as unknown,
-    });
+    const applied: bigint[] = [];
+    const caughtUp = await open(store, applied);
+    expect(caughtUp.client.offsetAsked).toBe(10n);
+    for (const m of messages(10, 14, committed)) caughtUp.client.deliver!(m);
+    await caughtUp.consumer.waitForOffset(14n);
+    expect(applied).toEqual([13n, 14n]);
+    await caughtUp.consumer.close();
+    expect(await caughtUp.consumer.closed()).toBeUndefined();
+    await store.close();
+    // Recreated and grown past the committed offset: another chunk arrives there, refused.
+    const other = await memoryStore();
+    await putOffset(other, encodeOffset(12n, committed));
+    const grown = await open(other, applied);
+    expect(grown.client.offsetAsked).toBe(10n);
+    for (const m of messages(10, 14, { firstOffset: 10n, timestamp: 9n })) grown.client.deliver!(m);
+    expect(await grown.consumer.closed()).toMatchObject({ code: 'DEDUP_STREAM_REGRESSION' });
+    expect(applied).toEqual([13n, 14n]);
     stats = { firstChunkId: 0n, lastChunkId: -1n };
-    await expect(open(store, [])).rejects.toMatchObject({
+    await expect(open(other, [])).rejects.toMatchObject({
       code: 'DEDUP_STREAM_REGRESSION',
       message: expect.stringMatching(/stream "ledger" is empty/) as unknown,
     });
-    await store.close();
+    await other.close();
   });
 
   it('a store written before 0.6.0 (an offset record without its chunk) resumes at committed + 1, unchecked', async () => {
