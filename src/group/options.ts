@@ -132,6 +132,17 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
   const consumerName = consumer.consumerName;
   checkGroupName(consumerName);
   expectOptionalFunction(options.onAssignment, 'onAssignment');
+  // What both strategies resolve alike.
+  const common = {
+    superStream,
+    consumerName,
+    handler: options.handler,
+    consumer,
+    hooks,
+    subscription,
+    connection,
+    onAssignment: options.onAssignment,
+  };
   const { store } = consumer;
   const shared = isConsumerStoreProvider(store);
   const stalledMs = integerOption(options.stalledPartitionMs, 'stalledPartitionMs', shared ? 0 : 60_000, 0);
@@ -161,14 +172,7 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
       );
     }
     return Object.freeze({
-      superStream,
-      consumerName,
-      handler: options.handler,
-      consumer,
-      hooks,
-      subscription,
-      connection,
-      onAssignment: options.onAssignment,
+      ...common,
       stalledMs: 0,
       strategy: Object.freeze({ kind: 'shared-database' as const, store }),
     });
@@ -196,14 +200,7 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
     );
   }
   return Object.freeze({
-    superStream,
-    consumerName,
-    handler: options.handler,
-    consumer,
-    hooks,
-    subscription,
-    connection,
-    onAssignment: options.onAssignment,
+    ...common,
     stalledMs,
     strategy: Object.freeze({
       kind: 'changelog' as const,
