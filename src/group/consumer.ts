@@ -20,9 +20,10 @@ import {
 import type { Logger } from '../telemetry/logger.js';
 import { checkChangelogWritable } from './changelog-writer.js';
 import { changelogProducerName, resolveGroupOptions } from './options.js';
+import { GroupLagGauge } from './lag-gauge.js';
 import { GroupPartition } from './partition.js';
 import { sharedPartitionName } from './shared-db-strategy.js';
-import type { GroupStats, SuperStreamVerifyingConsumerOptions } from './types.js';
+import type { AssignmentEvent, GroupStats, SuperStreamVerifyingConsumerOptions } from './types.js';
 
 export { changelogProducerName, checkGroupName } from './options.js';
 export type {
@@ -99,6 +100,8 @@ export class SuperStreamVerifyingConsumer {
   readonly #closed: Promise<Error | undefined>;
   #failure: Error | undefined;
   readonly #logger: Logger;
+  /** The lag gauge of the partitions held (set once the member exists). */
+  #lagGauge: GroupLagGauge | undefined;
 
   private constructor(
     partitions: readonly string[],
@@ -146,7 +149,12 @@ export class SuperStreamVerifyingConsumer {
         : strategy.store;
     let release: (() => void) | undefined;
     const members = new Map<string, GroupPartition>();
-    const opened: { member?: SuperStreamVerifyingConsumer } = {};
+    const opened: { member?: SuperStreamVerifyingConsumer; lagGauge?: GroupLagGauge } = {};
+    // A partition that leaves the member leaves its lag gauge at once (then the application hears).
+    const onAssignment = (event: AssignmentEvent): void => {
+      if (event.kind === 'revoked') opened.lagGauge?.lost(event.partition);
+      o.onAssignment?.(event);
+    };
     try {
       // One member per LevelDB store: two in one store would share the partitions' namespaces. The
       // claim is the namespace of a partition with an empty name, which no stream has. A shared
@@ -202,7 +210,7 @@ export class SuperStreamVerifyingConsumer {
             appendTimeoutMs: changelogs?.appendTimeoutMs ?? 0,
             restoreTimeoutMs: changelogs?.restoreTimeoutMs ?? 0,
             stalledMs: o.stalledMs,
-            onAssignment: o.onAssignment,
+            onAssignment,
             stats,
             fail,
           }),
@@ -219,6 +227,10 @@ export class SuperStreamVerifyingConsumer {
         consumer.logger,
       );
       opened.member = member;
+      member.#lagGauge = opened.lagGauge = new GroupLagGauge(consumerName, o.lagIntervalMs, {
+        held: () => member.activePartitions(),
+        lag: (partition) => member.#member(partition).lag(),
+      });
       // Before any handler runs: a member that may not write its changelogs is refused now, not at
       // its first append (issue 32). Only the changelogs that exist (see checkChangelogWritable).
       // Eight at a time: each check is a connection of its own, and a super stream may have a
@@ -279,7 +291,15 @@ export class SuperStreamVerifyingConsumer {
    */
   async lag(): Promise<Map<string, ConsumerLag>> {
     const held = this.activePartitions();
-    const lags = await Promise.all(held.map((p) => this.#member(p).lag()));
+    const lags = await Promise.all(
+      held.map(async (p) => {
+        const losses = this.#lagGauge?.lossesOf(p) ?? 0;
+        const lag = await this.#member(p).lag();
+        // What the application reads, the gauge reports too (as a stream consumer's).
+        this.#lagGauge?.record(p, lag, losses);
+        return lag;
+      }),
+    );
     return new Map(held.map((p, i) => [p, lags[i]!]));
   }
 
@@ -406,6 +426,7 @@ export class SuperStreamVerifyingConsumer {
           // A logger's bug must not keep the member from stopping.
         }
       }
+      this.#lagGauge?.close();
       await Promise.all([...this.#members.values()].map((m) => m.close().catch(() => undefined)));
       this.#release();
       if (this.#ownedStore && this.#store instanceof DedupStore)

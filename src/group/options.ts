@@ -42,6 +42,8 @@ export interface ResolvedGroupOptions {
   readonly connection: StreamConnectionOptions;
   readonly onAssignment: ((event: AssignmentEvent) => void) | undefined;
   readonly stalledMs: number;
+  /** How often the lag gauge is sampled (0: never). */
+  readonly lagIntervalMs: number;
   /** The strategy the store chooses, with what only it uses. */
   readonly strategy:
     | {
@@ -142,6 +144,7 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
     subscription,
     connection,
     onAssignment: options.onAssignment,
+    lagIntervalMs: integerOption(options.lagIntervalMs, 'lagIntervalMs', 30_000, 0, 2_147_483_647),
   };
   const { store } = consumer;
   const shared = isConsumerStoreProvider(store);

@@ -99,6 +99,15 @@ export interface SuperStreamVerifyingConsumerCommonOptions
   /** Observation: partitions coming to this member and leaving it. @defaultValue none */
   readonly onAssignment?: (event: AssignmentEvent) => void;
   /**
+   * How often the member reads the lag of each partition it holds for the
+   * `stream_dedup.verifier.lag` gauge (attributes `consumer` = the group's name, `stream` = the
+   * partition), in ms: one stream stats query per held partition each time; `0`: never (the gauge
+   * is not reported). A partition the member loses is no longer reported from that moment.
+   * @defaultValue 30000
+   * @remarks Since 0.6.0
+   */
+  readonly lagIntervalMs?: number;
+  /**
    * Not supported in a group: an eviction would not be in the changelog. Must be absent or 0.
    * @defaultValue 0
    */

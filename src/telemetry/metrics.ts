@@ -19,6 +19,8 @@
  * | `stream_dedup.publisher.parked` (gauge) | `{message}` | `producer`, `target` | waiting for room under `maxInFlight` |
  * | `stream_dedup.publisher.confirm_latency` (histogram) | `ms` | `producer`, `target` | from the message's (last) hand-over to the transport to its confirm |
  * | `stream_dedup.verifier.commit_duration` (histogram) | `ms` | `consumer` | a batch's write: effects, verifier state and offset |
+ * | `stream_dedup.verifier.lag` (gauge) | `{offset}` | `consumer`, `stream` | offsets to the first of the stream's last chunk (a lower bound); a group member: `consumer` = the group, `stream` = each partition it holds |
+ * | `stream_dedup.group.restore_duration` (histogram) | `ms` | `group`, `partition` | a partition's restore from its changelog on assignment |
  *
  * Counters are per process life (they restart at 0 on open); Prometheus' `rate()` and
  * `increase()` handle such resets.
@@ -213,10 +215,6 @@ export function observeVerifier(counters: Readonly<VerifierCounters>, consumer: 
 }
 
 /**
- * A histogram's recorder for fixed attributes (made once per publisher or consumer): `record(ms)`.
- * Without an SDK the API's no-op histogram costs a call.
- */
-/**
  * Reports `lag()` (the last lag read; `undefined`: none yet, nothing reported) as the lag gauge of
  * `consumer` on `stream`; returns the function that stops it.
  */
@@ -229,6 +227,22 @@ export function observeLag(consumer: string, stream: string, lag: () => bigint |
   });
 }
 
+/**
+ * Reports a consumer group member's lag gauge: each `[partition, offsets]` of `lags()` (read at each
+ * collection: the partitions the member holds) as the lag of `consumer` on the partition's stream;
+ * returns the function that stops it.
+ */
+export function observeLags(consumer: string, lags: () => Iterable<readonly [string, bigint]>): () => void {
+  const { meter, lag: gauge } = instruments();
+  return register(meter, { gauge }, (result) => {
+    for (const [stream, offsets] of lags()) result.observe(gauge, Number(offsets), { consumer, stream });
+  });
+}
+
+/**
+ * A histogram's recorder for fixed attributes (made once per publisher or consumer): `record(ms)`.
+ * Without an SDK the API's no-op histogram costs a call.
+ */
 export function histogramRecorder(
   which: 'confirmLatency' | 'commitDuration' | 'restoreDuration',
   attributes: Attributes,

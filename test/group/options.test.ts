@@ -71,3 +71,15 @@ describe('group member options - resolved in one place, the strategy chosen by t
     ).rejects.toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
   });
 });
+
+describe('group member options - lagIntervalMs', () => {
+  it('defaults to 30 000 ms, takes 0 (no gauge) and refuses a negative, a fraction or a non-number before any I/O', () => {
+    expect(resolveGroupOptions({ ...base, store: '/tmp/x' }).lagIntervalMs).toBe(30_000);
+    expect(resolveGroupOptions({ ...base, store: '/tmp/x', lagIntervalMs: 0 }).lagIntervalMs).toBe(0);
+    expect(() => resolveGroupOptions({ ...base, store: '/tmp/x', lagIntervalMs: -1 })).toThrow(RangeError);
+    expect(() => resolveGroupOptions({ ...base, store: '/tmp/x', lagIntervalMs: 1.5 })).toThrow(RangeError);
+    expect(() => resolveGroupOptions({ ...base, store: '/tmp/x', lagIntervalMs: '5' as never })).toThrow(
+      TypeError,
+    );
+  });
+});

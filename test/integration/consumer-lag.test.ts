@@ -1,6 +1,11 @@
 import { join } from 'node:path';
 import { metrics } from '@opentelemetry/api';
-import { MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
+import {
+  AggregationTemporality,
+  MeterProvider,
+  MetricReader,
+  type ResourceMetrics,
+} from '@opentelemetry/sdk-metrics';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import { identityHeaders } from '../../src/identity/headers.js';
@@ -255,6 +260,127 @@ describe('consumer group member - lag and caughtUp() per partition', () => {
     } finally {
       release();
       await member.close();
+      metrics.disable();
+    }
+  });
+});
+
+/**
+ * Every `stream_dedup.verifier.lag` point of group `consumer` a reader collects, by stream. Delta
+ * temporality: only what the callbacks observed in this collection (a cumulative reader keeps the
+ * last value of an attribute set no longer observed, whatever the library does).
+ */
+async function groupLags(reader: TestReader, consumer: string): Promise<Map<string, number>> {
+  const { resourceMetrics } = (await reader.collect()) as { resourceMetrics: ResourceMetrics };
+  const lags = new Map<string, number>();
+  for (const scope of resourceMetrics.scopeMetrics)
+    for (const metric of scope.metrics)
+      if (metric.descriptor.name === 'stream_dedup.verifier.lag')
+        for (const p of metric.dataPoints)
+          if (p.attributes.consumer === consumer) lags.set(String(p.attributes.stream), p.value as number);
+  return lags;
+}
+
+/** Collects until `done` holds (the gauge's timer has no event to wait for): every 20 ms, at most 10 s. */
+async function collectUntil(
+  reader: TestReader,
+  consumer: string,
+  done: (lags: Map<string, number>) => boolean,
+): Promise<Map<string, number>> {
+  const deadline = Date.now() + 10_000;
+  let lags = await groupLags(reader, consumer);
+  while (!done(lags) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 20));
+    lags = await groupLags(reader, consumer);
+  }
+  return lags;
+}
+
+describe('consumer group member - the lag gauge per partition', () => {
+  it('reports the lag of each partition it holds (stream = the partition) and stops reporting a partition it lost', async () => {
+    const deltaReader = (): TestReader =>
+      new TestReader({ aggregationTemporalitySelector: () => AggregationTemporality.DELTA });
+    // Member A reports to readerA's provider, member B (opened after the switch) to readerB's: the
+    // library makes its instruments from the global provider of the moment it opens.
+    const readerA = deltaReader();
+    metrics.setGlobalMeterProvider(new MeterProvider({ readers: [readerA] }));
+    const name = await superStream('lag-gauge-group', 3);
+    const partitions = (await client().queryPartitions({ superStream: name })).sort();
+    streams.push(...partitions.map((p) => `${p}.gauged.changelog`));
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const heldByA = new Set<string>();
+    const lostByA: string[] = [];
+    let allAssigned!: () => void;
+    const assignedToA = new Promise<void>((resolve) => (allAssigned = resolve));
+    const a = await SuperStreamVerifyingConsumer.open({
+      superStream: name,
+      consumerName: 'gauged',
+      store: await tempDir(),
+      connection: STREAM_CONNECTION,
+      commitEvery: 1,
+      handler: () => gate,
+      lagIntervalMs: 20,
+      onAssignment: (e) => {
+        if (e.kind === 'assigned') heldByA.add(e.partition);
+        else if (heldByA.delete(e.partition)) lostByA.push(e.partition);
+        if (heldByA.size === partitions.length) allAssigned();
+      },
+    });
+    let b: SuperStreamVerifyingConsumer | undefined;
+    try {
+      await assignedToA;
+      // 1, 2 and 3 single-message chunks: lags 1, 2, 3 while the handler waits (nothing committed).
+      for (const [i, partition] of partitions.entries()) await publish(partition, 1, i + 1, false);
+      const expected = new Map(partitions.map((p, i) => [p, i + 1]));
+      const before = await collectUntil(
+        readerA,
+        'gauged',
+        (l) => l.size === 3 && [...l].every(([p, v]) => expected.get(p) === v),
+      );
+      expect(before).toEqual(expected);
+
+      // B joins: the broker moves a partition to it (A's commits go on: the gate opens).
+      release();
+      const readerB = deltaReader();
+      // The API keeps the first provider registered until it is disabled.
+      metrics.disable();
+      metrics.setGlobalMeterProvider(new MeterProvider({ readers: [readerB] }));
+      let tookOver!: (partition: string) => void;
+      const assignedToB = new Promise<string>((resolve) => (tookOver = resolve));
+      b = await SuperStreamVerifyingConsumer.open({
+        superStream: name,
+        consumerName: 'gauged',
+        store: await tempDir(),
+        connection: STREAM_CONNECTION,
+        commitEvery: 1,
+        handler: () => undefined,
+        lagIntervalMs: 20,
+        onAssignment: (e) => {
+          if (e.kind === 'assigned') tookOver(e.partition);
+        },
+      });
+      const moved = await assignedToB;
+      expect(lostByA).toContain(moved);
+      // From the loss on, A reports exactly the partitions it holds, and B the one it took.
+      const afterA = await groupLags(readerA, 'gauged');
+      expect([...afterA.keys()].sort()).toEqual(a.activePartitions());
+      expect(afterA.has(moved)).toBe(false);
+      expect(a.activePartitions()).toHaveLength(partitions.length - lostByA.length);
+      const afterB = await collectUntil(readerB, 'gauged', (l) => l.get(moved) === 0);
+      expect([...afterB.keys()]).toEqual([moved]);
+      // A's partitions drain to 0 once their handler runs.
+      const drained = await collectUntil(
+        readerA,
+        'gauged',
+        (l) => [...l.values()].every((v) => v === 0) && l.size > 0,
+      );
+      expect([...drained.keys()].sort()).toEqual(a.activePartitions());
+      expect([...drained.values()].every((v) => v === 0)).toBe(true);
+    } finally {
+      release();
+      await b?.close();
+      await a.close();
       metrics.disable();
     }
   });
