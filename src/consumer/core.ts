@@ -53,6 +53,11 @@ export interface CoreExtensions {
   /** The stream (or queue) read: the `messaging.destination.name` of its spans. */
   readonly destination?: string;
   /**
+   * The `messaging.consumer.group.name` of its spans when it is not the consumer name: a group
+   * partition's core is named after its namespace in the store, its spans after the group.
+   */
+  readonly spanConsumer?: string;
+  /**
    * The consumer name is a group partition's in a shared database (`<group>` + {@link
    * PARTITION_SEPARATOR} + `<partition>`): the separator a plain consumer's name may not hold.
    */
@@ -168,7 +173,13 @@ export class VerifyingConsumerCore {
       recover: (error) => this.#recover(error, false),
       journal: extensions.journal,
       traceSettle: (messages, lastOffset) =>
-        startSettle(extensions.destination, options.consumerName, messages, lastOffset, recordCommit),
+        startSettle(
+          extensions.destination,
+          extensions.spanConsumer ?? options.consumerName,
+          messages,
+          lastOffset,
+          recordCommit,
+        ),
     });
     if (level !== undefined) {
       this.#effects = new Effects(level.db, this.#pipeline, options.consumerName);
@@ -573,8 +584,11 @@ export class VerifyingConsumerCore {
     const context = store.handlerContext();
     // In a `process` span when an OpenTelemetry SDK records (telemetry/tracing.ts).
     const handle = (): Promise<void> | undefined =>
-      traceProcess(this.#extensions.destination, this.consumerName, verified, () =>
-        asPromise(this.#opts.handler(verified, context as EffectTransaction)),
+      traceProcess(
+        this.#extensions.destination,
+        this.#extensions.spanConsumer ?? this.consumerName,
+        verified,
+        () => asPromise(this.#opts.handler(verified, context as EffectTransaction)),
       );
     if (store.releaseContext === undefined) return handle();
     let effect: Promise<void> | undefined;

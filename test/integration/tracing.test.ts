@@ -6,14 +6,21 @@ import { fileURLToPath } from 'node:url';
 import { SpanKind } from '@opentelemetry/api';
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { StreamDedupPublisher, StreamVerifyingConsumer } from '../../src/stream.js';
+import {
+  StreamDedupPublisher,
+  StreamVerifyingConsumer,
+  SuperStreamDedupPublisher,
+  SuperStreamVerifyingConsumer,
+} from '../../src/stream.js';
 import { STREAM_CONNECTION, uniqueName } from '../support/broker.js';
 import { useClient } from '../support/stream.js';
+import { useSuperStreams } from '../support/superstream.js';
 import { useTempDir } from '../support/tmp.js';
 import { installTracing } from '../support/tracing.js';
 
 const CHILD = fileURLToPath(new URL('../fixtures/traced-crash-child.ts', import.meta.url));
 const client = useClient();
+const superStream = useSuperStreams(client);
 const tempDir = useTempDir();
 let tracing: ReturnType<typeof installTracing>;
 const streams: string[] = [];
@@ -134,4 +141,57 @@ describe('tracing - one trace from send() through the broker to the commit', () 
     const [processed] = spans('process');
     expect(processed!.links.map((l) => l.context.traceId)).toEqual([traceId]);
   }, 60_000);
+});
+
+describe('tracing - a consumer group member', () => {
+  it('process and settle spans name the partition (messaging.destination.name) and the group, linked to the super stream send', async () => {
+    const name = await superStream('traced-group', 2);
+    const dir = await tempDir();
+    const publisher = await SuperStreamDedupPublisher.open({
+      connection: STREAM_CONNECTION,
+      superStream: name,
+      producerName: 'traced-group',
+      store: join(dir, 'pub'),
+      routing: { kind: 'hash', key: (body) => Buffer.from(body).toString() },
+    });
+    const { partition } = await publisher.send(Buffer.from('order-1'));
+    await publisher.close();
+    const member = await SuperStreamVerifyingConsumer.open({
+      connection: STREAM_CONNECTION,
+      superStream: name,
+      consumerName: 'traced',
+      store: join(dir, 'member'),
+      startFrom: 'first',
+      handler: () => undefined,
+    });
+    try {
+      await member.waitForOffset(partition, 0n);
+    } finally {
+      await member.close();
+      // The changelogs the member made (a partition it never committed on may have none).
+      for (const p of publisher.partitions)
+        await client()
+          .deleteStream({ stream: `${p}.traced.changelog` })
+          .catch(() => undefined);
+    }
+    const [send] = spans('send');
+    expect(send!.attributes).toMatchObject({
+      'messaging.destination.name': name,
+      'messaging.destination.partition.id': partition,
+    });
+    const [processed] = spans('process');
+    expect(processed!.name).toBe(`process ${partition}`);
+    expect(processed!.attributes).toMatchObject({
+      'messaging.destination.name': partition,
+      'messaging.consumer.group.name': 'traced',
+      'stream_dedup.offset': '0',
+    });
+    expect(processed!.links.map((l) => l.context.spanId)).toEqual([send!.spanContext().spanId]);
+    const [settled] = spans('settle');
+    expect(settled!.name).toBe(`settle ${partition}`);
+    expect(settled!.attributes).toMatchObject({
+      'messaging.destination.name': partition,
+      'messaging.consumer.group.name': 'traced',
+    });
+  });
 });
