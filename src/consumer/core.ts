@@ -8,7 +8,7 @@ import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/
 import { tenantProblem } from '../identity/scope-key.js';
 import { offsetKey } from '../store/consumer-keys.js';
 import type { DedupStore } from '../store/store.js';
-import { histogramRecorder, observeVerifier } from '../telemetry/metrics.js';
+import { histogramRecorder, observeVerifier, verifierAttributes } from '../telemetry/metrics.js';
 import { startSettle, traceProcess } from '../telemetry/tracing.js';
 import { outOfRange } from '../util/options.js';
 import { ChunkExpectation, type ChunkIdentity } from '../store/chunk-identity.js';
@@ -53,10 +53,11 @@ export interface CoreExtensions {
   /** The stream (or queue) read: the `messaging.destination.name` of its spans. */
   readonly destination?: string;
   /**
-   * The `messaging.consumer.group.name` of its spans when it is not the consumer name: a group
-   * partition's core is named after its namespace in the store, its spans after the group.
+   * The consumer's name in its spans (`messaging.consumer.group.name`) and metrics (`consumer`)
+   * when it is not the core's: a group partition's core is named after its namespace in the
+   * store, its telemetry after the group (the partition is the `destination`).
    */
-  readonly spanConsumer?: string;
+  readonly telemetryName?: string;
   /**
    * The consumer name is a group partition's in a shared database (`<group>` + {@link
    * PARTITION_SEPARATOR} + `<partition>`): the separator a plain consumer's name may not hold.
@@ -154,7 +155,10 @@ export class VerifyingConsumerCore {
     this.#store = store;
     this.#opts = options;
     const level = store instanceof LevelConsumerStore ? store : undefined;
-    const recordCommit = histogramRecorder('commitDuration', { consumer: options.consumerName });
+    const recordCommit = histogramRecorder(
+      'commitDuration',
+      verifierAttributes(extensions.telemetryName ?? options.consumerName, extensions.destination),
+    );
     this.#scopes = new ScopeCache(
       level?.db ?? store,
       options.consumerName,
@@ -175,7 +179,7 @@ export class VerifyingConsumerCore {
       traceSettle: (messages, lastOffset) =>
         startSettle(
           extensions.destination,
-          extensions.spanConsumer ?? options.consumerName,
+          extensions.telemetryName ?? options.consumerName,
           messages,
           lastOffset,
           recordCommit,
@@ -220,7 +224,11 @@ export class VerifyingConsumerCore {
       const pipeline = core.#pipeline;
       fail = (error) => void pipeline.fail(error);
       if (opts.scopeTtlMs > 0) await core.evictIdle(Date.now());
-      core.#unobserve = observeVerifier(core.stats, opts.consumerName);
+      core.#unobserve = observeVerifier(
+        core.stats,
+        extensions.telemetryName ?? opts.consumerName,
+        extensions.destination,
+      );
       if (opts.scopeTtlMs > 0) {
         const opened = core;
         core.#ttlTimer = setInterval(
@@ -586,7 +594,7 @@ export class VerifyingConsumerCore {
     const handle = (): Promise<void> | undefined =>
       traceProcess(
         this.#extensions.destination,
-        this.#extensions.spanConsumer ?? this.consumerName,
+        this.#extensions.telemetryName ?? this.consumerName,
         verified,
         () => asPromise(this.#opts.handler(verified, context as EffectTransaction)),
       );

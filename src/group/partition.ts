@@ -427,9 +427,9 @@ export class GroupPartition {
           {
             journal,
             groupPartition: true,
-            // Its spans: `process <partition>` of the group (the core's name is its namespace).
+            // Its spans and metrics: the group's, on the partition (the core's name is its namespace).
             destination: partition,
-            spanConsumer: this.#s.consumerName,
+            telemetryName: this.#s.consumerName,
             expectedStop: (error) => error instanceof PartitionMoved,
             // Any failure (a failed linger commit too, not only one a delivery sees) stops the member.
             onStop: (error, cause) => {

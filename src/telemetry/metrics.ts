@@ -10,17 +10,20 @@
  * | `stream_dedup.publisher.resent` | `{message}` | `producer`, `target` | outbox messages re-sent on open and after reconnects |
  * | `stream_dedup.publisher.key_duplicates` | `{message}` | `producer`, `target` | keyed sends answered as duplicates (nothing published) |
  * | `stream_dedup.publisher.reconnects` | `{reconnect}` | `producer`, `target` | successful reconnects |
- * | `stream_dedup.verifier.outcomes` | `{message}` | `consumer`, `outcome` (`new`, `duplicate`, `stale`, `unidentified`) | verdicts |
- * | `stream_dedup.verifier.gaps` | `{gap}` | `consumer`, `confirmed` (`true`, `false`) | gaps reported (`false`) and confirmed (`true`): possibly lost |
- * | `stream_dedup.verifier.skips` | `{skip}` | `consumer` | skip declarations seen: IDs a producer never used, not a loss (since 0.2.0) |
- * | `stream_dedup.verifier.commits` | `{commit}` | `consumer` | LevelDB batches committed |
+ * | `stream_dedup.verifier.outcomes` | `{message}` | `consumer`, `stream`, `outcome` (`new`, `duplicate`, `stale`, `unidentified`) | verdicts |
+ * | `stream_dedup.verifier.gaps` | `{gap}` | `consumer`, `stream`, `confirmed` (`true`, `false`) | gaps reported (`false`) and confirmed (`true`): possibly lost |
+ * | `stream_dedup.verifier.skips` | `{skip}` | `consumer`, `stream` | skip declarations seen: IDs a producer never used, not a loss (since 0.2.0) |
+ * | `stream_dedup.verifier.commits` | `{commit}` | `consumer`, `stream` | batches committed |
  * | `stream_dedup.publisher.in_flight` (gauge) | `{message}` | `producer`, `target` | accepted, not yet confirmed (parked included) |
  * | `stream_dedup.publisher.outbox` (gauge) | `{message}` | `producer`, `target` | written and sent, not yet confirmed (outbox mode: the outbox's depth) |
  * | `stream_dedup.publisher.parked` (gauge) | `{message}` | `producer`, `target` | waiting for room under `maxInFlight` |
  * | `stream_dedup.publisher.confirm_latency` (histogram) | `ms` | `producer`, `target` | from the message's (last) hand-over to the transport to its confirm |
- * | `stream_dedup.verifier.commit_duration` (histogram) | `ms` | `consumer` | a batch's write: effects, verifier state and offset |
+ * | `stream_dedup.verifier.commit_duration` (histogram) | `ms` | `consumer`, `stream` | a batch's write: effects, verifier state and offset |
  * | `stream_dedup.verifier.lag` (gauge) | `{offset}` | `consumer`, `stream` | offsets to the first of the stream's last chunk (a lower bound); a group member: `consumer` = the group, `stream` = each partition it holds |
  * | `stream_dedup.group.restore_duration` (histogram) | `ms` | `group`, `partition` | a partition's restore from its changelog on assignment |
+ *
+ * A verifier's `consumer` is its name — a group member's is the group's, with one series per partition
+ * it holds (`stream`); `stream` is the stream, queue or partition read (since 0.6.0).
  *
  * Counters are per process life (they restart at 0 on open); Prometheus' `rate()` and
  * `increase()` handle such resets.
@@ -200,17 +203,33 @@ export function observePublisher(
   });
 }
 
+/**
+ * The attributes every verifier instrument carries: the consumer's name and, when known, the stream
+ * (queue, partition) it reads — a group member's partitions are one series each under the group's
+ * name.
+ */
+export function verifierAttributes(consumer: string, stream: string | undefined): Attributes {
+  return stream === undefined ? { consumer } : { consumer, stream };
+}
+
 /** Reports a verifying consumer's counters; returns the function that stops reporting. */
-export function observeVerifier(counters: Readonly<VerifierCounters>, consumer: string): () => void {
+export function observeVerifier(
+  counters: Readonly<VerifierCounters>,
+  consumer: string,
+  stream?: string,
+): () => void {
   const { meter, verifier: i } = instruments();
+  const base = verifierAttributes(consumer, stream);
+  // `stream` last: Prometheus lines keep the order (`consumer="…",outcome="…",stream="…"`).
+  const on = stream === undefined ? {} : { stream };
   return register(meter, i, (result) => {
     for (const outcome of ['new', 'duplicate', 'stale', 'unidentified'] as const) {
-      result.observe(i.outcomes, counters[outcome], { consumer, outcome });
+      result.observe(i.outcomes, counters[outcome], { consumer, outcome, ...on });
     }
-    result.observe(i.gaps, counters.gapsReported, { consumer, confirmed: 'false' });
-    result.observe(i.gaps, counters.gapsConfirmed, { consumer, confirmed: 'true' });
-    result.observe(i.skips, counters.skips, { consumer });
-    result.observe(i.commits, counters.commits, { consumer });
+    result.observe(i.gaps, counters.gapsReported, { consumer, confirmed: 'false', ...on });
+    result.observe(i.gaps, counters.gapsConfirmed, { consumer, confirmed: 'true', ...on });
+    result.observe(i.skips, counters.skips, base);
+    result.observe(i.commits, counters.commits, base);
   });
 }
 
@@ -260,6 +279,8 @@ export interface InstrumentInfo {
 }
 
 const P = ['producer', 'target'] as const;
+/** A verifying consumer's: its name (a group's name for a member) and the stream (queue, partition) it reads. */
+const V = ['consumer', 'stream'] as const;
 
 /** Every instrument, as the SDK names it (a Prometheus exporter writes `.` as `_`). @internal */
 export const INSTRUMENTS: readonly InstrumentInfo[] = [
@@ -276,17 +297,17 @@ export const INSTRUMENTS: readonly InstrumentInfo[] = [
     name: 'stream_dedup.verifier.outcomes',
     kind: 'counter',
     unit: '{message}',
-    attributes: ['consumer', 'outcome'],
+    attributes: ['consumer', 'stream', 'outcome'],
   },
   {
     name: 'stream_dedup.verifier.gaps',
     kind: 'counter',
     unit: '{gap}',
-    attributes: ['consumer', 'confirmed'],
+    attributes: ['consumer', 'stream', 'confirmed'],
   },
-  { name: 'stream_dedup.verifier.skips', kind: 'counter', unit: '{skip}', attributes: ['consumer'] },
-  { name: 'stream_dedup.verifier.commits', kind: 'counter', unit: '{commit}', attributes: ['consumer'] },
-  { name: 'stream_dedup.verifier.commit_duration', kind: 'histogram', unit: 'ms', attributes: ['consumer'] },
+  { name: 'stream_dedup.verifier.skips', kind: 'counter', unit: '{skip}', attributes: V },
+  { name: 'stream_dedup.verifier.commits', kind: 'counter', unit: '{commit}', attributes: V },
+  { name: 'stream_dedup.verifier.commit_duration', kind: 'histogram', unit: 'ms', attributes: V },
   { name: 'stream_dedup.verifier.lag', kind: 'gauge', unit: '{offset}', attributes: ['consumer', 'stream'] },
   {
     name: 'stream_dedup.group.restore_duration',

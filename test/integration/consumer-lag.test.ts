@@ -369,6 +369,14 @@ describe('consumer group member - the lag gauge per partition', () => {
       expect(a.activePartitions()).toHaveLength(partitions.length - lostByA.length);
       const afterB = await collectUntil(readerB, 'gauged', (l) => l.get(moved) === 0);
       expect([...afterB.keys()]).toEqual([moved]);
+      // B's verifier metrics: the group's name, one series for the partition it took (not the
+      // partition's store namespace, "<group>\0<partition>").
+      const { resourceMetrics } = (await readerB.collect()) as { resourceMetrics: ResourceMetrics };
+      const commits = resourceMetrics.scopeMetrics
+        .flatMap((scope) => scope.metrics)
+        .filter((m) => m.descriptor.name === 'stream_dedup.verifier.commits')
+        .flatMap((m) => m.dataPoints.map((p) => p.attributes));
+      expect(commits).toEqual([{ consumer: 'gauged', stream: moved }]);
       // A's partitions drain to 0 once their handler runs.
       const drained = await collectUntil(
         readerA,

@@ -51,12 +51,15 @@ describe('metrics through @opentelemetry/api', () => {
       idMode: 'keyed',
     });
     await Promise.all(['a', 'b', 'a'].map((k) => pub.send(Buffer.from(k), { key: k })));
-    const consumer = await VerifyingConsumerCore.open({
-      consumerName: 'projection',
-      store: await memoryStore(),
-      commit: 'message',
-      handler: () => undefined,
-    });
+    const consumer = await VerifyingConsumerCore.open(
+      {
+        consumerName: 'projection',
+        store: await memoryStore(),
+        commit: 'message',
+        handler: () => undefined,
+      },
+      { destination: 'orders' },
+    );
     for (const [offset, id] of [1, 2, 2].entries()) {
       await consumer.process({
         offset: BigInt(offset),
@@ -68,9 +71,11 @@ describe('metrics through @opentelemetry/api', () => {
     expect(got.get('stream_dedup.publisher.sent{producer=p,target=orders}')).toBe(2);
     expect(got.get('stream_dedup.publisher.confirmed{producer=p,target=orders}')).toBe(2);
     expect(got.get('stream_dedup.publisher.key_duplicates{producer=p,target=orders}')).toBe(1);
-    expect(got.get('stream_dedup.verifier.outcomes{consumer=projection,outcome=new}')).toBe(2);
-    expect(got.get('stream_dedup.verifier.outcomes{consumer=projection,outcome=duplicate}')).toBe(1);
-    expect(got.get('stream_dedup.verifier.commits{consumer=projection}')).toBe(3);
+    expect(got.get('stream_dedup.verifier.outcomes{consumer=projection,outcome=new,stream=orders}')).toBe(2);
+    expect(
+      got.get('stream_dedup.verifier.outcomes{consumer=projection,outcome=duplicate,stream=orders}'),
+    ).toBe(1);
+    expect(got.get('stream_dedup.verifier.commits{consumer=projection,stream=orders}')).toBe(3);
     await pub.close();
     await consumer.close();
   });
@@ -93,12 +98,15 @@ describe('metrics through @opentelemetry/api', () => {
     transport.faults.holdConfirms = false;
     transport.releaseConfirms();
     await Promise.all(sends);
-    const consumer = await VerifyingConsumerCore.open({
-      consumerName: 'histo',
-      store: await memoryStore(),
-      commit: 'message',
-      handler: () => undefined,
-    });
+    const consumer = await VerifyingConsumerCore.open(
+      {
+        consumerName: 'histo',
+        store: await memoryStore(),
+        commit: 'message',
+        handler: () => undefined,
+      },
+      { destination: 'orders' },
+    );
     await consumer.process({
       offset: 0n,
       content: Buffer.from('x'),
