@@ -26,6 +26,7 @@ export class GroupLagGauge {
   #timer: NodeJS.Timeout | undefined;
   #unobserve: () => void = () => undefined;
   #closed = false;
+  #sampling: Promise<void> | undefined;
 
   /** Starts reporting for group `consumerName`; `intervalMs` 0: nothing is sampled or reported. */
   constructor(consumerName: string, intervalMs: number, source: LagSource) {
@@ -38,8 +39,17 @@ export class GroupLagGauge {
     this.#timer = setInterval(() => void this.sample(), intervalMs).unref();
   }
 
-  /** Reads the lag of every partition held now; a failed read keeps that partition's last sample. */
-  async sample(): Promise<void> {
+  /**
+   * Reads the lag of every partition held now; a failed read keeps that partition's last sample.
+   * One sampling at a time: a tick while the last one still waits for the broker (each query is
+   * bounded: 5 s) joins it instead of stacking queries.
+   */
+  sample(): Promise<void> {
+    this.#sampling ??= this.#sampleNow().finally(() => (this.#sampling = undefined));
+    return this.#sampling;
+  }
+
+  async #sampleNow(): Promise<void> {
     await Promise.all(
       this.#source.held().map(async (partition) => {
         const before = this.#losses.get(partition) ?? 0;

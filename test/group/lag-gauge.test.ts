@@ -56,7 +56,16 @@ describe('group lag gauge - the partitions a member holds, and no other', () => 
     // A long interval: the test samples by hand.
     const gauge = new GroupLagGauge('billing', 3_600_000, source);
     expect(await reported(reader)).toEqual({});
+    let queries = 0;
+    const counted = source.lag;
+    source.lag = (p: string) => {
+      queries++;
+      return counted(p);
+    };
     const sampling = gauge.sample();
+    // A tick while p-1's query waits joins that sampling: no second query.
+    expect(gauge.sample()).toBe(sampling);
+    expect(queries).toBe(2);
     await new Promise((r) => setImmediate(r));
     expect(await reported(reader)).toEqual({ 'p-0': 7 });
     // p-1 is lost while its query is under way, then regained: the late answer belongs to the
