@@ -503,10 +503,14 @@ export class PgOutboxRelay {
    * Before confirmed rows are deleted: a broker last ID above what this outbox numbered on the
    * target means another writer (another database's outbox relaying the name, which no lock spans)
    * got there first, and the confirms may be of rows the broker dropped as its duplicates: stop,
-   * keep them (docs/design.md §14, "another writer").
+   * keep them (docs/design.md §14, "another writer"). A relay of this outbox that took the name
+   * over is not another writer: its IDs are in `outbox_ids` (the delete that follows is fenced).
    */
   async #checkNoOtherWriter(t: Target): Promise<void> {
     const brokerLast = await t.transport.queryLastId();
+    // Another life of this outbox (a standby that took over while this relay was paused) numbers
+    // in the same table, and commits before it sends: read its numbering before crying conflict.
+    if (brokerLast > t.lastNumbered) t.lastNumbered = await this.#db.lastAssigned(this.#work!, t.name);
     if (brokerLast > t.lastNumbered) {
       throw new DedupError(
         'DEDUP_NAME_CONFLICT',
