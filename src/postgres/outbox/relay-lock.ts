@@ -90,18 +90,16 @@ export class RelayLock {
    *   this outbox whose session is ending and has released one lock of two.)
    */
   async acquire(client: PoolClient): Promise<boolean> {
-    const name = await this.run<{ got: boolean }>(
+    // One statement (the select list is evaluated in order): a relay taking the name holds the one
+    // lock without the other for microseconds, not for a round trip another relay could watch.
+    const got = await this.run<{ name: boolean; outbox: boolean }>(
       client,
-      `${this.#tag()} SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS got`,
-      [this.nameKey],
+      `${this.#tag()} SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS name,
+         pg_try_advisory_lock(hashtextextended($2, 0)) AS outbox`,
+      [this.nameKey, this.outboxKey],
     );
-    const outbox = await this.run<{ got: boolean }>(
-      client,
-      'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS got',
-      [this.outboxKey],
-    );
-    const gotName = name.rows[0]?.got === true;
-    const gotOutbox = outbox.rows[0]?.got === true;
+    const gotName = got.rows[0]?.name === true;
+    const gotOutbox = got.rows[0]?.outbox === true;
     if (gotName && gotOutbox) {
       this.#suspect = undefined;
       if (this.leaseTimeoutMs > 0)

@@ -131,9 +131,8 @@ export class PgOutboxRelay {
   readonly #lock: RelayLock;
   /** The lease heartbeat (docs/design.md §14): proves the lock session alive while it is held. */
   #heartbeat: NodeJS.Timeout | undefined;
-  /** Resolves at close(): every wait for a pool connection ends on it. */
-  readonly #closeSignal: Promise<void>;
-  #signalClose!: () => void;
+  /** Aborted at close(): every wait for a pool connection ends on it. */
+  readonly #closeSignal = new AbortController();
   #lockClient: PoolClient | undefined;
   #work: PoolClient | undefined;
   #epoch: bigint | undefined;
@@ -161,7 +160,6 @@ export class PgOutboxRelay {
       opts.target,
       opts.leaseTimeoutMs,
     );
-    this.#closeSignal = new Promise((resolve) => (this.#signalClose = resolve));
     this.#closed = new Promise((resolve) => (this.#resolveClosed = resolve));
   }
 
@@ -220,7 +218,7 @@ export class PgOutboxRelay {
     if (!this.#closing) {
       this.#closing = true;
       this.#closeStarted = performance.now();
-      this.#signalClose();
+      this.#closeSignal.abort();
       this.#wake?.();
     }
     // Bounded whatever the loop waits for: the teardown closes the producers, which ends any write;
@@ -252,9 +250,12 @@ export class PgOutboxRelay {
   async #connectDb(): Promise<PoolClient> {
     if (this.#closing) throw new Error('the outbox relay is closing');
     const pending = this.#opts.pool.connect();
+    const signal = this.#closeSignal.signal;
+    let onClose: (() => void) | undefined;
     try {
-      const closing = this.#closeSignal.then(() => {
-        throw new Error('the outbox relay is closing');
+      const closing = new Promise<never>((_, reject) => {
+        onClose = () => reject(new Error('the outbox relay is closing'));
+        signal.addEventListener('abort', onClose, { once: true });
       });
       const client = await Promise.race([
         withTimeout(pending, this.#opts.connectTimeoutMs, 'connecting to PostgreSQL'),
@@ -265,6 +266,9 @@ export class PgOutboxRelay {
     } catch (err) {
       pending.then((c) => c.release(true)).catch(() => undefined);
       throw markStore(err);
+    } finally {
+      // A standby connects every takeoverIntervalMs for as long as it waits: no listener may pile up.
+      if (onClose !== undefined) signal.removeEventListener('abort', onClose);
     }
   }
 
