@@ -113,7 +113,8 @@ function asReported(err: unknown, what: string): Error {
 
 /**
  * Publishes committed outbox rows of one producer name to a stream or a super stream, exactly once:
- * one active relay per producer name (a session advisory lock), others wait as standbys.
+ * one active relay per producer name and target (session advisory locks, a lease of
+ * `leaseTimeoutMs`), others wait as standbys.
  *
  * @example
  * ```ts
@@ -174,7 +175,8 @@ export class PgOutboxRelay {
    *   schema of another version), `DEDUP_BROKER_REFUSED` (a missing stream or super stream, access
    *   refused), `DEDUP_BROKER_UNREACHABLE`, `DEDUP_SEQUENCE_REGRESSION` (the broker holds a higher
    *   ID for the name than the outbox ever numbered: another writer uses it, or the database was
-   *   restored from an older backup), `DEDUP_PARTITIONS_CHANGED`.
+   *   restored from an older backup), `DEDUP_PARTITIONS_CHANGED`, `DEDUP_UNSAFE_OPTIONS` (a lease
+   *   on PostgreSQL < 14; rows numbered for another target).
    */
   static async open(options: PgOutboxRelayOptions): Promise<PgOutboxRelay> {
     const relay = new PgOutboxRelay(resolveRelayOptions(options));
@@ -202,8 +204,11 @@ export class PgOutboxRelay {
 
   /**
    * Resolves when the relay has stopped: with `undefined` after `close()`, with the error that
-   * stopped it otherwise (an `OutboxPoisonRowError`, `DEDUP_STORE_REFUSED`, `DEDUP_BROKER_REFUSED`,
-   * `DEDUP_BROKER_UNREACHABLE` after `reconnect.giveUpAfterMs`, …). Never rejects.
+   * stopped it otherwise (an `OutboxPoisonRowError`, `DEDUP_STORE_REFUSED` (also after
+   * `reconnect.giveUpAfterMs` of database failures), `DEDUP_BROKER_REFUSED`,
+   * `DEDUP_BROKER_UNREACHABLE` after `reconnect.giveUpAfterMs` of broker failures,
+   * `DEDUP_NAME_CONFLICT` (another outbox's relay holds the name on the target in this database, or
+   * the broker's last ID moved past what this outbox numbered), …). Never rejects.
    */
   closed(): Promise<Error | undefined> {
     return this.#closed;
