@@ -108,6 +108,12 @@ describe('outbox relay - SIGSTOP within the lease', () => {
     let active = new RelayProcess({ ...plan, applicationName: 'outbox-pause-a' });
     await active.waitFor((l) => l.event === 'active', 60_000, 'the first life active');
     let standby = new RelayProcess({ ...plan, applicationName: 'outbox-pause-b' });
+    // Before the schema is dropped (cleanups run last first): a relay left SIGSTOPped by a failed
+    // assertion would hold its tables' locks and the DROP would wait.
+    cleanups.push(async () => {
+      for (const p of [active, standby])
+        if (p.child.exitCode === null && p.child.signalCode === null) await p.kill();
+    });
     await standby.waitFor((l) => l.ready === true, 60_000, 'the standby open');
     const takeovers: number[] = [];
     const woken: string[] = [];
