@@ -86,6 +86,7 @@ describe('PgOutboxRelay options', () => {
       confirmTimeoutMs: 30_000,
       closeTimeoutMs: 10_000,
       connectTimeoutMs: 10_000,
+      leaseTimeoutMs: 5_000,
     });
     expect(() =>
       resolveRelayOptions({ pool, schema: 'app', producerName: 'p', stream: 's', batchSize: 0 }),
@@ -93,5 +94,12 @@ describe('PgOutboxRelay options', () => {
     expect(() =>
       resolveRelayOptions({ pool: {} as never, schema: 'app', producerName: 'p', stream: 's' }),
     ).toThrow(TypeError);
+  });
+  it('takes a lease of 0 (none) or 200 ms and more', () => {
+    const lease = (leaseTimeoutMs: number): number =>
+      resolveRelayOptions({ pool, schema: 'app', producerName: 'p', stream: 's', leaseTimeoutMs })
+        .leaseTimeoutMs;
+    expect([lease(0), lease(200), lease(60_000)]).toEqual([0, 200, 60_000]);
+    for (const bad of [1, 199, -1, 1.5, 2 ** 31]) expect(() => lease(bad)).toThrow(RangeError);
   });
 });

@@ -136,32 +136,63 @@ export class RelayDb {
     return row === undefined ? 0n : BigInt(row.last_assigned);
   }
 
-  /** Deletes the rows of `target` whose IDs the broker holds (at or below `upTo`); their count. */
-  async deleteUpTo(client: PoolClient, target: string, upTo: bigint): Promise<number> {
-    const done = await this.run(
+  /**
+   * Deletes the rows of `target` whose IDs the broker holds (at or below `upTo`); their count.
+   *
+   * @throws FencedError when another relay took the name over since `epoch` (nothing deleted).
+   */
+  async deleteUpTo(client: PoolClient, target: string, upTo: bigint, epoch: bigint): Promise<number> {
+    return this.#fencedDelete(client, 'publishing_id <= $3', [target, upTo.toString()], epoch);
+  }
+
+  /**
+   * One DELETE of `target`'s rows matching `where` ($2 is the target, $3… the `values` after it),
+   * only while the lease is still at `epoch`: the statement reads the lease row in its own snapshot,
+   * so a relay that lost the lease deletes nothing (docs/design.md §14, "the lease").
+   */
+  async #fencedDelete(
+    client: PoolClient,
+    where: string,
+    values: readonly string[],
+    epoch: bigint,
+  ): Promise<number> {
+    const t = this.tables;
+    const epochParam = `$${values.length + 2}`;
+    const done = await this.run<{ epoch: string | null; deleted: number }>(
       client,
-      `DELETE FROM ${this.tables.outbox} WHERE producer_name = $1 AND target = $2 AND publishing_id <= $3`,
-      [this.producerName, target, upTo.toString()],
+      `WITH lease AS (SELECT epoch FROM ${t.relays} WHERE producer_name = $1),
+            gone AS (DELETE FROM ${t.outbox} WHERE producer_name = $1 AND target = $2 AND ${where}
+                       AND (SELECT epoch FROM lease) = ${epochParam} RETURNING 1)
+       SELECT (SELECT epoch FROM lease) AS epoch, (SELECT count(*) FROM gone)::int AS deleted`,
+      [this.producerName, ...values, epoch.toString()],
     );
-    return done.rowCount ?? 0;
+    const row = done.rows[0];
+    if (row?.epoch === null || row === undefined || BigInt(row.epoch) !== epoch) {
+      throw new FencedError(
+        `outbox relay "${this.producerName}" was taken over by another relay (lease epoch ${row?.epoch ?? 'gone'}, ours ${epoch}): nothing deleted`,
+      );
+    }
+    return row.deleted;
   }
 
   /**
    * Deletes confirmed rows of `target`: one range statement per run of consecutive IDs (confirms
    * come in ID order, so a burst is usually one run). A list of IDs joined against the outbox made
    * the planner read every numbered row of the target per burst.
+   *
+   * @throws FencedError when another relay took the name over since `epoch`.
    */
-  async deleteIds(client: PoolClient, target: string, ids: readonly bigint[]): Promise<void> {
+  async deleteIds(client: PoolClient, target: string, ids: readonly bigint[], epoch: bigint): Promise<void> {
     const sorted = [...ids].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     let from = 0;
     while (from < sorted.length) {
       let to = from;
       while (to + 1 < sorted.length && sorted[to + 1]! === sorted[to]! + 1n) to++;
-      await this.run(
+      await this.#fencedDelete(
         client,
-        `DELETE FROM ${this.tables.outbox}
-         WHERE producer_name = $1 AND target = $2 AND publishing_id BETWEEN $3 AND $4`,
-        [this.producerName, target, sorted[from]!.toString(), sorted[to]!.toString()],
+        'publishing_id BETWEEN $3 AND $4',
+        [target, sorted[from]!.toString(), sorted[to]!.toString()],
+        epoch,
       );
       from = to + 1;
     }

@@ -105,6 +105,20 @@ export interface PgOutboxRelayCommonOptions {
    * @defaultValue 1000
    */
   readonly takeoverIntervalMs?: number;
+  /**
+   * The lease, in ms: the longest a relay that stopped running (a SIGSTOPped or frozen process, a
+   * host that stopped answering) keeps the producer name. The active relay's lock session runs with
+   * PostgreSQL's `idle_session_timeout` (and its work session with
+   * `idle_in_transaction_session_timeout`) set to this, and proves itself alive every
+   * `leaseTimeoutMs / 5`; a relay that does not is cut off by the server, and a standby takes over
+   * within `leaseTimeoutMs + takeoverIntervalMs` plus its connect. A relay that wakes up after that
+   * numbers and deletes nothing more (the lease epoch fences it); what it still had on the wire are
+   * IDs the broker deduplicates. A healthy relay starved of CPU for longer loses the name the same
+   * way (safely). Needs PostgreSQL 14 or later; 0: no lease (a paused relay keeps the name until
+   * its session ends). Since 0.6.0.
+   * @defaultValue 5000
+   */
+  readonly leaseTimeoutMs?: number;
   /** Each database statement's bound, in ms (`statement_timeout` and the driver's). @defaultValue 30000 */
   readonly queryTimeoutMs?: number;
   /** How long the broker may take to confirm a message before the relay reconnects and re-sends. @defaultValue 30000 */
@@ -173,6 +187,7 @@ export interface ResolvedRelayOptions {
   readonly maxInFlight: number;
   readonly pollIntervalMs: number;
   readonly takeoverIntervalMs: number;
+  readonly leaseTimeoutMs: number;
   readonly queryTimeoutMs: number;
   readonly confirmTimeoutMs: number;
   readonly closeTimeoutMs: number;
@@ -189,6 +204,14 @@ function streamName(value: unknown, name: string): string {
     typeMismatch(name, 'a non-empty string of at most 255 UTF-8 bytes', value);
   }
   return value;
+}
+
+/** 0 (no lease) or 200 ms to 2^31 - 1 (a PostgreSQL timeout setting's range). */
+function leaseOption(value: unknown): number {
+  const ms = integerOption(value, 'leaseTimeoutMs', 5_000, 0, 2_147_483_647);
+  if (ms > 0 && ms < 200)
+    throw new RangeError(`Expected leaseTimeoutMs to be 0 or an integer ≥ 200, got ${ms}`);
+  return ms;
 }
 
 /**
@@ -226,6 +249,7 @@ export function resolveRelayOptions(options: PgOutboxRelayOptions): ResolvedRela
     maxInFlight: integerOption(options.maxInFlight, 'maxInFlight', 5_000, 1),
     pollIntervalMs: timerOption(options.pollIntervalMs, 'pollIntervalMs', 1_000, 1),
     takeoverIntervalMs: timerOption(options.takeoverIntervalMs, 'takeoverIntervalMs', 1_000, 1),
+    leaseTimeoutMs: leaseOption(options.leaseTimeoutMs),
     queryTimeoutMs: integerOption(options.queryTimeoutMs, 'queryTimeoutMs', 30_000, 1, 2_147_483_647),
     confirmTimeoutMs: timerOption(options.confirmTimeoutMs, 'confirmTimeoutMs', 30_000, 1),
     closeTimeoutMs: timerOption(options.closeTimeoutMs, 'closeTimeoutMs', 10_000, 0),

@@ -17,6 +17,7 @@ import { withTimeout } from '../../transport/util.js';
 import { Backoff, sleep } from '../../util/backoff.js';
 import { errorCode, refusal } from '../refusal.js';
 import { checkSchema } from '../schema.js';
+import { isStoreFailure, markStore, RelayLock, storeMarked } from './relay-lock.js';
 import { FencedError, RelayDb, type AssignedRow, type Placement, type WaitingRow } from './relay-db.js';
 import {
   resolveRelayOptions,
@@ -79,6 +80,8 @@ interface Target {
   readonly inFlight: Map<bigint, number>;
   /** Confirmed, rows not yet deleted. */
   confirmed: bigint[];
+  /** The highest ID this outbox numbered on the target (the broker's last ID may not pass it). */
+  lastNumbered: bigint;
 }
 
 /** SQLSTATEs no retry fixes (see refusal.ts). */
@@ -92,6 +95,7 @@ function isPermanent(err: unknown): boolean {
       err.code === 'DEDUP_PARTITIONS_CHANGED' ||
       err.code === 'DEDUP_SEQUENCE_REGRESSION' ||
       err.code === 'DEDUP_UNSAFE_OPTIONS' ||
+      err.code === 'DEDUP_NAME_CONFLICT' ||
       err instanceof OutboxPoisonRowError
     );
   }
@@ -109,7 +113,8 @@ function asReported(err: unknown, what: string): Error {
 
 /**
  * Publishes committed outbox rows of one producer name to a stream or a super stream, exactly once:
- * one active relay per producer name (a session advisory lock), others wait as standbys.
+ * one active relay per producer name and target (session advisory locks, a lease of
+ * `leaseTimeoutMs`), others wait as standbys.
  *
  * @example
  * ```ts
@@ -124,7 +129,11 @@ export class PgOutboxRelay {
   readonly #opts: ResolvedRelayOptions;
   readonly #db: RelayDb;
   readonly #holder = randomUUID();
-  readonly #lockKey: string;
+  readonly #lock: RelayLock;
+  /** The lease heartbeat (docs/design.md §14): proves the lock session alive while it is held. */
+  #heartbeat: NodeJS.Timeout | undefined;
+  /** Aborted at close(): every wait for a pool connection ends on it. */
+  readonly #closeSignal = new AbortController();
   #lockClient: PoolClient | undefined;
   #work: PoolClient | undefined;
   #epoch: bigint | undefined;
@@ -144,8 +153,14 @@ export class PgOutboxRelay {
 
   private constructor(opts: ResolvedRelayOptions) {
     this.#opts = opts;
-    this.#db = new RelayDb(opts.schema, opts.producerName, opts.queryTimeoutMs);
-    this.#lockKey = `stream-dedup-outbox:${opts.schema}:${opts.producerName}`;
+    this.#db = storeMarked(new RelayDb(opts.schema, opts.producerName, opts.queryTimeoutMs));
+    this.#lock = new RelayLock(
+      (client, text, values) => this.#db.run(client, text, values),
+      opts.schema,
+      opts.producerName,
+      opts.target,
+      opts.leaseTimeoutMs,
+    );
     this.#closed = new Promise((resolve) => (this.#resolveClosed = resolve));
   }
 
@@ -160,7 +175,8 @@ export class PgOutboxRelay {
    *   schema of another version), `DEDUP_BROKER_REFUSED` (a missing stream or super stream, access
    *   refused), `DEDUP_BROKER_UNREACHABLE`, `DEDUP_SEQUENCE_REGRESSION` (the broker holds a higher
    *   ID for the name than the outbox ever numbered: another writer uses it, or the database was
-   *   restored from an older backup), `DEDUP_PARTITIONS_CHANGED`.
+   *   restored from an older backup), `DEDUP_PARTITIONS_CHANGED`, `DEDUP_UNSAFE_OPTIONS` (a lease
+   *   on PostgreSQL < 14; rows numbered for another target).
    */
   static async open(options: PgOutboxRelayOptions): Promise<PgOutboxRelay> {
     const relay = new PgOutboxRelay(resolveRelayOptions(options));
@@ -172,6 +188,10 @@ export class PgOutboxRelay {
       throw asReported(err, `outbox relay "${relay.#opts.producerName}" cannot open`);
     }
     relay.#loop = relay.#run();
+    if (relay.#lock.heartbeatMs > 0) {
+      relay.#heartbeat = setInterval(() => void relay.#beat(), relay.#lock.heartbeatMs);
+      relay.#heartbeat.unref();
+    }
     return relay;
   }
 
@@ -184,8 +204,11 @@ export class PgOutboxRelay {
 
   /**
    * Resolves when the relay has stopped: with `undefined` after `close()`, with the error that
-   * stopped it otherwise (an `OutboxPoisonRowError`, `DEDUP_STORE_REFUSED`, `DEDUP_BROKER_REFUSED`,
-   * `DEDUP_BROKER_UNREACHABLE` after `reconnect.giveUpAfterMs`, …). Never rejects.
+   * stopped it otherwise (an `OutboxPoisonRowError`, `DEDUP_STORE_REFUSED` (also after
+   * `reconnect.giveUpAfterMs` of database failures), `DEDUP_BROKER_REFUSED`,
+   * `DEDUP_BROKER_UNREACHABLE` after `reconnect.giveUpAfterMs` of broker failures,
+   * `DEDUP_NAME_CONFLICT` (another outbox's relay holds the name on the target in this database, or
+   * the broker's last ID moved past what this outbox numbered), …). Never rejects.
    */
   closed(): Promise<Error | undefined> {
     return this.#closed;
@@ -200,12 +223,15 @@ export class PgOutboxRelay {
     if (!this.#closing) {
       this.#closing = true;
       this.#closeStarted = performance.now();
+      this.#closeSignal.abort();
       this.#wake?.();
     }
-    // Bounded whatever the loop waits for: the teardown closes the producers, which ends any write.
+    // Bounded whatever the loop waits for: the teardown closes the producers, which ends any write;
+    // a wait for a pool connection ends on the close signal, and the loop tears down again as it
+    // ends (what it took after the teardown below: review A).
     await Promise.race([this.#loop, sleep(this.#opts.closeTimeoutMs + 1_000)]);
     await this.#teardown();
-    await this.#loop;
+    await Promise.race([this.#loop, sleep(this.#opts.queryTimeoutMs + 1_000)]);
     if (this.#stopError === undefined) this.#emit({ type: 'stopped', error: undefined });
     this.#finish(undefined);
   }
@@ -220,20 +246,34 @@ export class PgOutboxRelay {
   }
 
   #finish(error: Error | undefined): void {
+    clearInterval(this.#heartbeat);
     this.#stopError ??= error;
     this.#resolveClosed(this.#stopError);
   }
 
   /** A pool connection, bounded by `connectTimeoutMs` (a pool without its own bound waits forever). */
   async #connectDb(): Promise<PoolClient> {
+    if (this.#closing) throw new Error('the outbox relay is closing');
     const pending = this.#opts.pool.connect();
+    const signal = this.#closeSignal.signal;
+    let onClose: (() => void) | undefined;
     try {
-      const client = await withTimeout(pending, this.#opts.connectTimeoutMs, 'connecting to PostgreSQL');
+      const closing = new Promise<never>((_, reject) => {
+        onClose = () => reject(new Error('the outbox relay is closing'));
+        signal.addEventListener('abort', onClose, { once: true });
+      });
+      const client = await Promise.race([
+        withTimeout(pending, this.#opts.connectTimeoutMs, 'connecting to PostgreSQL'),
+        closing,
+      ]);
       client.on('error', () => undefined);
       return client;
     } catch (err) {
       pending.then((c) => c.release(true)).catch(() => undefined);
-      throw err;
+      throw markStore(err);
+    } finally {
+      // A standby connects every takeoverIntervalMs for as long as it waits: no listener may pile up.
+      if (onClose !== undefined) signal.removeEventListener('abort', onClose);
     }
   }
 
@@ -243,6 +283,7 @@ export class PgOutboxRelay {
     });
     try {
       await checkSchema(client, this.#opts.schema);
+      await this.#lock.checkServer(client);
       await this.#db.run(client, `SELECT 1 FROM ${this.#db.tables.outbox} LIMIT 0`).catch((err: unknown) => {
         throw refusal(err, `cannot read the outbox of schema "${this.#opts.schema}"`);
       });
@@ -260,19 +301,15 @@ export class PgOutboxRelay {
   async #tryLock(): Promise<boolean> {
     const kept = this.#lockClient;
     if (kept !== undefined) {
-      if (!this.#lockLost && (await this.#stillHeld(kept))) return true;
+      if (!this.#lockLost && (await this.#lock.held(kept))) return true;
       this.#lockClient = undefined;
       this.#lockLost = false;
       kept.release(true);
     }
     const client = await this.#connectDb();
     try {
-      const got = await this.#db.run<{ locked: boolean }>(
-        client,
-        'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked',
-        [this.#lockKey],
-      );
-      if (got.rows[0]?.locked !== true) {
+      // Both locks on this session (relay-lock.ts), or none: a standby, or a DEDUP_NAME_CONFLICT.
+      if (!(await this.#lock.acquire(client)) || this.#closing) {
         client.release(true);
         return false;
       }
@@ -280,7 +317,7 @@ export class PgOutboxRelay {
       const lost = (err: Error): void => {
         if (this.#lockClient !== client) return;
         this.#lockLost = true;
-        this.#fail(err);
+        this.#fail(markStore(err) as Error);
       };
       client.on('error', lost);
       client.on('end', () => lost(new Error('the outbox relay lock connection closed')));
@@ -296,18 +333,18 @@ export class PgOutboxRelay {
     }
   }
 
-  /** Whether the session of `client` holds the relay's advisory lock (false when it cannot answer). */
-  async #stillHeld(client: PoolClient): Promise<boolean> {
+  /** The lease heartbeat: a lock session the server no longer holds the locks for ends the life. */
+  async #beat(): Promise<void> {
+    const client = this.#lockClient;
+    if (client === undefined || this.#beating) return;
+    this.#beating = true;
     try {
-      const found = await this.#db.run<{ held: boolean }>(
-        client,
-        `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()
-           AND objid = (hashtextextended($1, 0) & 4294967295)::oid) AS held`,
-        [this.#lockKey],
-      );
-      return found.rows[0]?.held === true;
-    } catch {
-      return false;
+      if (!(await this.#lock.held(client)) && this.#lockClient === client) {
+        this.#lockLost = true;
+        this.#fail(markStore(new Error('the outbox relay lost its lock session (lease)')) as Error);
+      }
+    } finally {
+      this.#beating = false;
     }
   }
 
@@ -326,6 +363,14 @@ export class PgOutboxRelay {
     this.#failure = undefined;
     this.#work ??= await this.#connectDb();
     await this.#db.prepare(this.#work);
+    if (this.#opts.leaseTimeoutMs > 0) {
+      // A relay paused inside its numbering transaction holds the lease row's lock: the server ends
+      // that transaction within the lease, so the standby's take-over does not wait for it.
+      await this.#db.run(
+        this.#work,
+        `SET idle_in_transaction_session_timeout = ${this.#opts.leaseTimeoutMs}`,
+      );
+    }
     const { target } = this.#opts;
     if (target.kind === 'superStream' && this.#partitions === undefined) {
       const locator = new Locator(this.#opts.connection, this.#opts.connectTimeoutMs);
@@ -348,13 +393,13 @@ export class PgOutboxRelay {
           connection: this.#opts.connection,
           connectTimeoutMs: this.#opts.connectTimeoutMs,
         });
-        const t: Target = { name, transport, inFlight: new Map(), confirmed: [] };
+        const t: Target = { name, transport, inFlight: new Map(), confirmed: [], lastNumbered: 0n };
         targets.set(name, t);
         const brokerLast = await transport.connect({
           confirmed: (ids) => this.#confirmed(t, ids),
           disconnected: (error) => this.#fail(error),
         });
-        await this.#recover(t, brokerLast);
+        await this.#recover(t, brokerLast, epoch);
       }
     } catch (err) {
       await Promise.all([...targets.values()].map((t) => t.transport.close()));
@@ -372,18 +417,20 @@ export class PgOutboxRelay {
    * stored (IDs of a target are dense and sent in order), so they are deleted unsent; the others are
    * re-sent, in ID order, under their IDs.
    */
-  async #recover(t: Target, brokerLast: bigint): Promise<void> {
+  async #recover(t: Target, brokerLast: bigint, epoch: bigint): Promise<void> {
     const work = this.#work!;
     const numbered = await this.#db.lastAssigned(work, t.name);
+    t.lastNumbered = numbered;
     if (brokerLast > numbered) {
       throw new DedupError(
         'DEDUP_SEQUENCE_REGRESSION',
         `the broker's last publishing ID for "${this.#opts.producerName}" on stream "${t.name}" is ${brokerLast}, ` +
-          `above the ${numbered} the outbox ever numbered: another producer uses the name, or the database was ` +
-          `restored from an older backup; new rows would be dropped as duplicates, so nothing was sent`,
+          `above the ${numbered} the outbox of schema "${this.#opts.schema}" ever numbered: another writer uses the ` +
+          'name (another outbox relaying it from another database, or a publisher), or the database was ' +
+          'restored from an older backup; new rows would be dropped as duplicates, so nothing was sent',
       );
     }
-    const alreadyStored = await this.#db.deleteUpTo(work, t.name, brokerLast);
+    const alreadyStored = await this.#db.deleteUpTo(work, t.name, brokerLast, epoch);
     let resent = 0;
     let after = brokerLast;
     for (;;) {
@@ -454,9 +501,33 @@ export class PgOutboxRelay {
       if (t.confirmed.length === 0) continue;
       const ids = t.confirmed;
       t.confirmed = [];
-      await this.#db.deleteIds(this.#work!, t.name, ids);
+      await this.#checkNoOtherWriter(t);
+      await this.#db.deleteIds(this.#work!, t.name, ids, this.#epoch!);
       this.#counters.confirmed += ids.length;
       this.#emit({ type: 'confirmed', target: t.name, count: ids.length, lastId: ids[ids.length - 1]! });
+    }
+  }
+
+  /**
+   * Before confirmed rows are deleted: a broker last ID above what this outbox numbered on the
+   * target means another writer (another database's outbox relaying the name, which no lock spans)
+   * got there first, and the confirms may be of rows the broker dropped as its duplicates: stop,
+   * keep them (docs/design.md §14, "another writer"). A relay of this outbox that took the name
+   * over is not another writer: its IDs are in `outbox_ids` (the delete that follows is fenced).
+   */
+  async #checkNoOtherWriter(t: Target): Promise<void> {
+    const brokerLast = await t.transport.queryLastId();
+    // Another life of this outbox (a standby that took over while this relay was paused) numbers
+    // in the same table, and commits before it sends: read its numbering before crying conflict.
+    if (brokerLast > t.lastNumbered) t.lastNumbered = await this.#db.lastAssigned(this.#work!, t.name);
+    if (brokerLast > t.lastNumbered) {
+      throw new DedupError(
+        'DEDUP_NAME_CONFLICT',
+        `the broker's last publishing ID for "${this.#opts.producerName}" on stream "${t.name}" moved to ${brokerLast}, ` +
+          `above the ${t.lastNumbered} the outbox of schema "${this.#opts.schema}" numbered: another writer publishes ` +
+          'under the name (another outbox relaying it from another database or server, or a publisher). The broker ' +
+          'may have dropped rows of this outbox as duplicates of its IDs: they were kept, not deleted; the relay stopped',
+      );
     }
   }
 
@@ -514,7 +585,12 @@ export class PgOutboxRelay {
           list.push(r);
           byTarget.set(r.target, list);
         }
-        for (const [name, rows] of byTarget) await this.#send(this.#targets.get(name)!, rows);
+        for (const [name, rows] of byTarget) {
+          const t = this.#targets.get(name)!;
+          const last = rows[rows.length - 1]!.publishingId;
+          if (last > t.lastNumbered) t.lastNumbered = last;
+          await this.#send(t, rows);
+        }
         this.#counters.published += numbered.rows.length;
         if (numbered.poison !== undefined) {
           // Stops once the rows before it are confirmed (deleted), at most closeTimeoutMs from now.
@@ -540,9 +616,20 @@ export class PgOutboxRelay {
   #poison: { error: OutboxPoisonRowError; deadline: number } | undefined;
   /** The lock connection failed: the lock may be gone. */
   #lockLost = false;
+  /** A heartbeat is running. */
+  #beating = false;
 
   /** The relay's life cycle: standby → active → (failure → retry) … until close or a permanent failure. */
   async #run(): Promise<void> {
+    try {
+      await this.#life();
+    } finally {
+      // What the loop took after close()'s teardown (a pool connection it was waiting for, a lock).
+      if (this.#closing) await this.#teardown();
+    }
+  }
+
+  async #life(): Promise<void> {
     const backoff = new Backoff(this.#opts.reconnect);
     let failingSince: number | undefined;
     while (!this.#closing) {
@@ -552,6 +639,7 @@ export class PgOutboxRelay {
             await sleep(this.#opts.takeoverIntervalMs, (w) => (this.#wake = w));
             continue;
           }
+          if (this.#closing) break;
           await this.#activate();
         }
         failingSince = undefined;
@@ -566,10 +654,14 @@ export class PgOutboxRelay {
         }
         failingSince ??= performance.now();
         if (performance.now() - failingSince > this.#opts.reconnect.giveUpAfterMs) {
+          // Named after the server that failed last: PostgreSQL (a statement, a pool connect, the
+          // lock session) or the broker.
+          const store = isStoreFailure(err);
           this.#stop(
             new DedupError(
-              'DEDUP_BROKER_UNREACHABLE',
-              `outbox relay "${this.#opts.producerName}" gave up after ${this.#opts.reconnect.giveUpAfterMs} ms of failures`,
+              store ? 'DEDUP_STORE_REFUSED' : 'DEDUP_BROKER_UNREACHABLE',
+              `outbox relay "${this.#opts.producerName}" gave up after ${this.#opts.reconnect.giveUpAfterMs} ms of failures; ` +
+                `the last: ${store ? 'PostgreSQL' : 'the broker'}: ${err instanceof Error ? err.message : String(err)}`,
               { cause: err },
             ),
           );
