@@ -1,6 +1,7 @@
 import { Offset } from 'rabbitmq-stream-js-client';
 import { afterAll, describe, expect, it } from 'vitest';
-import { changelogProducerName, changelogStreamName } from '../../src/group/consumer.js';
+import { changelogProducerName, changelogStreamName, partitionNamespace } from '../../src/group/consumer.js';
+import { encodeOffset, offsetKey } from '../../src/store/consumer-keys.js';
 import {
   encodeMarker,
   encodePart,
@@ -123,8 +124,9 @@ describe('consumer group changelog snapshots (real broker)', () => {
     );
     await b.close();
 
-    // Partition 0: a torn snapshot past the latest one (a marker whose digest is wrong), and the
-    // reference moved to just before it.
+    // Partition 0: a torn snapshot past the latest one — one part (an offset record past the input)
+    // of the two its marker counts — and the reference moved to just before it. Applied, the member
+    // would hold nothing but that offset.
     const changelog = changelogStreamName(partitions[0]!, GROUP);
     const from = (await client().streamStatsRequest(changelog)).committedChunkId;
     const at = sent.get(partitions[0]!)!.lastOffset + 5n;
@@ -137,8 +139,10 @@ describe('consumer group changelog snapshots (real broker)', () => {
       }),
     );
     for (const [index, body] of [
-      encodePart(at, 0, []),
-      encodeMarker(at, 1, 0, Buffer.alloc(32, 7)),
+      encodePart(at, 0, [
+        { type: 'put', key: offsetKey(partitionNamespace(GROUP, partitions[0]!)), value: encodeOffset(at) },
+      ]),
+      encodeMarker(at, 2, 1, Buffer.alloc(32, 7)),
     ].entries()) {
       const id = snapshotId(at, index)!;
       await writer.basicSend(id, body, {
