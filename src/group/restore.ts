@@ -323,6 +323,20 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
         }
         // Quiet: the last ID may have belonged to an entry a leader lost before replicating it.
         if (!arrived) target = await askLastId(false);
+        // The same for the snapshot producer's last ID (an entry a leader lost before replicating it).
+        if (
+          !arrived &&
+          snapshots !== undefined &&
+          snapshots.at === undefined &&
+          o.snapshotProducer !== undefined
+        )
+          snapshots.lastId = await changelogLastId(
+            o.client,
+            o.changelog,
+            o.snapshotProducer,
+            o.stallMs,
+            false,
+          );
         continue;
       }
       const offset = message.offset;
