@@ -243,7 +243,7 @@ describe('changelog snapshots (design §12.1)', () => {
     expect(stored).toBeUndefined();
   });
 
-  it('options: defaults, 0 turns a trigger off, others refused before any I/O; refused with a shared database', () => {
+  it('options: defaults, 0 turns a trigger off, others refused before any I/O', () => {
     const base = {
       superStream: 'orders',
       consumerName: 'billing',
