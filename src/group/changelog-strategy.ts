@@ -13,7 +13,10 @@ import type { DedupStore } from '../store/store.js';
 import { errorText, withTimeout } from '../transport/util.js';
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from './changelog-entry.js';
 import { ChangelogWriter, type AppendOutcome } from './changelog-writer.js';
-import { changelogLastId, groupSettings, readGenesis, restorePartition, SETTINGS_HEADER } from './restore.js';
+import { changelogLastId, groupSettings, readGenesis, SETTINGS_HEADER } from './restore.js';
+import { snapshotProducerName } from './snapshot-entry.js';
+import { restoreWithSnapshots } from './snapshot-restore.js';
+import { SnapshotWriter } from './snapshot-writer.js';
 import { storedChunk } from '../transport/stream-resume.js';
 import {
   planPartitionResume,
@@ -46,6 +49,8 @@ export class ChangelogStrategy implements PartitionStrategy {
   readonly #store: DedupStore;
   readonly #host: PartitionHost;
   readonly #writer: ChangelogWriter;
+  /** The snapshots' writer and their own changelog writer (§12.1), when snapshots are on. */
+  readonly #snapshots: { readonly writer: SnapshotWriter; readonly appender: ChangelogWriter } | undefined;
   #lineage: Lineage | undefined;
 
   constructor(settings: PartitionSettings, store: DedupStore, host: PartitionHost) {
@@ -62,13 +67,45 @@ export class ChangelogStrategy implements PartitionStrategy {
       logger: host.log,
       headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
     });
+    this.#snapshots = this.#snapshotWriter(settings, store, host);
+  }
+
+  #snapshotWriter(
+    settings: PartitionSettings,
+    store: DedupStore,
+    host: PartitionHost,
+  ): { writer: SnapshotWriter; appender: ChangelogWriter } | undefined {
+    const policy = settings.snapshots;
+    if (policy === undefined || (policy.everyEntries === 0 && policy.everyBytes === 0)) return undefined;
+    const producer = snapshotProducerName(settings.changelogProducer);
+    const appender = new ChangelogWriter({
+      stream: settings.changelog,
+      producerName: producer,
+      connection: settings.connection,
+      connectTimeoutMs: settings.subscription.connectTimeoutMs,
+      appendTimeoutMs: settings.appendTimeoutMs,
+      reconnect: settings.subscription.reconnect,
+      logger: host.log,
+      headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
+    });
+    const writer = new SnapshotWriter({
+      db: store.db,
+      namespace: settings.namespace,
+      changelog: settings.changelog,
+      entryProducer: settings.changelogProducer,
+      producer,
+      policy,
+      writer: appender,
+      timeoutMs: RESTORE_STALL_MS,
+    });
+    return { writer, appender };
   }
 
   readonly lastWritten = (client: Client, timeoutMs: number): Promise<bigint> =>
     changelogLastId(client, this.#s.changelog, this.#s.changelogProducer, timeoutMs, true);
 
-  close(): Promise<void> {
-    return this.#writer.close();
+  async close(): Promise<void> {
+    await Promise.all([this.#writer.close(), this.#snapshots?.appender.close()]);
   }
 
   async activate({ epoch, current, openCore }: ActivationContext): Promise<ActivationPlan> {
@@ -77,7 +114,7 @@ export class ChangelogStrategy implements PartitionStrategy {
     let resume: PartitionResume | undefined;
     const started = performance.now();
     try {
-      report = await restorePartition({
+      const restore = {
         db: this.#store.db,
         sync: this.#store.sync,
         namespace: this.#s.namespace,
@@ -88,7 +125,16 @@ export class ChangelogStrategy implements PartitionStrategy {
         stallMs: RESTORE_STALL_MS,
         timeoutMs: this.#s.restoreTimeoutMs,
         isCurrent: current,
-      });
+      };
+      report = await restoreWithSnapshots(
+        restore,
+        {
+          reference: snapshotProducerName(this.#s.changelogProducer),
+          producerName: snapshotProducerName(this.#s.changelogProducer),
+        },
+        (fields, message) => this.#host.log.warn({ ...fields, partition: this.#s.partition }, message),
+      );
+      if (report.snapshot !== undefined) this.#host.stats.snapshotRestores++;
       histogramRecorder('restoreDuration', { group: this.#s.consumerName, partition: this.#s.partition })(
         performance.now() - started,
       );
@@ -155,13 +201,59 @@ export class ChangelogStrategy implements PartitionStrategy {
       await this.#append(epoch, 'its genesis', () => this.#appendGenesis(epoch, start));
       lineage.needsGenesis = false;
     }
+    // The store holds the state of the last entry appended: a snapshot of it goes before the next.
+    if (this.#snapshots?.writer.due === true) await this.#writeSnapshot(epoch, this.#snapshots.writer);
+    const encoded = encodeEntry({
+      lastOffset: entry.lastOffset,
+      baseOffset: entry.baseOffset,
+      ops: entry.ops,
+    });
     await this.#append(epoch, 'its batch', () =>
-      this.#writer.append(
-        encodeEntry({ lastOffset: entry.lastOffset, baseOffset: entry.baseOffset, ops: entry.ops }),
-        entryId(entry.lastOffset),
-        () => epoch === this.#host.epoch,
-      ),
+      this.#writer.append(encoded, entryId(entry.lastOffset), () => epoch === this.#host.epoch),
     );
+    this.#snapshots?.writer.noteEntry(encoded.length);
+  }
+
+  /**
+   * Writes a snapshot of the partition's state (§12.1). Snapshots only speed take-overs up: one
+   * that fails is logged and the batch goes on.
+   */
+  async #writeSnapshot(epoch: number, writer: SnapshotWriter): Promise<void> {
+    const current = (): boolean => epoch === this.#host.epoch;
+    const started = performance.now();
+    let client: Client | undefined;
+    try {
+      client = await this.#host.connectReader();
+      const outcome = await writer.write(client, current);
+      const fields = {
+        consumer: this.#s.consumerName,
+        partition: this.#s.partition,
+        ms: Math.round(performance.now() - started),
+      };
+      if (outcome.kind === 'written') {
+        this.#host.stats.snapshotsWritten++;
+        this.#host.log.info(
+          {
+            ...fields,
+            offset: outcome.offset.toString(),
+            parts: outcome.parts,
+            keys: outcome.keys,
+            bytes: outcome.bytes,
+          },
+          'stream-dedup: changelog snapshot written',
+        );
+      } else if (current()) {
+        this.#host.log.info({ ...fields, why: outcome.why }, 'stream-dedup: changelog snapshot skipped');
+      }
+    } catch (err) {
+      if (current())
+        this.#host.log.warn(
+          { consumer: this.#s.consumerName, partition: this.#s.partition, err: errorText(err) },
+          'stream-dedup: writing a changelog snapshot failed; the partition goes on without it',
+        );
+    } finally {
+      if (client !== undefined) await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+    }
   }
 
   /** One changelog append of the activation `epoch`: resolves once it is the changelog's latest. */

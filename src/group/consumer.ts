@@ -177,7 +177,14 @@ export class SuperStreamVerifyingConsumer {
       } finally {
         await locator.close();
       }
-      const stats: GroupStats = { restores: 0, entriesRestored: 0, fenced: 0, rejoins: 0 };
+      const stats: GroupStats = {
+        restores: 0,
+        entriesRestored: 0,
+        fenced: 0,
+        rejoins: 0,
+        snapshotsWritten: 0,
+        snapshotRestores: 0,
+      };
       const fail = (error: Error): void => {
         if (opened.member !== undefined) void opened.member.#stop(error);
       };
@@ -209,6 +216,7 @@ export class SuperStreamVerifyingConsumer {
             connection,
             appendTimeoutMs: changelogs?.appendTimeoutMs ?? 0,
             restoreTimeoutMs: changelogs?.restoreTimeoutMs ?? 0,
+            snapshots: changelogs?.snapshots,
             stalledMs: o.stalledMs,
             onAssignment,
             stats,

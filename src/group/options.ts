@@ -28,6 +28,8 @@ import {
   outOfRange,
   typeMismatch,
 } from '../util/options.js';
+import { snapshotProducerName } from './snapshot-entry.js';
+import type { SnapshotPolicy } from './snapshot-writer.js';
 import type { AssignmentEvent, GroupMessageHandler, SuperStreamVerifyingConsumerOptions } from './types.js';
 
 /** The member's options with their defaults, checked. @internal */
@@ -53,9 +55,16 @@ export interface ResolvedGroupOptions {
         readonly appendTimeoutMs: number;
         readonly restoreTimeoutMs: number;
         readonly tenantVersion: string | undefined;
+        /** When snapshots are written (§12.1); both 0: never. */
+        readonly snapshots: SnapshotPolicy;
       }
     | { readonly kind: 'shared-database'; readonly store: ConsumerStoreProvider };
 }
+
+/** Changelog entries between two snapshots by default (§12.1; measured in docs/design.md). */
+const SNAPSHOT_EVERY_ENTRIES = 10_000;
+/** Changelog entry bytes between two snapshots by default. */
+const SNAPSHOT_EVERY_BYTES = 64 * 1024 * 1024;
 
 /** The producer name every member of group `consumerName` writes changelogs under. */
 export function changelogProducerName(consumerName: string): string {
@@ -95,7 +104,14 @@ function tenantVersionOption(value: unknown, hasTenant: boolean): string | undef
 }
 
 /** Options only the changelog strategy uses: refused with a shared database's store. */
-const CHANGELOG_ONLY = ['appendTimeoutMs', 'restoreTimeoutMs', 'tenantVersion', 'sync'] as const;
+const CHANGELOG_ONLY = [
+  'appendTimeoutMs',
+  'restoreTimeoutMs',
+  'tenantVersion',
+  'sync',
+  'snapshotEveryEntries',
+  'snapshotEveryBytes',
+] as const;
 
 /**
  * Checks every option of a member (pure: opens nothing) and returns them with their defaults.
@@ -185,6 +201,15 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
   }
   const appendTimeoutMs = integerOption(options.appendTimeoutMs, 'appendTimeoutMs', 30_000, 1);
   const restoreTimeoutMs = integerOption(options.restoreTimeoutMs, 'restoreTimeoutMs', 300_000, 1);
+  const snapshots: SnapshotPolicy = Object.freeze({
+    everyEntries: integerOption(
+      options.snapshotEveryEntries,
+      'snapshotEveryEntries',
+      SNAPSHOT_EVERY_ENTRIES,
+      0,
+    ),
+    everyBytes: integerOption(options.snapshotEveryBytes, 'snapshotEveryBytes', SNAPSHOT_EVERY_BYTES, 0),
+  });
   const tenantVersion = tenantVersionOption(options.tenantVersion, consumer.tenant !== undefined);
   const producer = changelogProducerName(consumerName);
   const prefixBytes = Buffer.byteLength(changelogProducerName(''), 'utf8');
@@ -196,6 +221,16 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
   // The changelog's readers accept only records whose producer name readIdentity takes: a group
   // name it would call malformed (a control character, U+FFFD) wrote changelogs that every
   // take-over then refused.
+  if (
+    (snapshots.everyEntries > 0 || snapshots.everyBytes > 0) &&
+    Buffer.byteLength(snapshotProducerName(producer), 'utf8') > 256
+  ) {
+    // The snapshots' producer name is also their offset reference: both at most 256 bytes.
+    throw new RangeError(
+      `Expected consumerName to be at most ${256 - Buffer.byteLength(snapshotProducerName(changelogProducerName('')), 'utf8')} ` +
+        `UTF-8 bytes with snapshots on, got ${Buffer.byteLength(consumerName, 'utf8')}`,
+    );
+  }
   const problem = producerNameProblem(producer);
   if (problem !== undefined) {
     throw new TypeError(
@@ -212,6 +247,7 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
       appendTimeoutMs,
       restoreTimeoutMs,
       tenantVersion,
+      snapshots,
     }),
   });
 }

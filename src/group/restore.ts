@@ -27,6 +27,8 @@ import {
 import { errorText, withTimeout } from '../transport/util.js';
 import { decodeRecord, entryId, GENESIS_ID } from './changelog-entry.js';
 import { ChunkOrder } from './chunk-order.js';
+import { SnapshotAssembler, SnapshotUnusable } from './snapshot-assembler.js';
+import { decodeSnapshotRecord, namespaceRanges, offsetOfSnapshotId } from './snapshot-entry.js';
 
 /** @internal */
 export interface RestoreOptions {
@@ -51,6 +53,15 @@ export interface RestoreOptions {
   readonly readAheadBytes?: number;
   /** The bytes at which a store write is made early (tests lower it). @defaultValue {@link BYTES_PER_WRITE} */
   readonly bytesPerWrite?: number;
+  /** The producer name of the group's snapshots (§12.1): their messages are skipped, or assembled. */
+  readonly snapshotProducer?: string;
+  /**
+   * Where the latest snapshot's reference points (snapshot-restore.ts): a store with nothing of the
+   * partition reads from there, applies the snapshot once complete, then the entries after it.
+   */
+  readonly snapshotFrom?: bigint;
+  /** Read from the changelog's head whatever the store's position (after an unusable snapshot). */
+  readonly fromHead?: boolean;
 }
 
 /**
@@ -71,6 +82,8 @@ export interface RestoreReport {
   readonly applied: number;
   /** The changelog's last ID when the restore began (0n: empty). */
   readonly changelogLastId: bigint;
+  /** The offset of the snapshot the restore began from, if it did. */
+  readonly snapshot?: bigint;
 }
 
 /**
@@ -152,7 +165,12 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   let local = raw === undefined ? undefined : decodeOffset(raw);
   const rawPosition = await stored(() => db.get(changelogPositionKey(namespace)));
   // With nothing of the partition in the store, from the genesis on: it says where input begins.
-  const position = rawPosition === undefined || local === undefined ? 0n : decodeOffset(rawPosition);
+  const snapshotFrom = local === undefined && o.snapshotProducer !== undefined ? o.snapshotFrom : undefined;
+  const fromSnapshot = snapshotFrom !== undefined;
+  const position =
+    o.fromHead === true || rawPosition === undefined || local === undefined
+      ? (snapshotFrom ?? 0n)
+      : decodeOffset(rawPosition);
   // A changelog that does not exist is believed only by a member that has nothing of the partition:
   // a node back from a network partition can say it of a stream that exists.
   const askLastId = (missingMeansEmpty: boolean): Promise<bigint> =>
@@ -161,6 +179,20 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   const have = local === undefined ? 0n : entryId(local);
   if (lastId <= have)
     return { offset: local, start: undefined, read: 0, applied: 0, changelogLastId: lastId };
+  // The snapshots written so far: a restore from a reference reads until its snapshot is complete.
+  const snapshots =
+    fromSnapshot && o.snapshotProducer !== undefined
+      ? {
+          assembler: new SnapshotAssembler(),
+          lastId: await withTimeout(
+            queryPublisherSequence(o.client, o.changelog, o.snapshotProducer),
+            o.stallMs,
+            'querying the last snapshot ID',
+          ),
+          seenId: 0n,
+          at: undefined as bigint | undefined,
+        }
+      : undefined;
 
   const stats = await withTimeout(o.client.streamStatsRequest(o.changelog), o.stallMs, 'changelog stats');
   if (stats.firstChunkId > position) {
@@ -258,7 +290,11 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
   const deadline = performance.now() + o.timeoutMs;
   try {
-    while (lastSeenId < target) {
+    while (lastSeenId < target || (snapshots !== undefined && snapshots.at === undefined)) {
+      if (snapshots !== undefined && snapshots.at === undefined && snapshots.seenId >= snapshots.lastId)
+        throw new SnapshotUnusable(
+          `no complete snapshot after offset ${position} (${snapshots.assembler.torn} torn)`,
+        );
       if (failure !== undefined) throw failure;
       if (!o.isCurrent()) throw new RestoreAbandoned();
       const message = queue.next();
@@ -287,11 +323,60 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
         }
         // Quiet: the last ID may have belonged to an entry a leader lost before replicating it.
         if (!arrived) target = await askLastId(false);
+        // The same for the snapshot producer's last ID (an entry a leader lost before replicating it).
+        if (
+          !arrived &&
+          snapshots !== undefined &&
+          snapshots.at === undefined &&
+          o.snapshotProducer !== undefined
+        )
+          snapshots.lastId = await changelogLastId(
+            o.client,
+            o.changelog,
+            o.snapshotProducer,
+            o.stallMs,
+            false,
+          );
         continue;
       }
       const offset = message.offset;
       if (offset === undefined) throw new Error('the stream client delivered a message without an offset');
       const where = `at offset ${offset} of "${o.changelog}"`;
+      if (o.snapshotProducer !== undefined && producerOf(message) === o.snapshotProducer) {
+        const id = ownIdentity(message, o.snapshotProducer, where, o.settings, settingsSeen).publishingId;
+        read++;
+        nextPosition = offset + 1n;
+        if (snapshots === undefined || snapshots.at !== undefined) continue;
+        snapshots.seenId = id;
+        const record = decodeSnapshotRecord(message.content, owns, where);
+        if (offsetOfSnapshotId(id) !== record.offset)
+          throw new DedupError('DEDUP_CHANGELOG_INVALID', `changelog snapshot message ${where} has ID ${id}`);
+        const complete = snapshots.assembler.take(record);
+        if (complete === undefined) continue;
+        snapshots.at = complete.offset;
+        // Whatever a crash left of an earlier attempt goes first; the offset record comes last.
+        for (const range of namespaceRanges(namespace)) {
+          for await (const [key] of db.iterator(range)) ops.push({ type: 'del', key });
+        }
+        const offsetRecord = offsetKey(namespace);
+        for (const op of complete.ops) {
+          if (op.key === offsetRecord) continue;
+          ops.push(op);
+          bytes += op.key.length + (op.type === 'put' ? op.value.length : 0);
+          if (bytes >= (o.bytesPerWrite ?? BYTES_PER_WRITE)) await flush();
+        }
+        const stored = complete.ops.find((op) => op.key === offsetRecord);
+        if (stored === undefined || stored.type !== 'put' || decodeOffset(stored.value) !== complete.offset)
+          throw new SnapshotUnusable(
+            `the snapshot of offset ${complete.offset} holds no offset record of it`,
+          );
+        ops.push(stored);
+        entriesInWrite++;
+        local = complete.offset;
+        applied++;
+        await flush();
+        continue;
+      }
       const identity = ownIdentity(message, o.producerName, where, o.settings, settingsSeen);
       if (identity.publishingId <= lastSeenId) {
         throw new DedupError(
@@ -329,8 +414,15 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       lastSeenId = identity.publishingId;
       read++;
       nextPosition = offset + 1n;
-      if (local === undefined || entry.lastOffset > local) {
+      if (snapshots !== undefined && snapshots.at === undefined) {
+        // Before the snapshot is complete, entries are only noted: they must be older than it.
+        snapshots.assembler.entry(entry.lastOffset);
+      } else if (local === undefined || entry.lastOffset > local) {
         if (entry.baseOffset !== undefined && (local === undefined || entry.baseOffset > local)) {
+          if (snapshots !== undefined)
+            throw new SnapshotUnusable(
+              `entry ${where} was computed on offset ${entry.baseOffset}, past the snapshot's`,
+            );
           throw new DedupError(
             'DEDUP_CHANGELOG_INVALID',
             `changelog entry ${where} was computed on offset ${entry.baseOffset}, past this member's ` +
@@ -351,7 +443,15 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   } finally {
     await withTimeout(o.client.closeConsumer(consumer.extendedId), 5_000, 'closing').catch(() => undefined);
   }
-  return { offset: local, start, read, applied, changelogLastId: lastId };
+  return { offset: local, start, read, applied, changelogLastId: lastId, snapshot: snapshots?.at };
+}
+
+/** The producer name a changelog message says it was written under (`undefined`: none readable). */
+function producerOf(message: Pick<StreamMessage, 'applicationProperties'>): string | undefined {
+  const headers = message.applicationProperties;
+  if (!holdsIdentity(headers)) return undefined;
+  const identity = parseIdentity(headers);
+  return typeof identity === 'string' ? undefined : identity.producerName;
 }
 
 /**

@@ -157,6 +157,25 @@ export interface SuperStreamChangelogConsumerOptions extends SuperStreamVerifyin
    * @defaultValue none: only whether `tenant` is given is compared
    */
   readonly tenantVersion?: string;
+  /**
+   * Write a snapshot of a partition's state into its changelog once this many entries (an integer
+   * ≥ 0; 0: not by entries) were appended since the last one. A member that takes the partition
+   * over with an empty store reads the latest complete snapshot and the entries after it instead
+   * of the whole changelog (docs/design.md §12.1). Each snapshot writes every key of the
+   * partition once; the batch it goes before waits for it.
+   *
+   * @remarks Since 0.6.0
+   * @defaultValue 10000
+   */
+  readonly snapshotEveryEntries?: number;
+  /**
+   * Write a snapshot once the entries appended since the last one hold this many bytes (an
+   * integer ≥ 0; 0: not by bytes). Both options 0: no snapshots.
+   *
+   * @remarks Since 0.6.0
+   * @defaultValue 67108864 (64 MiB)
+   */
+  readonly snapshotEveryBytes?: number;
 }
 
 /**
@@ -179,6 +198,10 @@ export interface SuperStreamSharedDatabaseConsumerOptions extends SuperStreamVer
   readonly stalledPartitionMs?: 0;
   /** Left out: no changelog records carry it. @defaultValue none */
   readonly tenantVersion?: undefined;
+  /** Left out: no changelog. @defaultValue none */
+  readonly snapshotEveryEntries?: undefined;
+  /** Left out: no changelog. @defaultValue none */
+  readonly snapshotEveryBytes?: undefined;
 }
 
 /**
@@ -223,4 +246,14 @@ export interface GroupStats {
    * no member applied (`stalledPartitionMs`).
    */
   rejoins: number;
+  /**
+   * Changelog snapshots this member wrote (`snapshotEveryEntries`, `snapshotEveryBytes`).
+   * @remarks Since 0.6.0
+   */
+  snapshotsWritten: number;
+  /**
+   * Take-overs that began at a changelog snapshot instead of the changelog's head.
+   * @remarks Since 0.6.0
+   */
+  snapshotRestores: number;
 }

@@ -45,6 +45,8 @@ describe('group member options - resolved in one place, the strategy chosen by t
     ['stalledPartitionMs', 60_000],
     ['sync', true],
     ['tenantVersion', 'v1'],
+    ['snapshotEveryEntries', 100],
+    ['snapshotEveryBytes', 0],
   ] as const)(
     'refuses %s (an option of the changelog strategy) with a shared database, before any I/O',
     async (name, value) => {

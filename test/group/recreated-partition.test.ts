@@ -85,7 +85,14 @@ describe('group partition - a partition recreated under the same name', () => {
       restoreTimeoutMs: 1_000,
       stalledMs: 0,
       onAssignment: undefined,
-      stats: { restores: 0, entriesRestored: 0, fenced: 0, rejoins: 0 },
+      stats: {
+        restores: 0,
+        entriesRestored: 0,
+        fenced: 0,
+        rejoins: 0,
+        snapshotsWritten: 0,
+        snapshotRestores: 0,
+      },
       fail: (e) => failures.push(e),
     });
     await partition.subscribe();

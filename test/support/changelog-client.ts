@@ -38,6 +38,8 @@ export class FakeChangelog {
   #writes = 0;
   readonly #kv = new Map<string, Uint8Array>();
   #closed = false;
+  /** The offset stored under the snapshot reference, if any. */
+  reference: bigint | undefined;
 
   constructor(
     records: readonly ChangelogRecordSpec[],
@@ -59,12 +61,18 @@ export class FakeChangelog {
             records.reduce((max, r) => (r.producer === publisherRef && r.id > max ? r.id : max), 0n),
           ),
       },
+      // The snapshot reference (the broker's offset tracking): set by a test.
+      queryOffset: () =>
+        this.reference === undefined
+          ? Promise.reject(new Error('no offset stored (code 19)'))
+          : Promise.resolve(this.reference),
       streamStatsRequest: () =>
         Promise.resolve({ firstChunkId: 0n, committedChunkId: BigInt(records.length - 1) }),
       declareConsumer: (
         params: { offset: { value?: bigint }; creditPolicy?: Policy },
         handler: (message: unknown) => void,
       ) => {
+        this.#closed = false; // one subscription at a time (a restore that falls back subscribes again)
         this.#deliver(Number(params.offset.value ?? 0n), params.creditPolicy, handler);
         return Promise.resolve({ extendedId: 'fake-consumer' });
       },
@@ -139,8 +147,16 @@ export class FakeChangelog {
           if (op.type === 'put' && op.key === positionKey) this.#free(op.value);
         }
       },
-      iterator: () => {
-        throw new Error('not used by the restore');
+      // The keys of a range, sorted (a snapshot restore clears the namespace; the snapshot writer reads it).
+      iterator: ({ gte, lt }) => {
+        const entries = [...kv].filter(([k]) => k >= gte && k < lt).sort(([a], [b]) => (a < b ? -1 : 1));
+        const it = entries[Symbol.iterator]();
+        const iterator = {
+          next: () => Promise.resolve(it.next()),
+          close: () => Promise.resolve(),
+          [Symbol.asyncIterator]: () => iterator,
+        };
+        return iterator as ReturnType<KeyValueDb['iterator']>;
       },
     };
   }

@@ -36,6 +36,10 @@ describe('types - a group member on a PostgresStore takes no option of the chang
     const tenant = (): string => '';
     // @ts-expect-error no changelog record carries it
     expect(refused({ ...base, store: shared, tenant, tenantVersion: 'v1' })).toBe('DEDUP_UNSAFE_OPTIONS');
+    // @ts-expect-error no changelog to write snapshots into
+    expect(refused({ ...base, store: shared, snapshotEveryEntries: 100 })).toBe('DEDUP_UNSAFE_OPTIONS');
+    // @ts-expect-error no changelog to write snapshots into
+    expect(refused({ ...base, store: shared, snapshotEveryBytes: 0 })).toBe('DEDUP_UNSAFE_OPTIONS');
   });
 
   it('takes them with a store of its own, and a watch of 0 with a shared store', () => {

@@ -1,0 +1,66 @@
+/**
+ * A restore that begins at the partition's latest referenced snapshot (docs/design.md §12.1)
+ * instead of the changelog's head, for a member with nothing of the partition in its store. The
+ * snapshot's parts are held until its marker says they are all there (count, digest); only then
+ * are they written, and the entries after it applied as in any restore. A snapshot that is torn,
+ * or that would leave a hole, is never applied half: the restore reads the whole history instead.
+ */
+import type { Client } from 'rabbitmq-stream-js-client';
+import { offsetKey } from '../store/consumer-keys.js';
+import { errorText, withTimeout } from '../transport/util.js';
+import { restorePartition, type RestoreOptions, type RestoreReport } from './restore.js';
+import { SnapshotUnusable } from './snapshot-assembler.js';
+
+/** Where a snapshot reference is kept: the broker's offset tracking on the changelog. @internal */
+export interface SnapshotReference {
+  /** The reference's name (the snapshot producer's). */
+  readonly reference: string;
+  /** The snapshots' producer name. */
+  readonly producerName: string;
+}
+
+/**
+ * The changelog offset stored under `reference`, or `undefined` when none is (or the query fails:
+ * the full history is always right, only slower).
+ *
+ * @internal
+ */
+export async function snapshotStart(
+  client: Client,
+  changelog: string,
+  reference: string,
+  timeoutMs: number,
+): Promise<bigint | undefined> {
+  try {
+    return await withTimeout(client.queryOffset({ reference, stream: changelog }), timeoutMs, 'querying');
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Restores the partition, from its latest referenced snapshot when the store has nothing of it;
+ * a snapshot that cannot be used (torn, or not covering what lies before it) is ignored and the
+ * whole changelog read instead ({@link RestoreReport.snapshot} says which).
+ *
+ * @internal
+ */
+export async function restoreWithSnapshots(
+  o: RestoreOptions,
+  snapshots: SnapshotReference,
+  warn: (fields: Record<string, unknown>, message: string) => void,
+): Promise<RestoreReport> {
+  const empty = (await o.db.get(offsetKey(o.namespace))) === undefined;
+  const from = empty ? await snapshotStart(o.client, o.changelog, snapshots.reference, o.stallMs) : undefined;
+  if (from === undefined) return restorePartition({ ...o, snapshotProducer: snapshots.producerName });
+  try {
+    return await restorePartition({ ...o, snapshotProducer: snapshots.producerName, snapshotFrom: from });
+  } catch (err) {
+    if (!(err instanceof SnapshotUnusable)) throw err;
+    warn(
+      { changelog: o.changelog, from: from.toString(), err: errorText(err) },
+      'stream-dedup: the latest changelog snapshot cannot be used; restoring from the whole changelog',
+    );
+    return restorePartition({ ...o, snapshotProducer: snapshots.producerName, fromHead: true });
+  }
+}
