@@ -19,7 +19,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ChangelogWriter, type ChangelogTransport } from '../src/group/changelog-writer.js';
 import { changelogProducerName, changelogStreamName, checkGroupName } from '../src/group/consumer.js';
-import { ownIdentity } from '../src/group/restore.js';
+import { ownIdentity } from '../src/group/changelog-identity.js';
 import { DedupError } from '../src/errors.js';
 import { ID_HEADER, PRODUCER_HEADER } from '../src/identity/headers.js';
 import type { TransportHandlers } from '../src/publisher/types.js';

@@ -8,7 +8,7 @@
  */
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
-import { holdsIdentity, parseIdentity, type MessageIdentity } from '../identity/headers.js';
+import { holdsIdentity, parseIdentity } from '../identity/headers.js';
 import {
   changelogPositionKey,
   decodeOffset,
@@ -26,6 +26,7 @@ import {
 } from '../transport/stream-client-internals.js';
 import { errorText, withTimeout } from '../transport/util.js';
 import { decodeRecord, entryId, GENESIS_ID } from './changelog-entry.js';
+import { ownIdentity } from './changelog-identity.js';
 import { ChunkOrder } from './chunk-order.js';
 import { SnapshotAssembler, SnapshotUnusable } from './snapshot-assembler.js';
 import { decodeSnapshotRecord, namespaceRanges, offsetOfSnapshotId } from './snapshot-entry.js';
@@ -39,7 +40,7 @@ export interface RestoreOptions {
   readonly changelog: string;
   /** The changelog's producer name. */
   readonly producerName: string;
-  /** This member's settings ({@link groupSettings}): a record written under others is refused. */
+  /** This member's settings (`groupSettings` of changelog-identity.ts): a record written under others is refused. */
   readonly settings?: string;
   /** A connected client; the restore declares one consumer on it and removes it. */
   readonly client: Client;
@@ -452,92 +453,6 @@ function producerOf(message: Pick<StreamMessage, 'applicationProperties'>): stri
   if (!holdsIdentity(headers)) return undefined;
   const identity = parseIdentity(headers);
   return typeof identity === 'string' ? undefined : identity.producerName;
-}
-
-/**
- * The header every changelog record carries with its writer's settings ({@link groupSettings}).
- *
- * @internal
- */
-export const SETTINGS_HEADER = 'x-dedup-group-settings';
-
-/**
- * What members of one group must agree on, as one string: the verifier policy, what is done with
- * unidentified messages, and whether scopes are per tenant. A function cannot be compared (its
- * source text differs between builds of the same code and is the same for closures over different
- * values): only whether there is one, and the `tenantVersion` its user names it by, where given
- * (last and JSON-quoted, so the string stays injective). Without one the string is 0.6.0's first
- * form (`tenant=function`), so members that name none still match records written before.
- * Members that differ mix verifier histories per key in the changelog.
- *
- * @internal
- */
-export function groupSettings(
-  o: {
-    readonly policy: { readonly kind: string; readonly size?: number };
-    readonly unidentified: string;
-    readonly tenant: unknown;
-  },
-  tenantVersion?: string,
-): string {
-  const policy = o.policy.kind === 'window' ? `window:${o.policy.size}` : o.policy.kind;
-  const tenant =
-    o.tenant === undefined
-      ? 'none'
-      : tenantVersion === undefined
-        ? 'function'
-        : `function:${JSON.stringify(tenantVersion)}`;
-  return `policy=${policy};unidentified=${o.unidentified};tenant=${tenant}`;
-}
-
-/**
- * The identity of changelog message `message`, which must be the group's own (`producerName`):
- * a record of another writer (another group whose changelog name was the same, under 0.5.0's
- * naming; anyone with write access) is never applied, never taken for a genesis.
- *
- * @throws DedupError `DEDUP_CHANGELOG_INVALID` for missing or malformed identity headers, or
- *   another producer's.
- *
- * @internal
- */
-export function ownIdentity(
-  message: Pick<StreamMessage, 'applicationProperties'>,
-  producerName: string,
-  where: string,
-  settings?: string,
-  seen?: { ownSettings: boolean },
-): MessageIdentity {
-  const headers = message.applicationProperties;
-  const written: unknown = headers?.[SETTINGS_HEADER];
-  // Records of 0.5.0 carry none: nothing to compare. Records of other settings *before* any of
-  // this member's settings are a group that changed its settings while stopped (they stay in the
-  // changelog for good: refusing them refused every later take-over); after one of ours, two
-  // members live with different settings (hostile review of issue 32's change).
-  if (settings !== undefined && written === settings && seen !== undefined) seen.ownSettings = true;
-  if (
-    settings !== undefined &&
-    written !== undefined &&
-    written !== settings &&
-    (seen?.ownSettings ?? true)
-  ) {
-    throw new DedupError(
-      'DEDUP_UNSAFE_OPTIONS',
-      `changelog record ${where} was written by a member with other settings (${JSON.stringify(written)}) than ` +
-        `this one's (${settings}): every member of a group must use the same policy, unidentified and tenant`,
-    );
-  }
-  const identity = holdsIdentity(headers) ? parseIdentity(headers) : 'no identity headers';
-  if (typeof identity === 'string') {
-    throw new DedupError('DEDUP_CHANGELOG_INVALID', `changelog record ${where}: ${identity}`);
-  }
-  if (identity.producerName !== producerName) {
-    throw new DedupError(
-      'DEDUP_CHANGELOG_INVALID',
-      `changelog record ${where} was written by ${JSON.stringify(identity.producerName)}, not by this ` +
-        `group's ${JSON.stringify(producerName)}: another writer shares the changelog`,
-    );
-  }
-  return identity;
 }
 
 /**
