@@ -14,6 +14,7 @@ import { errorText, withTimeout } from '../transport/util.js';
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from './changelog-entry.js';
 import { ChangelogWriter, type AppendOutcome } from './changelog-writer.js';
 import { groupSettings, SETTINGS_HEADER } from './changelog-identity.js';
+import { declaredRetention, retentionArguments, snapshotBudget } from './changelog-retention.js';
 import { changelogLastId, readGenesis } from './restore.js';
 import { snapshotProducerName } from './snapshot-entry.js';
 import { restoreWithSnapshots } from './snapshot-restore.js';
@@ -67,6 +68,7 @@ export class ChangelogStrategy implements PartitionStrategy {
       reconnect: settings.subscription.reconnect,
       logger: host.log,
       headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
+      streamArguments: retentionArguments(settings.retention),
     });
     this.#snapshots = this.#snapshotWriter(settings, store, host);
   }
@@ -88,6 +90,7 @@ export class ChangelogStrategy implements PartitionStrategy {
       reconnect: settings.subscription.reconnect,
       logger: host.log,
       headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
+      streamArguments: retentionArguments(settings.retention),
     });
     const writer = new SnapshotWriter({
       db: store.db,
@@ -107,6 +110,26 @@ export class ChangelogStrategy implements PartitionStrategy {
 
   async close(): Promise<void> {
     await Promise.all([this.#writer.close(), this.#snapshots?.appender.close()]);
+  }
+
+  /**
+   * Warns when the existing changelog was created with other retention arguments than this
+   * member's (§12.2): the broker keeps a stream's arguments for good, so the changelog keeps its
+   * own (without retention it keeps every entry; with another, a trimmed snapshot stops a take-over
+   * with `DEDUP_CHANGELOG_INVALID`, never a guess).
+   */
+  async #checkRetention(client: Client): Promise<void> {
+    const declared = await declaredRetention(client, this.#s.changelog, this.#s.retention, RESTORE_STALL_MS);
+    if (declared !== 'other') return;
+    this.#host.log.warn(
+      {
+        partition: this.#s.partition,
+        changelog: this.#s.changelog,
+        retention: retentionArguments(this.#s.retention),
+      },
+      "stream-dedup: the changelog exists with other retention arguments than this member's changelogRetention; " +
+        'the broker keeps those it was created with (delete or recreate the changelog to change them)',
+    );
   }
 
   async activate({ epoch, current, openCore }: ActivationContext): Promise<ActivationPlan> {
@@ -139,6 +162,7 @@ export class ChangelogStrategy implements PartitionStrategy {
       histogramRecorder('restoreDuration', { group: this.#s.consumerName, partition: this.#s.partition })(
         performance.now() - started,
       );
+      if (report.changelogLastId > 0n) await this.#checkRetention(client);
       if (report.offset !== undefined) {
         resume = await planPartitionResume(
           client,
@@ -243,6 +267,16 @@ export class ChangelogStrategy implements PartitionStrategy {
           },
           'stream-dedup: changelog snapshot written',
         );
+        const budget =
+          this.#s.retention === undefined || this.#s.snapshots === undefined
+            ? undefined
+            : snapshotBudget(this.#s.retention, this.#s.snapshots);
+        if (budget !== undefined && outcome.bytes > budget)
+          this.#host.log.error(
+            { ...fields, bytes: outcome.bytes, budget },
+            "stream-dedup: the changelog snapshot is larger than changelogRetention leaves room for (§12.2): the partition's " +
+              'state outgrew the retention, a take-over may find its snapshot trimmed (DEDUP_CHANGELOG_INVALID); raise maxLengthBytes',
+          );
       } else if (current()) {
         this.#host.log.info({ ...fields, why: outcome.why }, 'stream-dedup: changelog snapshot skipped');
       }

@@ -59,6 +59,8 @@ export interface ChangelogWriterOptions {
   readonly headers?: Readonly<Record<string, string>>;
   /** The transport; by default a `StreamTransport` that creates the changelog on its first connect. */
   readonly transport?: ChangelogTransport;
+  /** The stream arguments the changelog is created with (its retention, §12.2). */
+  readonly streamArguments?: Readonly<Record<string, number>>;
 }
 
 /** @internal */
@@ -95,13 +97,16 @@ export class ChangelogWriter {
     this.#options = options;
     this.#transport =
       options.transport ??
-      new StreamTransport({
-        stream: options.stream,
-        producerName: options.producerName,
-        connection: options.connection,
-        connectTimeoutMs: options.connectTimeoutMs,
-        createStream: true,
-      } as ConstructorParameters<typeof StreamTransport>[0]);
+      new StreamTransport(
+        {
+          stream: options.stream,
+          producerName: options.producerName,
+          connection: options.connection,
+          connectTimeoutMs: options.connectTimeoutMs,
+          createStream: true,
+        } as ConstructorParameters<typeof StreamTransport>[0],
+        { streamArguments: options.streamArguments },
+      );
   }
 
   /**

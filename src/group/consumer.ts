@@ -217,6 +217,7 @@ export class SuperStreamVerifyingConsumer {
             appendTimeoutMs: changelogs?.appendTimeoutMs ?? 0,
             restoreTimeoutMs: changelogs?.restoreTimeoutMs ?? 0,
             snapshots: changelogs?.snapshots,
+            retention: changelogs?.retention,
             stalledMs: o.stalledMs,
             onAssignment,
             stats,

@@ -28,6 +28,7 @@ import {
   outOfRange,
   typeMismatch,
 } from '../util/options.js';
+import { resolveRetention, type ChangelogRetention } from './changelog-retention.js';
 import { snapshotProducerName } from './snapshot-entry.js';
 import type { SnapshotPolicy } from './snapshot-writer.js';
 import type { AssignmentEvent, GroupMessageHandler, SuperStreamVerifyingConsumerOptions } from './types.js';
@@ -57,6 +58,8 @@ export interface ResolvedGroupOptions {
         readonly tenantVersion: string | undefined;
         /** When snapshots are written (§12.1); both 0: never. */
         readonly snapshots: SnapshotPolicy;
+        /** The retention changelogs are created with (§12.2); `undefined`: none. */
+        readonly retention: ChangelogRetention | undefined;
       }
     | { readonly kind: 'shared-database'; readonly store: ConsumerStoreProvider };
 }
@@ -111,6 +114,7 @@ const CHANGELOG_ONLY = [
   'sync',
   'snapshotEveryEntries',
   'snapshotEveryBytes',
+  'changelogRetention',
 ] as const;
 
 /**
@@ -210,6 +214,7 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
     ),
     everyBytes: integerOption(options.snapshotEveryBytes, 'snapshotEveryBytes', SNAPSHOT_EVERY_BYTES, 0),
   });
+  const retention = resolveRetention(options.changelogRetention, snapshots);
   const tenantVersion = tenantVersionOption(options.tenantVersion, consumer.tenant !== undefined);
   const producer = changelogProducerName(consumerName);
   const prefixBytes = Buffer.byteLength(changelogProducerName(''), 'utf8');
@@ -248,6 +253,7 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
       restoreTimeoutMs,
       tenantVersion,
       snapshots,
+      retention,
     }),
   });
 }

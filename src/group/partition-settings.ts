@@ -6,6 +6,7 @@
 import type { ConsumerStoreProvider } from '../consumer/consumer-store.js';
 import type { ResolvedSubscriptionOptions, ResolvedVerifyingConsumerOptions } from '../consumer/options.js';
 import type { DedupStore } from '../store/store.js';
+import type { ChangelogRetention } from './changelog-retention.js';
 import type { SnapshotPolicy } from './snapshot-writer.js';
 import type { StreamConnectionOptions } from '../transport/util.js';
 import type {
@@ -42,6 +43,8 @@ export interface PartitionSettings {
   readonly restoreTimeoutMs: number;
   /** When the changelog strategy writes snapshots (§12.1); absent: never. */
   readonly snapshots?: SnapshotPolicy | undefined;
+  /** The retention changelogs are created with (§12.2); absent: none. */
+  readonly retention?: ChangelogRetention | undefined;
   /** `stalledPartitionMs`: 0 turns the stalled-partition watch off. */
   readonly stalledMs: number;
   readonly onAssignment: ((event: AssignmentEvent) => void) | undefined;

@@ -63,6 +63,11 @@ export interface RestoreOptions {
   readonly snapshotFrom?: bigint;
   /** Read from the changelog's head whatever the store's position (after an unusable snapshot). */
   readonly fromHead?: boolean;
+  /**
+   * The store's state of the partition lies before what retention kept (§12.2): restored from the
+   * snapshot as an empty store would be, the snapshot replacing it once complete.
+   */
+  readonly replaceStale?: boolean;
 }
 
 /**
@@ -163,7 +168,7 @@ const DOES_NOT_EXIST = /code 2\b|does not exist/i;
 export async function restorePartition(o: RestoreOptions): Promise<RestoreReport> {
   const { db, namespace } = o;
   const raw = await stored(() => db.get(offsetKey(namespace)));
-  let local = raw === undefined ? undefined : decodeOffset(raw);
+  let local = raw === undefined || o.replaceStale === true ? undefined : decodeOffset(raw);
   const rawPosition = await stored(() => db.get(changelogPositionKey(namespace)));
   // With nothing of the partition in the store, from the genesis on: it says where input begins.
   const snapshotFrom = local === undefined && o.snapshotProducer !== undefined ? o.snapshotFrom : undefined;
@@ -196,6 +201,13 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
       : undefined;
 
   const stats = await withTimeout(o.client.streamStatsRequest(o.changelog), o.stallMs, 'changelog stats');
+  if (stats.firstChunkId > position && fromSnapshot) {
+    throw new DedupError(
+      'DEDUP_CHANGELOG_INVALID',
+      `changelog "${o.changelog}" starts at offset ${stats.firstChunkId}: its latest complete snapshot (referenced ` +
+        `at offset ${position}) was trimmed away by the changelog's retention; not restoring from a partial history`,
+    );
+  }
   if (stats.firstChunkId > position) {
     throw new DedupError(
       'DEDUP_CHANGELOG_INVALID',

@@ -6,7 +6,7 @@
  * or that would leave a hole, is never applied half: the restore reads the whole history instead.
  */
 import type { Client } from 'rabbitmq-stream-js-client';
-import { offsetKey } from '../store/consumer-keys.js';
+import { changelogPositionKey, decodeOffset, offsetKey } from '../store/consumer-keys.js';
 import { errorText, withTimeout } from '../transport/util.js';
 import { restorePartition, type RestoreOptions, type RestoreReport } from './restore.js';
 import { SnapshotUnusable } from './snapshot-assembler.js';
@@ -39,7 +39,23 @@ export async function snapshotStart(
 }
 
 /**
- * Restores the partition, from its latest referenced snapshot when the store has nothing of it;
+ * Whether the changelog's retention trimmed past where the store's state of the partition was read
+ * up to (§12.2): such a store can only be brought up to date from a snapshot. `false` when unsure.
+ */
+async function trimmedPast(o: RestoreOptions): Promise<boolean> {
+  try {
+    const raw = await o.db.get(changelogPositionKey(o.namespace));
+    const position = raw === undefined ? 0n : decodeOffset(raw);
+    const stats = await withTimeout(o.client.streamStatsRequest(o.changelog), o.stallMs, 'changelog stats');
+    return stats.firstChunkId > position;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Restores the partition, from its latest referenced snapshot when the store has nothing of it (or
+ * only a state older than what the changelog's retention kept);
  * a snapshot that cannot be used (torn, or not covering what lies before it) is ignored and the
  * whole changelog read instead ({@link RestoreReport.snapshot} says which).
  *
@@ -51,10 +67,17 @@ export async function restoreWithSnapshots(
   warn: (fields: Record<string, unknown>, message: string) => void,
 ): Promise<RestoreReport> {
   const empty = (await o.db.get(offsetKey(o.namespace))) === undefined;
-  const from = empty ? await snapshotStart(o.client, o.changelog, snapshots.reference, o.stallMs) : undefined;
+  const stale = !empty && (await trimmedPast(o));
+  const from =
+    empty || stale ? await snapshotStart(o.client, o.changelog, snapshots.reference, o.stallMs) : undefined;
   if (from === undefined) return restorePartition({ ...o, snapshotProducer: snapshots.producerName });
   try {
-    return await restorePartition({ ...o, snapshotProducer: snapshots.producerName, snapshotFrom: from });
+    return await restorePartition({
+      ...o,
+      snapshotProducer: snapshots.producerName,
+      snapshotFrom: from,
+      replaceStale: stale,
+    });
   } catch (err) {
     if (!(err instanceof SnapshotUnusable)) throw err;
     warn(

@@ -176,6 +176,21 @@ export interface SuperStreamChangelogConsumerOptions extends SuperStreamVerifyin
    * @defaultValue 67108864 (64 MiB)
    */
   readonly snapshotEveryBytes?: number;
+  /**
+   * A retention policy the library gives each changelog it creates (docs/design.md §12.2):
+   * `maxLengthBytes` (stream argument `max-length-bytes`, at least 65536) and `segmentBytes`
+   * (`stream-max-segment-size-bytes`, default `maxLengthBytes / 8`). Refused with
+   * `DEDUP_UNSAFE_OPTIONS` before any I/O unless a complete snapshot stays inside what the broker
+   * keeps: `snapshotEveryBytes > 0`, `snapshotEveryBytes ≤ maxLengthBytes / 4`,
+   * `segmentBytes ≤ maxLengthBytes / 8`; `maxAge` is refused (snapshots are written by volume, not
+   * time). An existing changelog keeps the arguments it was created with (a member whose differ
+   * logs a warning). A take-over whose latest snapshot was trimmed away stops with
+   * `DEDUP_CHANGELOG_INVALID`.
+   *
+   * @remarks Since 0.6.0
+   * @defaultValue none: changelogs keep every entry
+   */
+  readonly changelogRetention?: { readonly maxLengthBytes: number; readonly segmentBytes?: number };
 }
 
 /**
@@ -202,6 +217,8 @@ export interface SuperStreamSharedDatabaseConsumerOptions extends SuperStreamVer
   readonly snapshotEveryEntries?: undefined;
   /** Left out: no changelog. @defaultValue none */
   readonly snapshotEveryBytes?: undefined;
+  /** Left out: no changelog. @defaultValue none */
+  readonly changelogRetention?: undefined;
 }
 
 /**

@@ -47,6 +47,8 @@ export class StreamTransport implements PublishTransport {
   readonly #missing = new MissingStreamCheck();
   readonly #producerName: string;
   readonly #createStream: boolean;
+  /** The arguments a created stream gets (a changelog's retention, group/changelog-retention.ts). */
+  readonly #streamArguments: Readonly<Record<string, number>>;
   readonly #connectTimeoutMs: number;
   #client: Client | undefined;
   /** The application's client, when `connection` was one: used, never closed. */
@@ -70,7 +72,10 @@ export class StreamTransport implements PublishTransport {
   #encoder: PublishFrameEncoder | undefined;
   readonly #subEntry: ResolvedSubEntry;
 
-  constructor(options: StreamDedupPublisherOptions) {
+  constructor(
+    options: StreamDedupPublisherOptions,
+    internal?: { readonly streamArguments?: Readonly<Record<string, number>> },
+  ) {
     if (
       typeof options.stream !== 'string' ||
       options.stream.length === 0 ||
@@ -82,6 +87,7 @@ export class StreamTransport implements PublishTransport {
     this.#subEntry = resolveSubEntry(options.subEntry);
     this.#producerName = options.producerName;
     this.#createStream = options.createStream ?? false;
+    this.#streamArguments = internal?.streamArguments ?? {};
     this.#connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
     this.#shared = isStreamClient(options.connection) ? options.connection : undefined;
     this.#endpoints = new EndpointRotation(
@@ -178,7 +184,7 @@ export class StreamTransport implements PublishTransport {
         // Kept, not thrown: a "does not exist" from the declaration below then carries why the
         // create failed (a refusal for good, access refused, or a passing one, a leader election).
         createError = await withTimeout(
-          client.createStream({ stream: this.target, arguments: {} }),
+          client.createStream({ stream: this.target, arguments: this.#streamArguments }),
           this.#connectTimeoutMs,
           `creating stream "${this.target}"`,
         ).then(

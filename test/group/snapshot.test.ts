@@ -16,7 +16,12 @@ import {
 } from '../../src/group/snapshot-entry.js';
 import { restoreWithSnapshots } from '../../src/group/snapshot-restore.js';
 import { SnapshotWriter } from '../../src/group/snapshot-writer.js';
-import { effectKeyPrefix, encodeOffset, offsetKey } from '../../src/store/consumer-keys.js';
+import {
+  changelogPositionKey,
+  effectKeyPrefix,
+  encodeOffset,
+  offsetKey,
+} from '../../src/store/consumer-keys.js';
 import type { KeyValueDb } from '../../src/store/store.js';
 import { FakeChangelog, type ChangelogRecordSpec } from '../support/changelog-client.js';
 
@@ -268,5 +273,129 @@ describe('changelog snapshots (design §12.1)', () => {
     expect(() =>
       resolveGroupOptions({ ...base, consumerName: long, snapshotEveryEntries: 0, snapshotEveryBytes: 0 }),
     ).not.toThrow();
+  });
+});
+
+describe('changelog retention (design §12.2)', () => {
+  /** Restores `records` of which retention kept those from index `first` on. */
+  async function trimmed(
+    records: ChangelogRecordSpec[],
+    first: number,
+    reference: number | undefined,
+    before?: (db: KeyValueDb) => Promise<void>,
+  ) {
+    const changelog = new FakeChangelog(records);
+    changelog.firstChunkId = BigInt(first);
+    changelog.reference = reference === undefined ? undefined : BigInt(reference);
+    const db = changelog.db(NAMESPACE);
+    await before?.(db);
+    const warnings: string[] = [];
+    const report = await restoreWithSnapshots(
+      {
+        db,
+        sync: false,
+        namespace: NAMESPACE,
+        changelog: CHANGELOG,
+        producerName: OURS,
+        client: changelog.client(),
+        stallMs: 2_000,
+        timeoutMs: 20_000,
+        isCurrent: () => true,
+      },
+      { reference: SNAP, producerName: SNAP },
+      (_fields, message) => warnings.push(message),
+    );
+    return { report, state: await contents(db), warnings };
+  }
+  const at = (records: ChangelogRecordSpec[], last: number): number =>
+    records.findIndex((r) => r.producer === OURS && r.id === entryId(BigInt(last)));
+  const fullState = async () => (await restore(history(60, new Map()), undefined)).state;
+
+  it('a take-over after trimming restores exactly from the snapshot retention kept', async () => {
+    const records = history(
+      60,
+      new Map([
+        [19, snapshot(19, 2)],
+        [49, snapshot(49, 3)],
+      ]),
+    );
+    const result = await trimmed(records, at(records, 30), at(records, 48));
+    expect(result.report.snapshot).toBe(49n);
+    expect(result.report.offset).toBe(59n);
+    expect(result.state).toEqual(await fullState());
+  });
+
+  it('a snapshot trimmed away, or none, or a torn one: DEDUP_CHANGELOG_INVALID, nothing applied', async () => {
+    const records = history(
+      60,
+      new Map([
+        [19, snapshot(19, 2)],
+        [49, snapshot(49, 3, { digest: true })],
+      ]),
+    );
+    const first = at(records, 30);
+    // The reference still points at the snapshot of 19, which retention removed.
+    await expect(trimmed(records, first, at(records, 18))).rejects.toMatchObject({
+      code: 'DEDUP_CHANGELOG_INVALID',
+      message: expect.stringMatching(/latest complete snapshot .* trimmed away/) as unknown,
+    });
+    // No reference: the head is gone.
+    await expect(trimmed(records, first, undefined)).rejects.toMatchObject({
+      code: 'DEDUP_CHANGELOG_INVALID',
+      message: expect.stringMatching(/first entries are gone/) as unknown,
+    });
+    // The only snapshot after the trim point is torn: never applied, and the head is gone.
+    const torn = await trimmed(records, first, at(records, 48)).catch((err: unknown) => err);
+    expect(torn).toMatchObject({ code: 'DEDUP_CHANGELOG_INVALID' });
+  });
+
+  it('a store whose state lies before the trim point is replaced by the snapshot, not refused', async () => {
+    const records = history(60, new Map([[49, snapshot(49, 3)]]));
+    const result = await trimmed(records, at(records, 30), at(records, 48), async (db) => {
+      // A member that held the partition up to offset 9 long ago: k4 = 9 ... and a key since gone.
+      await db.batch([
+        ...stateAt(9),
+        { type: 'put', key: key('stale'), value: Buffer.from([1]) },
+        { type: 'put', key: changelogPositionKey(NAMESPACE), value: encodeOffset(11n) },
+      ]);
+    });
+    expect(result.report.snapshot).toBe(49n);
+    const { [changelogPositionKey(NAMESPACE)]: _position, ...state } = result.state;
+    const { [changelogPositionKey(NAMESPACE)]: _full, ...full } = await fullState();
+    expect(state).toEqual(full);
+  });
+
+  it('options: retention only with snapshots by bytes that fit, refused before any I/O', () => {
+    const base = {
+      superStream: 'orders',
+      consumerName: 'billing',
+      store: '/tmp/x',
+      handler: () => undefined,
+    };
+    const MiB = 1024 * 1024;
+    expect(resolveGroupOptions(base).strategy).toMatchObject({ retention: undefined });
+    expect(
+      resolveGroupOptions({
+        ...base,
+        snapshotEveryBytes: 64 * MiB,
+        changelogRetention: { maxLengthBytes: 256 * MiB },
+      }).strategy,
+    ).toMatchObject({ retention: { maxLengthBytes: 256 * MiB, segmentBytes: 32 * MiB } });
+    const unsafe = (options: object) =>
+      expect(() => resolveGroupOptions({ ...base, ...options })).toThrow(
+        expect.objectContaining({ code: 'DEDUP_UNSAFE_OPTIONS' }) as unknown,
+      );
+    // The default snapshotEveryBytes (64 MiB) above maxLengthBytes / 4.
+    unsafe({ changelogRetention: { maxLengthBytes: 128 * MiB } });
+    unsafe({ snapshotEveryBytes: 0, changelogRetention: { maxLengthBytes: 1024 * MiB } });
+    unsafe({
+      snapshotEveryBytes: MiB,
+      changelogRetention: { maxLengthBytes: 64 * MiB, segmentBytes: 16 * MiB },
+    });
+    unsafe({ snapshotEveryBytes: MiB, changelogRetention: { maxLengthBytes: 64 * MiB, maxAge: '7D' } });
+    expect(() => resolveGroupOptions({ ...base, changelogRetention: { maxLengthBytes: 1000 } })).toThrow(
+      RangeError,
+    );
+    expect(() => resolveGroupOptions({ ...base, changelogRetention: 5 as never })).toThrow(TypeError);
   });
 });

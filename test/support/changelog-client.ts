@@ -40,6 +40,8 @@ export class FakeChangelog {
   #closed = false;
   /** The offset stored under the snapshot reference, if any. */
   reference: bigint | undefined;
+  /** The first offset retention kept: records before it are gone (set by a test). */
+  firstChunkId = 0n;
 
   constructor(
     records: readonly ChangelogRecordSpec[],
@@ -67,13 +69,18 @@ export class FakeChangelog {
           ? Promise.reject(new Error('no offset stored (code 19)'))
           : Promise.resolve(this.reference),
       streamStatsRequest: () =>
-        Promise.resolve({ firstChunkId: 0n, committedChunkId: BigInt(records.length - 1) }),
+        Promise.resolve({ firstChunkId: this.firstChunkId, committedChunkId: BigInt(records.length - 1) }),
       declareConsumer: (
         params: { offset: { value?: bigint }; creditPolicy?: Policy },
         handler: (message: unknown) => void,
       ) => {
         this.#closed = false; // one subscription at a time (a restore that falls back subscribes again)
-        this.#deliver(Number(params.offset.value ?? 0n), params.creditPolicy, handler);
+        const from = params.offset.value ?? 0n;
+        this.#deliver(
+          Number(from > this.firstChunkId ? from : this.firstChunkId),
+          params.creditPolicy,
+          handler,
+        );
         return Promise.resolve({ extendedId: 'fake-consumer' });
       },
       closeConsumer: () => {
