@@ -16,7 +16,7 @@ export interface ChangelogRetention {
   readonly segmentBytes: number;
 }
 
-/** The largest changelog entry or snapshot part (a frame): what may overshoot a bound by one. */
+/** The largest changelog entry (a frame): what may overshoot `snapshotEveryBytes` by one. */
 const ONE_MESSAGE = 1024 * 1024;
 /** The smallest `maxLengthBytes`: room for the rule below with one-message slack. */
 const MIN_MAX_LENGTH_BYTES = 64 * 1024;
@@ -30,8 +30,8 @@ const MIN_MAX_LENGTH_BYTES = 64 * 1024;
  * entries before the next one (`snapshotEveryBytes` plus one entry) and the next snapshot, written
  * while the previous one is still the latest complete. So `segmentBytes ≤ maxLengthBytes / 8` and
  * `snapshotEveryBytes ≤ maxLengthBytes / 4` are required, which leaves at least
- * `maxLengthBytes / 4 − 1 MiB` for each of the two snapshots ({@link snapshotBudget}); a snapshot
- * larger than that is reported when written.
+ * about `maxLengthBytes / 4` for each of the two snapshots, less one entry's slack
+ * ({@link snapshotBudget}); a snapshot larger than that is reported when written.
  *
  * @throws DedupError `DEDUP_UNSAFE_OPTIONS` for retention without snapshots by bytes, a
  *   `snapshotEveryBytes` or `segmentBytes` too large for `maxLengthBytes`, or `maxAge` (snapshots
@@ -89,13 +89,15 @@ export function resolveRetention(value: unknown, snapshots: SnapshotPolicy): Cha
 
 /**
  * The largest snapshot the rule of {@link resolveRetention} holds: what the broker keeps at least,
- * less the entries between two snapshots (and one entry more), halved for two snapshots.
+ * less the entries between two snapshots and one entry's overshoot (at most a frame, 1 MiB; counted
+ * as `maxLengthBytes / 16` when that is less), halved for two snapshots.
  *
  * @internal
  */
 export function snapshotBudget(retention: ChangelogRetention, snapshots: SnapshotPolicy): number {
   const kept = retention.maxLengthBytes - 2 * retention.segmentBytes;
-  return Math.max(0, Math.floor((kept - snapshots.everyBytes - ONE_MESSAGE) / 2));
+  const slack = Math.min(ONE_MESSAGE, retention.maxLengthBytes / 16);
+  return Math.max(0, Math.floor((kept - snapshots.everyBytes - slack) / 2));
 }
 
 /** The stream arguments a changelog is created with (none without retention). @internal */
