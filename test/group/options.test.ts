@@ -47,6 +47,7 @@ describe('group member options - resolved in one place, the strategy chosen by t
     ['tenantVersion', 'v1'],
     ['snapshotEveryEntries', 100],
     ['snapshotEveryBytes', 0],
+    ['changelogRetention', { maxLengthBytes: 1 << 30 }],
   ] as const)(
     'refuses %s (an option of the changelog strategy) with a shared database, before any I/O',
     async (name, value) => {

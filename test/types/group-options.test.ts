@@ -40,6 +40,10 @@ describe('types - a group member on a PostgresStore takes no option of the chang
     expect(refused({ ...base, store: shared, snapshotEveryEntries: 100 })).toBe('DEDUP_UNSAFE_OPTIONS');
     // @ts-expect-error no changelog to write snapshots into
     expect(refused({ ...base, store: shared, snapshotEveryBytes: 0 })).toBe('DEDUP_UNSAFE_OPTIONS');
+    expect(
+      // @ts-expect-error no changelog to keep a retention on
+      refused({ ...base, store: shared, changelogRetention: { maxLengthBytes: 1 << 30 } }),
+    ).toBe('DEDUP_UNSAFE_OPTIONS');
   });
 
   it('takes them with a store of its own, and a watch of 0 with a shared store', () => {
