@@ -47,6 +47,8 @@ export class ChangelogStrategy implements PartitionStrategy {
   readonly #host: PartitionHost;
   readonly #writer: ChangelogWriter;
   #lineage: Lineage | undefined;
+  /** Resolves once the last batch journaled handed its entry to the writer (or gave up). */
+  #handedOver: Promise<void> = Promise.resolve();
 
   constructor(settings: PartitionSettings, store: DedupStore, host: PartitionHost) {
     this.#s = settings;
@@ -145,23 +147,38 @@ export class ChangelogStrategy implements PartitionStrategy {
    * The partition's first batch ever is preceded by the genesis (§12).
    */
   async #journal(epoch: number, entry: JournalEntry): Promise<void> {
-    const partition = this.#s.partition;
-    if (epoch !== this.#host.epoch)
-      throw new PartitionMoved(partition, 'moved before its batch was appended');
-    const lineage = this.#lineage?.epoch === epoch ? this.#lineage : undefined;
-    if (entry.baseOffset === undefined && lineage?.needsGenesis === true) {
-      const start = lineage.firstOffset;
-      if (start === undefined) throw new Error('a first batch without a first offset');
-      await this.#append(epoch, 'its genesis', () => this.#appendGenesis(epoch, start));
-      lineage.needsGenesis = false;
+    // Batches are journaled while the ones before them still wait for their confirms
+    // (appendsInFlight): each hands its entry to the writer only after the one before it did (and
+    // after the genesis, which the first batch writes and reads back first), so that the writer
+    // sends them in the order they were computed.
+    const before = this.#handedOver;
+    let handed = (): void => undefined;
+    this.#handedOver = new Promise<void>((resolve) => (handed = resolve));
+    try {
+      await before;
+      const partition = this.#s.partition;
+      if (epoch !== this.#host.epoch)
+        throw new PartitionMoved(partition, 'moved before its batch was appended');
+      const lineage = this.#lineage?.epoch === epoch ? this.#lineage : undefined;
+      if (entry.baseOffset === undefined && lineage?.needsGenesis === true) {
+        const start = lineage.firstOffset;
+        if (start === undefined) throw new Error('a first batch without a first offset');
+        await this.#append(epoch, 'its genesis', () => this.#appendGenesis(epoch, start));
+        lineage.needsGenesis = false;
+      }
+      // The writer queues the entry before this call returns: the next batch may follow.
+      const appended = this.#append(epoch, 'its batch', () =>
+        this.#writer.append(
+          encodeEntry({ lastOffset: entry.lastOffset, baseOffset: entry.baseOffset, ops: entry.ops }),
+          entryId(entry.lastOffset),
+          () => epoch === this.#host.epoch,
+        ),
+      );
+      handed();
+      await appended;
+    } finally {
+      handed();
     }
-    await this.#append(epoch, 'its batch', () =>
-      this.#writer.append(
-        encodeEntry({ lastOffset: entry.lastOffset, baseOffset: entry.baseOffset, ops: entry.ops }),
-        entryId(entry.lastOffset),
-        () => epoch === this.#host.epoch,
-      ),
-    );
   }
 
   /** One changelog append of the activation `epoch`: resolves once it is the changelog's latest. */

@@ -200,6 +200,7 @@ export class SuperStreamVerifyingConsumer {
             subscription,
             connection,
             appendTimeoutMs: changelogs?.appendTimeoutMs ?? 0,
+            appendsInFlight: changelogs?.appendsInFlight ?? 1,
             restoreTimeoutMs: changelogs?.restoreTimeoutMs ?? 0,
             stalledMs: o.stalledMs,
             onAssignment: o.onAssignment,

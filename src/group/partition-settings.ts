@@ -38,6 +38,8 @@ export interface PartitionSettings {
   readonly subscription: ResolvedSubscriptionOptions;
   readonly connection: StreamConnectionOptions;
   readonly appendTimeoutMs: number;
+  /** Changelog appends of the partition that may be in flight at once (`appendsInFlight`; default 1). */
+  readonly appendsInFlight?: number;
   readonly restoreTimeoutMs: number;
   /** `stalledPartitionMs`: 0 turns the stalled-partition watch off. */
   readonly stalledMs: number;

@@ -426,6 +426,7 @@ export class GroupPartition {
           },
           {
             journal,
+            journalDepth: this.#s.appendsInFlight,
             groupPartition: true,
             expectedStop: (error) => error instanceof PartitionMoved,
             // Any failure (a failed linger commit too, not only one a delivery sees) stops the member.
