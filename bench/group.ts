@@ -31,6 +31,8 @@ export interface GroupRates {
   readonly messages: number;
   readonly rawPerSec: number;
   readonly groupPerSec: number;
+  /** Each round's rate, in the order measured (raw and group interleaved). */
+  readonly rounds: { readonly raw: readonly number[]; readonly group: readonly number[] };
 }
 
 export interface TakeoverTimes {
@@ -41,10 +43,15 @@ export interface TakeoverTimes {
   readonly rawReadMs: number;
 }
 
-const PARTITIONS = 3;
+export const PARTITIONS = 3;
+/** `appendsInFlight` of the group's members when set (STREAM_DEDUP_BENCH_APPENDS), else the default. */
+const APPENDS_IN_FLIGHT =
+  process.env.STREAM_DEDUP_BENCH_APPENDS === undefined
+    ? undefined
+    : Number(process.env.STREAM_DEDUP_BENCH_APPENDS);
 
 /** Publishes `count` stamped messages to each of `partitions` (producer names per partition). */
-async function fill(partitions: readonly string[], dir: string, count: number): Promise<void> {
+export async function fill(partitions: readonly string[], dir: string, count: number): Promise<void> {
   for (const [i, stream] of partitions.entries()) {
     await publishStamped(count, {
       stream,
@@ -95,6 +102,8 @@ async function groupRead(
       store: join(dir, `${consumerName}-${member}`),
       startFrom: 'first',
       commitEvery: 1_000,
+      // Another depth than the default (bench/group-depths.ts compares them in one run).
+      ...(APPENDS_IN_FLIGHT === undefined ? {} : { appendsInFlight: APPENDS_IN_FLIGHT }),
       handler: (_message, tx) => {
         if (t0 === 0) t0 = performance.now();
         applied++;
@@ -257,7 +266,12 @@ export async function measureGroup(count = 99_999, rounds = 5): Promise<GroupRat
       raw.push((await run('raw', i)).rate);
       group.push((await run('group', i)).rate);
     }
-    return { messages: perPartition * PARTITIONS, rawPerSec: median(raw), groupPerSec: median(group) };
+    return {
+      messages: perPartition * PARTITIONS,
+      rawPerSec: median(raw),
+      groupPerSec: median(group),
+      rounds: { raw, group },
+    };
   } finally {
     await client.deleteSuperStream({ streamName: superStream }).catch(() => undefined);
     await client.close();
