@@ -22,7 +22,11 @@ const dir = await mkdtemp(join(tmpdir(), 'bench-group-depths-'));
 const superStream = uniqueName('bench-group-depths');
 const client = await connectClient();
 const groupScript = new URL('./group.ts', import.meta.url).href;
-const run = (mode: string, round: string, depth?: number): Promise<{ rate: number }> =>
+const run = (
+  mode: string,
+  round: string,
+  depth?: number,
+): Promise<{ rate: number; cpuShare: number; cpuUsPerMessage: number }> =>
   measureInChild(groupScript, [mode, superStream, dir, String(perPartition), round], {
     STREAM_DEDUP_BENCH_GROUP: '1',
     ...(depth === undefined ? {} : { STREAM_DEDUP_BENCH_APPENDS: String(depth) }),
@@ -34,11 +38,18 @@ try {
   const group = new Map<number, number[]>(depths.map((d) => [d, []]));
   for (let i = 0; i < rounds; i++) {
     const load = loadavg()[0]!.toFixed(2);
-    raw.push((await run('raw', String(i))).rate);
-    for (const d of depths) group.get(d)!.push((await run('group', `${i}-${d}`, d)).rate);
+    const r = await run('raw', String(i));
+    raw.push(r.rate);
+    // CPU time of the reading process over the read's wall time: near 1, one core's worth (bound by it).
+    const cpu = [`raw cpu ${r.cpuShare.toFixed(2)} (${r.cpuUsPerMessage.toFixed(1)} µs/msg)`];
+    for (const d of depths) {
+      const g = await run('group', `${i}-${d}`, d);
+      group.get(d)!.push(g.rate);
+      cpu.push(`${d}: cpu ${g.cpuShare.toFixed(2)} (${g.cpuUsPerMessage.toFixed(1)} µs/msg)`);
+    }
     const line = depths.map((d) => `${d}: ${(group.get(d)!.at(-1)! / raw.at(-1)!).toFixed(3)}`).join('  ');
     process.stdout.write(
-      `round ${i} (load ${load}): raw ${Math.round(raw.at(-1)!)} msg/s; group/raw ${line}\n`,
+      `round ${i} (load ${load}): raw ${Math.round(raw.at(-1)!)} msg/s; group/raw ${line}; ${cpu.join(', ')}\n`,
     );
   }
   const rawMedian = median(raw);
