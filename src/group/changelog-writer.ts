@@ -182,7 +182,7 @@ export class ChangelogWriter {
    * entry is the latest. Several appends may be under way (pipelined: each call is queued at once,
    * in call order, and IDs must increase): they are sent in order, and one last-ID query after
    * their confirms decides them all — `landed` when the broker's last ID is this entry's or that of
-   * a later entry of this writer's queue (ours, or another member's for the same input: the same
+   * a later entry this writer has sent (ours, or another member's for the same input: the same
    * state), `fenced` when it is above this entry and none of ours. Lost connections are reconnected
    * and every entry not yet decided is sent again, in order (the broker keeps one copy of an ID); so
    * is an entry that a failover lost after its confirm (the broker's last ID then below ours). An
@@ -308,9 +308,12 @@ export class ChangelogWriter {
       if (this.#closed) return;
       this.#connected = true;
       this.#connection++;
-      // Above the oldest entry and none of ours: another member wrote past it. Otherwise every entry
-      // not decided is sent again below, and only the confirms and the last ID decide.
-      if (lastId > head.id && !this.#queue.some((p) => p.id === lastId)) {
+      // Above the oldest entry and none of the entries this writer has sent: another member wrote
+      // past it. (An entry queued but never sent cannot be ours there: a member paused while
+      // another took its partition over queues its next batch before it reconnects, and that
+      // batch's ID may be the other member's latest.) Otherwise every entry not decided is sent
+      // again below, and only the confirms and the last ID decide.
+      if (lastId > head.id && !this.#queue.some((p) => p.id === lastId && p.sentOn !== 0)) {
         this.#endFrom(0, () => 'fenced');
         return;
       }
@@ -335,8 +338,10 @@ export class ChangelogWriter {
     if (head.confirmed && head.sentOn === connection && !this.#querying) {
       // One query for every entry confirmed so far: each was stored (or dropped) before it is asked.
       const covered = this.#queue.filter((p) => p.confirmed && p.sentOn === connection);
+      // What the broker can have of ours when it answers: what was sent before the query.
+      const sent = new Set(this.#queue.filter((p) => p.sentOn !== 0).map((p) => p.id));
       this.#querying = true;
-      void this.#decide(covered, connection).finally(() => {
+      void this.#decide(covered, sent, connection).finally(() => {
         this.#querying = false;
         this.#kick();
       });
@@ -353,12 +358,13 @@ export class ChangelogWriter {
 
   /**
    * Asks the broker for the name's last ID and decides `covered` (confirmed on `connection`, in
-   * queue order) with it: equal to an entry's ID, or the ID of a later entry of ours, it landed
+   * queue order) with it: equal to an entry's ID, or the ID of a later entry of ours (`sent` before
+   * the query), it landed
    * (ours, or another member's for the same input); above it and none of ours, every entry from
    * it on is fenced; below it (a new leader without it), the connection is dropped and the
    * undecided entries are sent again.
    */
-  async #decide(covered: readonly Pending[], connection: number): Promise<void> {
+  async #decide(covered: readonly Pending[], sent: ReadonlySet<bigint>, connection: number): Promise<void> {
     let last: bigint;
     try {
       last = await withTimeout(
@@ -371,7 +377,7 @@ export class ChangelogWriter {
       return;
     }
     if (this.#connection !== connection) return;
-    const ours = this.#queue.some((p) => p.id === last);
+    const ours = sent.has(last);
     for (const p of covered) {
       if (this.#queue[0] !== p) return; // ended meanwhile (given up, timed out)
       if (last === p.id || (last > p.id && ours)) {

@@ -281,3 +281,41 @@ describe('changelog writer - pipelined appends (appendsInFlight, design §12)', 
     expect(broker.state.sent.map((s) => s.id)).toEqual([2n, 3n]);
   });
 });
+
+describe('changelog writer - a member paused while another took its partition over', () => {
+  it('fences the entry it had in flight when the last ID on reconnecting is an entry it queued but never sent (the other member’s), instead of counting it as its own', async () => {
+    // consumer-group-crash's pause test: entry 86 is on its way when the member stops; the other
+    // member takes over and writes 91 (the same batch cut); after SIGCONT the member queues its
+    // batch 91 before its writer reconnects. 91 is not ours: 86 and 91 are fenced, nothing lands.
+    let handlers: TransportHandlers | undefined;
+    let lastId = 0n;
+    const sent: bigint[] = [];
+    const transport: ChangelogTransport = {
+      maxMessageBytes: 1 << 20,
+      connect: (h) => {
+        handlers = h;
+        return Promise.resolve(lastId);
+      },
+      publish: (messages) => {
+        for (const m of messages) {
+          sent.push(m.publishingId);
+          if (m.publishingId > lastId) lastId = m.publishingId;
+        }
+        return Promise.resolve();
+      },
+      queryLastId: () => Promise.resolve(lastId),
+      close: () => Promise.resolve(),
+    };
+    const w = writer(transport);
+    const inFlight = w.append(Buffer.from('e86'), 86n, () => true);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(sent).toEqual([86n]);
+    // The pause: the connection dies, the other member writes 91.
+    lastId = 91n;
+    handlers?.disconnected(new Error('heartbeat timed out'));
+    const next = w.append(Buffer.from('e91'), 91n, () => true);
+    await expect(inFlight).resolves.toBe('fenced');
+    await expect(next).resolves.toBe('fenced');
+    expect(sent).toEqual([86n]);
+  });
+});
