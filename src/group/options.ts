@@ -94,10 +94,11 @@ function tenantVersionOption(value: unknown, hasTenant: boolean): string | undef
 }
 
 /**
- * `appendsInFlight` by default: measured with bench/group-pipe-run.ts (a group of two, 3 partitions,
- * commitEvery 1 000) against the raw super stream consumer: see docs/design.md §12.
+ * `appendsInFlight` by default: one batch at a time. Depth 4 measured +4 to +17 % (bench/group-depths.ts,
+ * docs/design.md §12), but with it a batch decided before a member was paused can be written after the
+ * member resumes, once the partition moved (consumer-group-crash's pause test: 1 run in 3).
  */
-const DEFAULT_APPENDS_IN_FLIGHT = 4;
+const DEFAULT_APPENDS_IN_FLIGHT = 1;
 /** Each batch in flight holds its writes in memory: at most this many per partition. */
 const MAX_APPENDS_IN_FLIGHT = 32;
 
