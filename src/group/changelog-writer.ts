@@ -261,9 +261,13 @@ export class ChangelogWriter {
     this.#pumping = true;
     try {
       while (!this.#closed) {
-        // Appends of a period that ended: given up, with everything after them.
-        const stale = this.#queue.findIndex((p) => !p.isCurrent());
-        if (stale !== -1) this.#endFrom(stale, (p) => this.#givenUp(p.id, this.#lastError));
+        // Appends of a period that ended: given up. Only those: an append of the next period
+        // queued after them was computed on that period's restore, not on them.
+        if (this.#queue.some((p) => !p.isCurrent())) {
+          const stale = this.#queue.filter((p) => !p.isCurrent());
+          this.#queue = this.#queue.filter((p) => !stale.includes(p));
+          for (const p of stale) p.reject(this.#givenUp(p.id, this.#lastError));
+        }
         const head = this.#queue[0];
         if (head === undefined) return;
         if (performance.now() >= head.deadline) {

@@ -319,3 +319,38 @@ describe('changelog writer - a member paused while another took its partition ov
     expect(sent).toEqual([86n]);
   });
 });
+
+describe('changelog writer - a period that ended while its append waited', () => {
+  it('gives up the old period’s append only, and lands the next period’s append queued after it', async () => {
+    let handlers: TransportHandlers | undefined;
+    let connects = 0;
+    let lastId = 0n;
+    const transport: ChangelogTransport = {
+      maxMessageBytes: 1 << 20,
+      connect: (h) => {
+        handlers = h;
+        // The first connection is lost before it confirms anything; later ones confirm.
+        connects++;
+        return Promise.resolve(lastId);
+      },
+      publish: (messages) => {
+        for (const m of messages) if (m.publishingId > lastId) lastId = m.publishingId;
+        if (connects > 1) queueMicrotask(() => handlers?.confirmed(messages.map((m) => m.publishingId)));
+        return Promise.resolve();
+      },
+      queryLastId: () => Promise.resolve(lastId),
+      close: () => Promise.resolve(),
+    };
+    const w = writer(transport);
+    let oldPeriod = true;
+    const old = w.append(Buffer.from('old'), 5n, () => oldPeriod);
+    await new Promise((resolve) => setImmediate(resolve));
+    // The partition moves and comes back: the old period ends, the new one restored up to 5 and
+    // appends 7 while the old append still waits.
+    oldPeriod = false;
+    const next = w.append(Buffer.from('new'), 7n, () => true);
+    handlers?.disconnected(new Error('lost'));
+    await expect(old).rejects.toMatchObject({ code: 'DEDUP_CONSUMER_CLOSED' });
+    await expect(next).resolves.toBe('landed');
+  });
+});
