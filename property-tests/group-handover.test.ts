@@ -301,7 +301,12 @@ async function runModel(
       }),
     );
   }
-  await s.waitFor(Promise.all(runs));
+  // Every period runs to its end before the final one: an event starts its period (pushed to
+  // `runs`) only when the scheduler releases it, so one `Promise.all(runs)` left those cut short.
+  for (let n = 0; n < runs.length;) {
+    n = runs.length;
+    await s.waitFor(Promise.all(runs));
+  }
   await s.waitAll();
   // The last holder, alone: a restart from its store, then to the end of the input.
   const last = world.members[holder]!;
