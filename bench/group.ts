@@ -31,6 +31,8 @@ export interface GroupRates {
   readonly messages: number;
   readonly rawPerSec: number;
   readonly groupPerSec: number;
+  /** Each round's rate, in the order measured (raw and group interleaved). */
+  readonly rounds: { readonly raw: readonly number[]; readonly group: readonly number[] };
 }
 
 export interface TakeoverTimes {
@@ -41,10 +43,15 @@ export interface TakeoverTimes {
   readonly rawReadMs: number;
 }
 
-const PARTITIONS = 3;
+export const PARTITIONS = 3;
+/** `appendsInFlight` of the group's members when set (STREAM_DEDUP_BENCH_APPENDS), else the default. */
+const APPENDS_IN_FLIGHT =
+  process.env.STREAM_DEDUP_BENCH_APPENDS === undefined
+    ? undefined
+    : Number(process.env.STREAM_DEDUP_BENCH_APPENDS);
 
 /** Publishes `count` stamped messages to each of `partitions` (producer names per partition). */
-async function fill(partitions: readonly string[], dir: string, count: number): Promise<void> {
+export async function fill(partitions: readonly string[], dir: string, count: number): Promise<void> {
   for (const [i, stream] of partitions.entries()) {
     await publishStamped(count, {
       stream,
@@ -95,6 +102,8 @@ async function groupRead(
       store: join(dir, `${consumerName}-${member}`),
       startFrom: 'first',
       commitEvery: 1_000,
+      // Another depth than the default (bench/group-depths.ts compares them in one run).
+      ...(APPENDS_IN_FLIGHT === undefined ? {} : { appendsInFlight: APPENDS_IN_FLIGHT }),
       handler: (_message, tx) => {
         if (t0 === 0) t0 = performance.now();
         applied++;
@@ -257,7 +266,12 @@ export async function measureGroup(count = 99_999, rounds = 5): Promise<GroupRat
       raw.push((await run('raw', i)).rate);
       group.push((await run('group', i)).rate);
     }
-    return { messages: perPartition * PARTITIONS, rawPerSec: median(raw), groupPerSec: median(group) };
+    return {
+      messages: perPartition * PARTITIONS,
+      rawPerSec: median(raw),
+      groupPerSec: median(group),
+      rounds: { raw, group },
+    };
   } finally {
     await client.deleteSuperStream({ streamName: superStream }).catch(() => undefined);
     await client.close();
@@ -280,17 +294,29 @@ if (process.env.STREAM_DEDUP_BENCH_GROUP === '1') {
     string,
     string,
   ];
+  /**
+   * A warm-up read, then the measured one, with the process's CPU time over its wall time (cpuShare)
+   * and per message read.
+   */
+  const measured = async (read: (warm: boolean) => Promise<number>) => {
+    await read(true);
+    const cpu = process.cpuUsage();
+    const started = performance.now();
+    const rate = await read(false);
+    const used = process.cpuUsage(cpu);
+    const cpuMs = (used.user + used.system) / 1000;
+    // Set-up included (connections, members' open and restore): an upper bound per message.
+    const cpuUsPerMessage = (cpuMs * 1000) / (Number(n) * PARTITIONS);
+    return { rate, cpuShare: cpuMs / (performance.now() - started), cpuUsPerMessage };
+  };
   const result =
     mode === 'takeover'
       ? await takeover(Number(n))
-      : {
-          rate:
-            mode === 'raw'
-              ? (await rawGroupRead(superStream, Number(n) * PARTITIONS),
-                await rawGroupRead(superStream, Number(n) * PARTITIONS))
-              : (await groupRead(superStream, dir, Number(n), `warm-${round}`),
-                await groupRead(superStream, dir, Number(n), round)),
-        };
+      : await measured((warm) =>
+          mode === 'raw'
+            ? rawGroupRead(superStream, Number(n) * PARTITIONS)
+            : groupRead(superStream, dir, Number(n), warm ? `warm-${round}` : round),
+        );
   process.stdout.write(`${JSON.stringify(result)}\n`);
   process.exit(0);
 }

@@ -42,6 +42,11 @@ interface Guards {
    * goes on only if the genesis is its own; a restore with nothing stored begins where it says.
    */
   readonly genesis: boolean;
+  /**
+   * Pipelined appends (depth ≥ 2): a batch is committed locally only after the batch before it
+   * was, and dropped if that one was not (fenced, or its period ended).
+   */
+  readonly inOrder: boolean;
 }
 
 interface Member {
@@ -118,6 +123,10 @@ async function restore(
 /**
  * One period of member `m` as the partition's holder (as far as it knows): restore, then batches
  * of `batchSize` until the input ends or the period ends (crash, heard of the loss, fenced).
+ * Up to `depth` batches are in flight at once (`appendsInFlight`): batch n + 1 is computed on
+ * batch n's state and appended while batch n waits for its confirm; each is committed locally
+ * only after its confirm and fence check and, with `guards.inOrder`, after batch n was committed
+ * (a batch whose predecessor was not is dropped).
  */
 async function hold(
   s: fc.Scheduler,
@@ -126,6 +135,7 @@ async function hold(
   guards: Guards,
   batchSize: number,
   name: string,
+  depth = 1,
 ): Promise<void> {
   const epoch = m.epoch;
   const restored = await restore(s, world, m, epoch, guards);
@@ -140,13 +150,22 @@ async function hold(
     from = nextStart(world);
     needsGenesis = guards.genesis;
   }
+  // The batches are computed on the member's own state (what it committed or restored) and on
+  // the batches in flight before them.
+  const working = new Map(m.kv);
+  let base = m.offset;
+  /** The IDs this period appended: a last ID among them is ours (or the same input's). */
+  const ours = new Set<number>();
+  const inFlight: Array<Promise<boolean>> = [];
+  let previous: Promise<boolean> = Promise.resolve(true);
+  let ended = false;
   while (from <= world.input.length - 1) {
-    // The batch is computed on the member's own state (what it committed or restored).
-    const working = new Map(m.kv);
-    const base = m.offset;
+    while (inFlight.length >= depth) await inFlight.shift();
+    if (ended || m.epoch !== epoch) break;
     const last = Math.min(world.input.length - 1, from + batchSize - 1);
+    const batchBase = base;
     const written = new Map<string, number>();
-    if (base === -1) written.set('start', from);
+    if (batchBase === -1) written.set('start', from);
     for (let o = from; o <= last; o++) {
       const before = new Map(working);
       applyMessage(working, world, world.input[o]!);
@@ -167,21 +186,37 @@ async function hold(
       needsGenesis = false;
     }
     await s.schedule(Promise.resolve(), `${name} appends ${from}..${last}`);
-    if (m.epoch !== epoch) return; // crashed before the append left
+    if (m.epoch !== epoch) break; // crashed before the append left
     const id = last + 2;
+    ours.add(id);
     if (!guards.brokerFencing || id > world.lastId) {
-      world.changelog.push({ base, last, values: written });
+      world.changelog.push({ base: batchBase, last, values: written });
       world.lastId = guards.brokerFencing ? id : Math.max(world.lastId, id);
     }
-    await s.schedule(Promise.resolve(), `${name} confirm of ${id}`);
-    if (m.epoch !== epoch) return;
-    if (guards.brokerFencing && world.lastId > id) return; // fenced: the batch is not committed
-    await s.schedule(Promise.resolve(), `${name} commits ${from}..${last} locally`);
-    if (m.epoch !== epoch) return;
-    for (const [k, v] of written) if (k !== 'offset') m.kv.set(k, v);
-    m.offset = last;
+    const before = previous;
+    const batchFrom = from;
+    const done = (async (): Promise<boolean> => {
+      await s.schedule(Promise.resolve(), `${name} confirm of ${id}`);
+      if (m.epoch !== epoch) return false;
+      // Fenced: a last ID above ours that is none of this period's own entries.
+      if (guards.brokerFencing && world.lastId > id && !ours.has(world.lastId)) {
+        ended = true;
+        return false;
+      }
+      // In order: committed only after the batch before it was (it was computed on it).
+      if (guards.inOrder && !(await before)) return false;
+      await s.schedule(Promise.resolve(), `${name} commits ${batchFrom}..${last} locally`);
+      if (m.epoch !== epoch) return false;
+      for (const [k, v] of written) if (k !== 'offset') m.kv.set(k, v);
+      m.offset = last;
+      return true;
+    })();
+    previous = done;
+    inFlight.push(done);
+    base = last;
     from = last + 1;
   }
+  await Promise.all(inFlight);
 }
 
 /**
@@ -229,6 +264,7 @@ async function runModel(
   guards: Guards,
   startFrom: StartFrom,
   starts: readonly number[],
+  depths: readonly [number, number] = [1, 1],
 ): Promise<{ world: World; holder: Member }> {
   const world: World = {
     input,
@@ -246,7 +282,7 @@ async function runModel(
   // A new period supersedes any older one of the same member (its core is closed first).
   const start = (i: number): void => {
     world.members[i]!.epoch++;
-    runs.push(hold(s, world, world.members[i]!, guards, batchSizes[i]!, `m${i}`));
+    runs.push(hold(s, world, world.members[i]!, guards, batchSizes[i]!, `m${i}`, depths[i]));
   };
   start(holder);
   for (const [n, event] of events.entries()) {
@@ -265,12 +301,17 @@ async function runModel(
       }),
     );
   }
-  await s.waitFor(Promise.all(runs));
+  // Every period runs to its end before the final one: an event starts its period (pushed to
+  // `runs`) only when the scheduler releases it, so one `Promise.all(runs)` left those cut short.
+  for (let n = 0; n < runs.length;) {
+    n = runs.length;
+    await s.waitFor(Promise.all(runs));
+  }
   await s.waitAll();
   // The last holder, alone: a restart from its store, then to the end of the input.
   const last = world.members[holder]!;
   last.epoch++;
-  const final = hold(s, world, last, guards, input.length, 'final');
+  const final = hold(s, world, last, guards, batchSizes[holder]!, 'final', depths[holder]);
   await s.waitFor(final);
   return { world, holder: last };
 }
@@ -308,19 +349,23 @@ function modelProperty(
   guards: Guards,
   startFrom: StartFrom,
   check: (run: Run) => boolean | void,
+  maxDepth = 1,
 ): fc.IAsyncPropertyWithHooks<
-  [fc.Scheduler, { input: Input[]; starts: number[] }, Event[], [number, number]]
+  [fc.Scheduler, { input: Input[]; starts: number[] }, Event[], [number, number], [number, number]]
 > {
   const inputs = inputArb.chain((input) =>
     startsArb(startFrom, input.length).map((starts) => ({ input, starts })),
   );
+  // Each member's appendsInFlight: 1 (one batch at a time), or pipelined from 2 up to maxDepth.
+  const depth = fc.integer({ min: Math.min(2, maxDepth), max: maxDepth });
   return fc.asyncProperty(
     fc.scheduler(),
     inputs,
     eventsArb,
     batchArb,
-    async (s, { input, starts }, events, batch) => {
-      const run = await runModel(s, input, events, batch, guards, startFrom, starts);
+    fc.tuple(depth, depth),
+    async (s, { input, starts }, events, batch, depths) => {
+      const run = await runModel(s, input, events, batch, guards, startFrom, starts, depths);
       return check({ ...run, input });
     },
   );
@@ -356,10 +401,10 @@ describe('consumer group hand-over (fc.scheduler model of docs/design.md §12)',
   const guarded: Array<[string, Guards]> = [
     [
       'broker fencing and restore skips (the protocol)',
-      { brokerFencing: true, restoreSkips: true, genesis: true },
+      { brokerFencing: true, restoreSkips: true, genesis: true, inOrder: true },
     ],
-    ['broker fencing alone', { brokerFencing: true, restoreSkips: false, genesis: true }],
-    ['restore skips alone', { brokerFencing: false, restoreSkips: true, genesis: true }],
+    ['broker fencing alone', { brokerFencing: true, restoreSkips: false, genesis: true, inOrder: true }],
+    ['restore skips alone', { brokerFencing: false, restoreSkips: true, genesis: true, inOrder: true }],
   ];
   for (const [label, guards] of guarded) {
     for (const startFrom of ['first', 'next'] as const) {
@@ -369,10 +414,56 @@ describe('consumer group hand-over (fc.scheduler model of docs/design.md §12)',
     }
   }
 
+  // Pipelined appends (appendsInFlight 2 or 3 per member, docs/design.md §12): batch n + 1 is
+  // appended while batch n waits for its confirm; a last ID that is a later entry of the period's
+  // own counts as landed; local commits in order, a batch after a dropped one dropped.
+  for (const [label, guards] of guarded) {
+    for (const startFrom of ['first', 'next'] as const) {
+      it(`pipelined appends, ${label}, startFrom '${startFrom}': every interleaving gives the exact fold`, async () => {
+        await fc.assert(modelProperty(guards, startFrom, exactFold, 3), { numRuns: 1_000 });
+      });
+    }
+  }
+
+  it('pipelined appends without either guard: fast-check still finds the double effect', async () => {
+    const result = await fc.check(
+      modelProperty(
+        { brokerFencing: false, restoreSkips: false, genesis: true, inOrder: true },
+        'first',
+        ({ world }) => world.doubles === 0,
+        3,
+      ),
+      { numRuns: 2_000 },
+    );
+    expect(result.failed).toBe(true);
+    expect(result.counterexample).not.toBeNull();
+  });
+
+  it('pipelined appends committed out of order, or after a dropped batch: fast-check finds a state that is not the fold', async () => {
+    const result = await fc.check(
+      modelProperty(
+        { brokerFencing: true, restoreSkips: true, genesis: true, inOrder: false },
+        'first',
+        (run) => {
+          try {
+            exactFold(run);
+            return true;
+          } catch {
+            return false;
+          }
+        },
+        3,
+      ),
+      { numRuns: 2_000 },
+    );
+    expect(result.failed).toBe(true);
+    expect(result.counterexample).not.toBeNull();
+  });
+
   it('without either guard, a zombie’s stale batch lands after newer ones and fast-check finds the double effect', async () => {
     const result = await fc.check(
       modelProperty(
-        { brokerFencing: false, restoreSkips: false, genesis: true },
+        { brokerFencing: false, restoreSkips: false, genesis: true, inOrder: true },
         'first',
         ({ world }) => world.doubles === 0,
       ),
@@ -384,14 +475,18 @@ describe('consumer group hand-over (fc.scheduler model of docs/design.md §12)',
 
   it("startFrom 'next' without the genesis: two members begin the partition at different offsets, and fast-check finds a state that mixes them", async () => {
     const result = await fc.check(
-      modelProperty({ brokerFencing: true, restoreSkips: true, genesis: false }, 'next', (run) => {
-        try {
-          exactFold(run);
-          return true;
-        } catch {
-          return false;
-        }
-      }),
+      modelProperty(
+        { brokerFencing: true, restoreSkips: true, genesis: false, inOrder: true },
+        'next',
+        (run) => {
+          try {
+            exactFold(run);
+            return true;
+          } catch {
+            return false;
+          }
+        },
+      ),
       { numRuns: 5_000 },
     );
     expect(result.failed).toBe(true);

@@ -53,6 +53,14 @@ export interface CommitPipelineOptions {
    * of the batch is written.
    */
   readonly journal?: Journal | undefined;
+  /**
+   * How many batches may be handed to the journal at once (an integer ≥ 1; only with a journal):
+   * batch n + 1 is journaled while batch n waits for its journal, but the batches are written to
+   * the store one at a time, in order, each only after its own journal resolved; a batch whose
+   * predecessor was not written (its journal rejected: fenced, moved) is dropped, never written.
+   * Default 1: one batch in flight at a time.
+   */
+  readonly journalDepth?: number | undefined;
   /** Starts a batch's `settle` span (and commit-time measure); the returned function ends it. */
   readonly traceSettle?: ((messages: number, lastOffset: bigint) => (err?: unknown) => void) | undefined;
   /**
@@ -102,6 +110,8 @@ export class CommitPipeline {
   readonly #stats: VerifyStats;
   readonly #onStop: (error: Error, cause: unknown, first: boolean) => void;
   readonly #journal: Journal | undefined;
+  /** Writes (commits) that may be in flight at once: `journalDepth` with a journal, else 1. */
+  readonly #depth: number;
   readonly #traceSettle: CommitPipelineOptions['traceSettle'];
   readonly #recover: ((error: unknown) => true | Error | undefined) | undefined;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
@@ -122,8 +132,15 @@ export class CommitPipeline {
   #pendingSettles: Array<() => void> = [];
   #lastOffset: bigint | undefined;
   #linger: NodeJS.Timeout | undefined;
-  /** The write in flight, if any (at most one at a time): a commit, or an eviction's deletions. */
+  /**
+   * The newest write in flight, if any: a commit, or an eviction's deletions. Writes end in the
+   * order they began (each commit waits for the one before it), so this one ends last.
+   */
   #committing: Promise<void> | undefined;
+  /** The writes in flight, oldest first (at most `#depth`; one for an eviction's deletions). */
+  #writes: Array<Promise<unknown>> = [];
+  /** The last commit begun: resolves with whether its batch was written (false: dropped, failed). */
+  #lastCommit: Promise<boolean> | undefined;
   /** Writes begun and writes finished (durable or failed), in order: writes never overlap. */
   #writesBegun = 0;
   #writesDone = 0;
@@ -134,8 +151,8 @@ export class CommitPipeline {
   #boundaryWaiters: Array<() => void> | undefined;
   /** `discard()` ran while a handler was in progress: its message is dropped when it returns. */
   #dropCurrent = false;
-  /** The effect writes of the batch being written (the database does not show them yet). */
-  #inflightOps: Map<string, PendingOp> | undefined;
+  /** The effect writes of the batches being written, oldest first (the database does not show them yet). */
+  #inflightOps: Array<Map<string, PendingOp>> = [];
   #failed: Error | undefined;
   #closed = false;
   /** A message is in progress: from `beginMessage()` until its handler returned (or threw). */
@@ -149,6 +166,7 @@ export class CommitPipeline {
     this.#stats = options.stats;
     this.#onStop = options.onStop;
     this.#journal = options.journal;
+    this.#depth = options.journal === undefined ? 1 : (options.journalDepth ?? 1);
     this.#recover = options.recover;
     this.#traceSettle = options.traceSettle;
     this.#committedOffset = options.committedOffset;
@@ -307,7 +325,14 @@ export class CommitPipeline {
 
   /** The handler's write `op` of `key` in the pending batch, or in the batch being written. */
   pendingEffect(key: string): PendingOp | undefined {
-    return this.#ops.get(key) ?? this.#inflightOps?.get(key);
+    const pending = this.#ops.get(key);
+    if (pending !== undefined) return pending;
+    // The newest batch in flight that wrote the key: each was computed on the ones before it.
+    for (let i = this.#inflightOps.length - 1; i >= 0; i--) {
+      const op = this.#inflightOps[i]!.get(key);
+      if (op !== undefined) return op;
+    }
+    return undefined;
   }
 
   /** Puts an effect key in the pending batch. */
@@ -342,14 +367,14 @@ export class CommitPipeline {
    */
   async flush(): Promise<void> {
     await this.#startCommit();
-    const committing = this.#committing;
-    if (committing !== undefined) await committing.catch(() => undefined);
+    await this.idle();
     if (this.#failed !== undefined) throw this.#failed;
   }
 
-  /** Resolves once the write in flight, if any, has ended (durable or failed). */
+  /** Resolves once every write in flight, if any, has ended (durable or failed). */
   async idle(): Promise<void> {
-    await this.#committing?.catch(() => undefined);
+    // An ended write leaves #writes before this turn's await returns: the loop ends.
+    while (this.#writes.length > 0) await this.#writes.at(-1)!.catch(() => undefined);
   }
 
   /**
@@ -370,7 +395,7 @@ export class CommitPipeline {
    */
   async whenQuiet<T>(action: () => T): Promise<T> {
     for (;;) {
-      if (this.#committing !== undefined) await this.#committing.catch(() => undefined);
+      if (this.#writes.length > 0) await this.#writes[0]!.catch(() => undefined);
       else if (this.#processing) await this.#boundary();
       else return action();
     }
@@ -425,7 +450,7 @@ export class CommitPipeline {
     // returns no promise. It waits only when the write falls behind by several batches.
     const every = this.#options.commitEvery;
     if (this.#pendingMessages >= every) {
-      if (this.#committing === undefined) {
+      if (this.#writes.length < this.#depth) {
         this.#beginCommit();
         return undefined;
       }
@@ -463,8 +488,13 @@ export class CommitPipeline {
    * time) and no handler is in the middle of a message, without waiting for the write. A failed
    * write stops the consumer.
    */
-  #startCommit(): Promise<void> {
-    return this.whenQuiet(this.#beginIfPending);
+  async #startCommit(): Promise<void> {
+    // As whenQuiet(), but with room for one more write rather than none in flight (journalDepth).
+    for (;;) {
+      if (this.#writes.length >= this.#depth) await this.#writes[0]!.catch(() => undefined);
+      else if (this.#processing) await this.#boundary();
+      else return this.#beginIfPending();
+    }
   }
 
   readonly #beginIfPending = (): void => {
@@ -472,9 +502,10 @@ export class CommitPipeline {
   };
 
   /**
-   * Starts writing the pending batch now. Only while no write is in flight, something is pending,
-   * nothing failed, and no handler is in the middle of a message (its writes must all land in
-   * one batch, and a handler that has not returned may still throw).
+   * Starts writing the pending batch now. Only while there is room for a write (none in flight,
+   * or fewer than `journalDepth` with a journal), something is pending, nothing failed, and no
+   * handler is in the middle of a message (its writes must all land in one batch, and a handler
+   * that has not returned may still throw).
    */
   #beginCommit(): void {
     clearTimeout(this.#linger);
@@ -492,31 +523,55 @@ export class CommitPipeline {
     ops.push({ type: 'put', key: this.#offsetKey, value: encodeOffset(lastOffset, lastChunk) });
     const info = { messages: this.#pendingMessages, lastOffset };
     const settles = this.#pendingSettles;
-    this.#inflightOps = batchOps;
+    this.#inflightOps.push(batchOps);
     this.#ops = new Map();
     this.#touched = new Set();
     this.#pendingMessages = 0;
     this.#pendingSettles = [];
     const hooks = this.#options.hooks;
     const settled = this.#traceSettle?.(info.messages, lastOffset);
-    const commit = (async () => {
+    const release = (): void => {
+      const at = this.#inflightOps.indexOf(batchOps);
+      if (at !== -1) this.#inflightOps.splice(at, 1);
+    };
+    // The commit still in flight before this one (journalDepth > 1): this batch was computed on
+    // it, so it is written only after that one was, and dropped if that one was not.
+    const previous =
+      this.#writes.length > 0
+        ? this.#lastCommit?.then(
+            (written) => written,
+            () => false,
+          )
+        : undefined;
+    const commit = (async (): Promise<boolean> => {
       try {
         // A hook that throws stops the consumer with nothing of the batch written. Outside this
         // try it skipped the write silently while the next batch, based on this one's end, still
         // went: a batch of effects lost and the offset past it.
         callHook('beforeCommit', hooks?.beforeCommit, info);
-        if (this.#journal !== undefined) await this.#journal({ ops, lastOffset, baseOffset });
+        // Journaled now, while the batches before it still wait for theirs (pipelined); its
+        // outcome is taken only after theirs, in order.
+        const journaled = this.#journal?.({ ops, lastOffset, baseOffset });
+        journaled?.catch(() => undefined);
+        if (previous !== undefined && !(await previous)) {
+          // The batch before it was not written (its journal was fenced or failed, or the
+          // pipeline stopped): nothing of this one is written either.
+          release();
+          settled?.(this.#failed ?? new Error('the batch before it was not written'));
+          return false;
+        }
+        await journaled;
         await this.#store.write({ ops, lastOffset, baseOffset, lastChunk });
       } catch (err) {
         settled?.(err);
-        if (this.#inflightOps === batchOps) this.#inflightOps = undefined;
+        release();
         // Recovered (a lost connection, a deadlock): the pipeline was rebased on the stored offset;
         // the batch's messages are delivered again.
         const recovered = this.#recover?.(err);
-        if (recovered === true) return;
+        if (recovered === true) return false;
         throw this.fail(recovered ?? err);
       } finally {
-        if (this.#inflightOps === batchOps) this.#inflightOps = undefined;
+        release();
       }
       staged();
       this.#committedOffset = lastOffset;
@@ -533,19 +588,24 @@ export class CommitPipeline {
       for (const settle of settles) settle();
       settled?.();
       if (hookError !== undefined) throw this.fail(hookError.err);
+      return true;
     })();
+    this.#lastCommit = commit;
     this.#inFlight(commit);
   }
 
-  /** Makes `write` the write in flight; when it ends, a full batch that waited for it goes. */
+  /** Makes `write` the newest write in flight; when one ends, a full batch that waited for room goes. */
   #inFlight(write: Promise<unknown>): void {
     this.#committing = write as Promise<void>;
+    this.#writes.push(write);
     const done = (): void => {
       this.#writesDone++;
+      const at = this.#writes.indexOf(write);
+      if (at !== -1) void this.#writes.splice(at, 1);
       if (this.#committing === write) this.#committing = undefined;
       // A full batch that waited for this write goes now, unless a handler is mid-message.
       if (
-        this.#committing === undefined &&
+        this.#writes.length < this.#depth &&
         !this.#processing &&
         !this.#closed &&
         this.#failed === undefined &&

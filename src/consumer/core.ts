@@ -46,6 +46,8 @@ export type {
 export interface CoreExtensions {
   /** Appends each batch to the partition's changelog before it is written (CommitPipeline). */
   readonly journal?: Journal;
+  /** Batches whose journal may run at once (CommitPipeline's `journalDepth`; default 1). */
+  readonly journalDepth?: number;
   /** A stop with this error is expected (a lost partition, a fenced write): it is not logged as an error. */
   readonly expectedStop?: (error: unknown) => boolean;
   /** Called once when the core stops on an error (`cause`: what was thrown), wherever it was seen. */
@@ -176,6 +178,7 @@ export class VerifyingConsumerCore {
       onStop: (error, cause, first) => this.#stopped(error, cause, first),
       recover: (error) => this.#recover(error, false),
       journal: extensions.journal,
+      journalDepth: extensions.journalDepth,
       traceSettle: (messages, lastOffset) =>
         startSettle(
           extensions.destination,

@@ -9,6 +9,7 @@ import { histogramRecorder } from '../telemetry/metrics.js';
 import type { Client } from 'rabbitmq-stream-js-client';
 import { DedupError } from '../errors.js';
 import type { JournalEntry } from '../consumer/commit-pipeline.js';
+import type { VerifyingConsumerCore } from '../consumer/core.js';
 import type { DedupStore } from '../store/store.js';
 import { errorText, withTimeout } from '../transport/util.js';
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from './changelog-entry.js';
@@ -43,6 +44,8 @@ interface Lineage {
   readonly floor: bigint | undefined;
   /** The first offset processed in this activation: the start a genesis of ours says. */
   firstOffset: bigint | undefined;
+  /** The activation's core (a snapshot waits for its committed offset). */
+  readonly core: VerifyingConsumerCore;
 }
 
 /** @internal */
@@ -54,6 +57,10 @@ export class ChangelogStrategy implements PartitionStrategy {
   /** The snapshots' writer and their own changelog writer (§12.1), when snapshots are on. */
   readonly #snapshots: { readonly writer: SnapshotWriter; readonly appender: ChangelogWriter } | undefined;
   #lineage: Lineage | undefined;
+  /** Resolves once the last batch journaled handed its entry to the writer (or gave up). */
+  #handedOver: Promise<void> = Promise.resolve();
+  /** The last batch's journal (a snapshot waits for its batch's store write, unless it failed). */
+  #lastJournal: Promise<void> = Promise.resolve();
 
   constructor(settings: PartitionSettings, store: DedupStore, host: PartitionHost) {
     this.#s = settings;
@@ -188,6 +195,7 @@ export class ChangelogStrategy implements PartitionStrategy {
       needsGenesis: report.offset === undefined && report.start === undefined,
       floor: report.offset === undefined ? report.start : undefined,
       firstOffset: undefined,
+      core,
     };
     this.#lineage = lineage;
     return {
@@ -216,27 +224,81 @@ export class ChangelogStrategy implements PartitionStrategy {
    * The partition's first batch ever is preceded by the genesis (§12).
    */
   async #journal(epoch: number, entry: JournalEntry): Promise<void> {
-    const partition = this.#s.partition;
-    if (epoch !== this.#host.epoch)
-      throw new PartitionMoved(partition, 'moved before its batch was appended');
-    const lineage = this.#lineage?.epoch === epoch ? this.#lineage : undefined;
-    if (entry.baseOffset === undefined && lineage?.needsGenesis === true) {
-      const start = lineage.firstOffset;
-      if (start === undefined) throw new Error('a first batch without a first offset');
-      await this.#append(epoch, 'its genesis', () => this.#appendGenesis(epoch, start));
-      lineage.needsGenesis = false;
-    }
-    // The store holds the state of the last entry appended: a snapshot of it goes before the next.
-    if (this.#snapshots?.writer.due === true) await this.#writeSnapshot(epoch, this.#snapshots.writer);
-    const encoded = encodeEntry({
-      lastOffset: entry.lastOffset,
-      baseOffset: entry.baseOffset,
-      ops: entry.ops,
-    });
-    await this.#append(epoch, 'its batch', () =>
-      this.#writer.append(encoded, entryId(entry.lastOffset), () => epoch === this.#host.epoch),
+    // Batches are journaled while the ones before them still wait for their confirms
+    // (appendsInFlight): each hands its entry to the writer only after the one before it did (and
+    // after the genesis, which the first batch writes and reads back first), so that the writer
+    // sends them in the order they were computed.
+    const before = this.#handedOver;
+    const previous = this.#lastJournal;
+    let handed = (): void => undefined;
+    this.#handedOver = new Promise<void>((resolve) => (handed = resolve));
+    const journaled = (async (): Promise<void> => {
+      try {
+        await before;
+        const partition = this.#s.partition;
+        if (epoch !== this.#host.epoch)
+          throw new PartitionMoved(partition, 'moved before its batch was appended');
+        const lineage = this.#lineage?.epoch === epoch ? this.#lineage : undefined;
+        if (entry.baseOffset === undefined && lineage?.needsGenesis === true) {
+          const start = lineage.firstOffset;
+          if (start === undefined) throw new Error('a first batch without a first offset');
+          await this.#append(epoch, 'its genesis', () => this.#appendGenesis(epoch, start));
+          lineage.needsGenesis = false;
+        }
+        // A snapshot is of the state of the changelog's latest entry, before the next (§12.1): with
+        // batches in flight the one before this may not be in the store yet, so it waits for that
+        // write first (it never waits for this batch's entry: no deadlock); not written → no snapshot.
+        const snapshots = this.#snapshots;
+        if (
+          snapshots?.writer.due === true &&
+          lineage !== undefined &&
+          (await this.#storeReached(epoch, lineage.core, entry.baseOffset, previous))
+        ) {
+          await this.#writeSnapshot(epoch, snapshots.writer);
+        }
+        const encoded = encodeEntry({
+          lastOffset: entry.lastOffset,
+          baseOffset: entry.baseOffset,
+          ops: entry.ops,
+        });
+        // The writer queues the entry before this call returns: the next batch may follow.
+        const appended = this.#append(epoch, 'its batch', () =>
+          this.#writer.append(encoded, entryId(entry.lastOffset), () => epoch === this.#host.epoch),
+        );
+        handed();
+        await appended;
+        snapshots?.writer.noteEntry(encoded.length);
+      } finally {
+        handed();
+      }
+    })();
+    this.#lastJournal = journaled;
+    return journaled;
+  }
+
+  /**
+   * Whether the store holds the batch before the one being journaled (the core's committed offset
+   * reached `baseOffset`); false once that batch cannot be written any more: its journal failed,
+   * the core stopped or closed, or the activation ended. The batch before never waits for this one's
+   * journal (commit-pipeline.ts writes batch n after its own journal and batch n − 1 only).
+   */
+  async #storeReached(
+    epoch: number,
+    core: VerifyingConsumerCore,
+    baseOffset: bigint | undefined,
+    previous: Promise<void>,
+  ): Promise<boolean> {
+    const committed = core.committedOffset;
+    if (baseOffset === undefined || (committed !== undefined && committed >= baseOffset)) return true;
+    const reached = core.waitForOffset(baseOffset).then(
+      () => true,
+      () => false,
     );
-    this.#snapshots?.writer.noteEntry(encoded.length);
+    const failed = previous.then(
+      () => reached,
+      () => false,
+    );
+    return (await Promise.race([reached, failed])) && epoch === this.#host.epoch;
   }
 
   /**

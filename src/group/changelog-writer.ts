@@ -63,11 +63,28 @@ export interface ChangelogWriterOptions {
   readonly streamArguments?: Readonly<Record<string, number>>;
 }
 
+/** An append under way: its entry, who waits for it, and how far it got on which connection. */
+interface Pending {
+  readonly id: bigint;
+  readonly entry: Buffer;
+  readonly isCurrent: () => boolean;
+  /** When it is given up (`appendTimeoutMs` after the call), reconnections included. */
+  readonly deadline: number;
+  /** The number of the connection it was last sent on (0: none yet). */
+  sentOn: number;
+  /** Confirmed on that connection: the next last-ID query decides it. */
+  confirmed: boolean;
+  readonly resolve: (outcome: AppendOutcome) => void;
+  readonly reject: (error: Error) => void;
+}
+
 /** @internal */
 export class ChangelogWriter {
   readonly #options: ChangelogWriterOptions;
   readonly #transport: ChangelogTransport;
   #connected = false;
+  /** Bumped by every connect that succeeded: an entry is sent once per connection. */
+  #connection = 0;
   /**
    * The transport's connect under way: one at a time. A second connect tore the first one's client
    * down mid-declare, and a connect that outlived its caller's timeout assigned a client nobody
@@ -75,26 +92,39 @@ export class ChangelogWriter {
    */
   #connecting: Promise<bigint> | undefined;
   #closed = false;
-  /** The confirm or loss the append under way waits for. */
-  #waiter: { id: bigint; resolve: (confirmed: boolean) => void } | undefined;
+  /**
+   * The appends under way, in the order they were made (their IDs increase): each entry is
+   * computed on the one before it, so they are sent in this order on every connection, decided in
+   * this order, and a failure of one ends every one after it (docs/design.md §12, pipelined appends).
+   */
+  #queue: Pending[] = [];
+  /** The pump (connect, send, decide) is running; `#wake` ends its wait for the next event. */
+  #pumping = false;
+  #wake: (() => void) | undefined;
+  /** A last-ID query is under way (one at a time: it decides every entry confirmed before it). */
+  #querying = false;
+  /** Why the last attempt failed (for the time-out's message), and failures since the last success. */
+  #lastError: unknown;
+  #failures = 0;
+  /** The next connect waits a backoff first (the last attempt failed, or the connection was lost). */
+  #retrying = false;
+  readonly #backoff: Backoff;
   readonly #handlers: TransportHandlers = {
     confirmed: (ids) => {
-      const waiter = this.#waiter;
-      if (waiter !== undefined && ids.includes(waiter.id)) {
-        this.#waiter = undefined;
-        waiter.resolve(true);
-      }
+      for (const p of this.#queue)
+        if (p.sentOn === this.#connection && ids.includes(p.id)) p.confirmed = true;
+      this.#kick();
     },
     disconnected: () => {
       this.#connected = false;
-      const waiter = this.#waiter;
-      this.#waiter = undefined;
-      waiter?.resolve(false);
+      this.#retrying = true;
+      this.#kick();
     },
   };
 
   constructor(options: ChangelogWriterOptions) {
     this.#options = options;
+    this.#backoff = new Backoff(options.reconnect);
     this.#transport =
       options.transport ??
       new StreamTransport(
@@ -120,7 +150,10 @@ export class ChangelogWriter {
     if (this.#connected || this.#connecting !== undefined || this.#closed) return;
     this.#connect().then(
       () => {
-        if (!this.#closed) this.#connected = true;
+        if (this.#closed || this.#connected) return;
+        this.#connected = true;
+        this.#connection++;
+        this.#kick();
       },
       () => undefined,
     );
@@ -151,110 +184,44 @@ export class ChangelogWriter {
 
   /**
    * Appends `entry` with publishing ID `id`; resolves once the broker confirmed it and said whose
-   * entry is the latest. Lost connections are reconnected and the entry sent again (the broker
-   * keeps one copy of an ID); so is an entry that a failover lost after its confirm (the broker's
-   * last ID then below ours). Gives up as soon as `isCurrent()` turns false (the partition moved).
+   * entry is the latest. Several appends may be under way (pipelined: each call is queued at once,
+   * in call order, and IDs must increase): they are sent in order, and one last-ID query after
+   * their confirms decides them all — `landed` when the broker's last ID is this entry's or that of
+   * a later entry this writer has sent (ours, or another member's for the same input: the same
+   * state), `fenced` when it is above this entry and none of ours. Lost connections are reconnected
+   * and every entry not yet decided is sent again, in order (the broker keeps one copy of an ID); so
+   * is an entry that a failover lost after its confirm (the broker's last ID then below ours). An
+   * append that fails (or is fenced, or given up) ends every later one of the queue the same way:
+   * they were computed on it. Gives up as soon as `isCurrent()` turns false (the partition moved).
    *
    * @throws DedupError `DEDUP_BROKER_UNREACHABLE` after `appendTimeoutMs`; `DEDUP_BROKER_REFUSED`
    *   for an entry too large for one message, or at once for a permanent refusal (access refused,
    *   a changelog that does not exist after its create: {@link permanentRefusal}); `DEDUP_CONSUMER_CLOSED` once the partition moved or
    *   the writer closed.
    */
-  async append(entry: Buffer, id: bigint, isCurrent: () => boolean): Promise<AppendOutcome> {
-    const { appendTimeoutMs, logger } = this.#options;
-    const deadline = performance.now() + appendTimeoutMs;
-    const left = (): number => Math.max(1, deadline - performance.now());
-    const backoff = new Backoff(this.#options.reconnect);
-    let lastError: unknown;
-    for (let attempt = 0; !this.#closed && isCurrent(); attempt++) {
-      if (attempt > 0) {
-        if (performance.now() >= deadline) break;
-        await sleep(Math.min(backoff.next(), left()));
-        if (this.#closed || !isCurrent()) break;
-      }
-      try {
-        if (!this.#connected) {
-          const lastId = await withTimeout(
-            this.#connect(),
-            left(),
-            `connecting the writer of changelog "${this.#options.stream}"`,
-          );
-          if (this.#closed) continue; // the loop ends: closed
-          this.#connected = true;
-          // Above ours: another member wrote past this entry. Equal: it may be ours, not yet
-          // replicated; it is sent again below and only a confirm decides.
-          if (lastId > id) return 'fenced';
-        }
-        if (entry.length > this.#transport.maxMessageBytes) {
-          throw new DedupError(
-            'DEDUP_BROKER_REFUSED',
-            `changelog entry of ${entry.length} bytes is above the ${this.#transport.maxMessageBytes} ` +
-              `bytes one message may carry on stream "${this.#options.stream}": lower commitEvery`,
-          );
-        }
-        const confirmed = new Promise<boolean>((resolve) => (this.#waiter = { id, resolve }));
-        await this.#transport.publish([{ publishingId: id, body: entry, headers: this.#options.headers }]);
-        const outcome = await withTimeout(
-          confirmed,
-          left(),
-          `waiting for the confirm of changelog entry ${id}`,
-        );
-        if (!outcome) continue; // lost: reconnect and send again
-        const last = await withTimeout(
-          this.#transport.queryLastId(),
-          this.#options.connectTimeoutMs,
-          `querying the last ID of changelog "${this.#options.stream}"`,
-        );
-        if (last === id) return 'landed';
-        if (last > id) return 'fenced';
-        // Confirmed, and yet the broker's last ID is below ours: a new leader without our entry.
-        throw new Error(`the broker confirmed changelog entry ${id} but now reports ${last} as its last ID`);
-      } catch (err) {
-        if (err instanceof DedupError && err.code === 'DEDUP_BROKER_REFUSED' && this.#connected) throw err;
-        // Refused for good (no write permission on the changelog, a changelog its create could not
-        // make): retrying until appendTimeoutMs only reported it as unreachable, and the member
-        // then re-ran the handler and failed again, forever. The broker's code stays in the message.
-        const refusal = permanentRefusal(err);
-        if (refusal !== undefined) {
-          this.#waiter = undefined;
-          this.#connected = false;
-          throw new DedupError(
-            'DEDUP_BROKER_REFUSED',
-            `changelog "${this.#options.stream}" cannot be written by producer ` +
-              `"${this.#options.producerName}": ${refusal}: ${errorText(err)}`,
-            { cause: err },
-          );
-        }
-        lastError = err;
-        this.#waiter = undefined;
-        this.#connected = false;
-        if (attempt === 0) {
-          logger.warn(
-            { changelog: this.#options.stream, id: id.toString(), err: errorText(err) },
-            'stream-dedup: changelog append failed; trying again',
-          );
-        }
-      }
-    }
-    if (this.#closed || !isCurrent()) {
-      throw new DedupError(
-        'DEDUP_CONSUMER_CLOSED',
-        `changelog entry ${id} on stream "${this.#options.stream}" was given up: the partition moved or the member closed`,
-        { cause: lastError },
-      );
-    }
-    throw new DedupError(
-      'DEDUP_BROKER_UNREACHABLE',
-      `changelog entry ${id} on stream "${this.#options.stream}" was not confirmed within ` +
-        `${appendTimeoutMs} ms: ${errorText(lastError)}`,
-      { cause: lastError },
-    );
+  append(entry: Buffer, id: bigint, isCurrent: () => boolean): Promise<AppendOutcome> {
+    if (this.#closed || !isCurrent()) return Promise.reject(this.#givenUp(id, undefined));
+    return new Promise<AppendOutcome>((resolve, reject) => {
+      this.#queue.push({
+        id,
+        entry,
+        isCurrent,
+        deadline: performance.now() + this.#options.appendTimeoutMs,
+        sentOn: 0,
+        confirmed: false,
+        resolve,
+        reject,
+      });
+      this.#kick();
+    });
   }
 
-  /** Closes the connection; an append under way rejects. Idempotent. */
+  /** Closes the connection; the appends under way reject. Idempotent. */
   async close(): Promise<void> {
     this.#closed = true;
-    this.#handlers.disconnected(new Error('closed'));
+    this.#connected = false;
+    this.#endFrom(0, (p) => this.#givenUp(p.id, this.#lastError));
+    this.#kick();
     // A connect under way is given connectTimeoutMs to end (its connection is closed once it does,
     // however late: see #connect); the transport is closed now either way.
     const connecting = this.#connecting;
@@ -262,6 +229,222 @@ export class ChangelogWriter {
       await withTimeout(connecting, this.#options.connectTimeoutMs, 'closing').catch(() => undefined);
     }
     await this.#transport.close();
+  }
+
+  /** Wakes the pump, or starts it. */
+  #kick(): void {
+    const wake = this.#wake;
+    this.#wake = undefined;
+    wake?.();
+    if (!this.#pumping && this.#queue.length > 0 && !this.#closed) void this.#pump();
+  }
+
+  /** Ends the queued appends from index `from` on, each with `end(p)` (an error, or an outcome). */
+  #endFrom(from: number, end: (p: Pending) => Error | AppendOutcome): void {
+    const ended = this.#queue.splice(from);
+    for (const p of ended) {
+      const outcome = end(p);
+      if (outcome instanceof Error) p.reject(outcome);
+      else p.resolve(outcome);
+    }
+  }
+
+  #givenUp(id: bigint, cause: unknown): DedupError {
+    return new DedupError(
+      'DEDUP_CONSUMER_CLOSED',
+      `changelog entry ${id} on stream "${this.#options.stream}" was given up: the partition moved or the member closed`,
+      { cause },
+    );
+  }
+
+  /**
+   * Connects, sends what the connection has not carried, starts the last-ID query of what was
+   * confirmed, and waits for the next event (a confirm, a loss, a new append, a deadline), until
+   * the queue is empty. One pump at a time.
+   */
+  async #pump(): Promise<void> {
+    this.#pumping = true;
+    try {
+      while (!this.#closed) {
+        // Appends of a period that ended: given up. Only those: an append of the next period
+        // queued after them was computed on that period's restore, not on them.
+        if (this.#queue.some((p) => !p.isCurrent())) {
+          const stale = this.#queue.filter((p) => !p.isCurrent());
+          this.#queue = this.#queue.filter((p) => !stale.includes(p));
+          for (const p of stale) p.reject(this.#givenUp(p.id, this.#lastError));
+        }
+        const head = this.#queue[0];
+        if (head === undefined) return;
+        if (performance.now() >= head.deadline) {
+          const lastError = this.#lastError;
+          this.#endFrom(
+            0,
+            (p) =>
+              new DedupError(
+                'DEDUP_BROKER_UNREACHABLE',
+                `changelog entry ${p.id} on stream "${this.#options.stream}" was not confirmed within ` +
+                  `${this.#options.appendTimeoutMs} ms: ${errorText(lastError)}`,
+                { cause: lastError },
+              ),
+          );
+          continue;
+        }
+        try {
+          await this.#step(head);
+        } catch (err) {
+          this.#failed(err, head);
+        }
+      }
+    } finally {
+      this.#pumping = false;
+    }
+  }
+
+  /** One turn of the pump with `head` the oldest append. */
+  async #step(head: Pending): Promise<void> {
+    const left = (): number => Math.max(1, head.deadline - performance.now());
+    if (!this.#connected) {
+      if (this.#retrying) {
+        this.#retrying = false;
+        await sleep(Math.min(this.#backoff.next(), left()));
+        if (this.#closed || this.#queue[0] !== head) return;
+      }
+      const lastId = await withTimeout(
+        this.#connect(),
+        left(),
+        `connecting the writer of changelog "${this.#options.stream}"`,
+      );
+      if (this.#closed) return;
+      this.#connected = true;
+      this.#connection++;
+      // Above the oldest entry and none of the entries this writer has sent: another member wrote
+      // past it. (An entry queued but never sent cannot be ours there: a member paused while
+      // another took its partition over queues its next batch before it reconnects, and that
+      // batch's ID may be the other member's latest.) Otherwise every entry not decided is sent
+      // again below, and only the confirms and the last ID decide.
+      if (lastId > head.id && !this.#queue.some((p) => p.id === lastId && p.sentOn !== 0)) {
+        this.#endFrom(0, () => 'fenced');
+        return;
+      }
+    }
+    // What this connection has not carried, in queue order (an entry appended meanwhile goes at
+    // the next turn, after these).
+    const connection = this.#connection;
+    for (const p of [...this.#queue]) {
+      if (p.sentOn === connection) continue;
+      if (!this.#connected || this.#connection !== connection || this.#queue[0] !== head) return;
+      if (p.entry.length > this.#transport.maxMessageBytes) {
+        throw new DedupError(
+          'DEDUP_BROKER_REFUSED',
+          `changelog entry of ${p.entry.length} bytes is above the ${this.#transport.maxMessageBytes} ` +
+            `bytes one message may carry on stream "${this.#options.stream}": lower commitEvery`,
+        );
+      }
+      p.sentOn = connection;
+      p.confirmed = false;
+      await this.#transport.publish([{ publishingId: p.id, body: p.entry, headers: this.#options.headers }]);
+    }
+    if (head.confirmed && head.sentOn === connection && !this.#querying) {
+      // One query for every entry confirmed so far: each was stored (or dropped) before it is asked.
+      const covered = this.#queue.filter((p) => p.confirmed && p.sentOn === connection);
+      // What the broker can have of ours when it answers: what was sent before the query.
+      const sent = new Set(this.#queue.filter((p) => p.sentOn !== 0).map((p) => p.id));
+      this.#querying = true;
+      void this.#decide(covered, sent, connection).finally(() => {
+        this.#querying = false;
+        this.#kick();
+      });
+    }
+    // The next event: a confirm, a loss, a new append, the query's answer, or the deadline.
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, left());
+      this.#wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  /**
+   * Asks the broker for the name's last ID and decides `covered` (confirmed on `connection`, in
+   * queue order) with it: equal to an entry's ID, or the ID of a later entry of ours (`sent` before
+   * the query), it landed
+   * (ours, or another member's for the same input); above it and none of ours, every entry from
+   * it on is fenced; below it (a new leader without it), the connection is dropped and the
+   * undecided entries are sent again.
+   */
+  async #decide(covered: readonly Pending[], sent: ReadonlySet<bigint>, connection: number): Promise<void> {
+    let last: bigint;
+    try {
+      last = await withTimeout(
+        this.#transport.queryLastId(),
+        this.#options.connectTimeoutMs,
+        `querying the last ID of changelog "${this.#options.stream}"`,
+      );
+    } catch (err) {
+      if (this.#connection === connection && covered[0] !== undefined) this.#failed(err, covered[0]);
+      return;
+    }
+    if (this.#connection !== connection) return;
+    const ours = sent.has(last);
+    for (const p of covered) {
+      if (this.#queue[0] !== p) return; // ended meanwhile (given up, timed out)
+      if (last === p.id || (last > p.id && ours)) {
+        this.#queue.shift();
+        this.#failures = 0;
+        this.#backoff.reset();
+        p.resolve('landed');
+      } else if (last > p.id) {
+        this.#endFrom(0, () => 'fenced');
+        return;
+      } else {
+        // Confirmed, and yet the broker's last ID is below ours: a new leader without our entry.
+        this.#failed(
+          new Error(`the broker confirmed changelog entry ${p.id} but now reports ${last} as its last ID`),
+          p,
+        );
+        return;
+      }
+    }
+  }
+
+  /**
+   * An attempt failed: a permanent refusal ends every append at once; anything else drops the
+   * connection, and the undecided entries are sent again on the next one (after a backoff).
+   */
+  #failed(err: unknown, head: Pending): void {
+    if (err instanceof DedupError && err.code === 'DEDUP_BROKER_REFUSED' && this.#connected) {
+      this.#endFrom(0, () => err);
+      return;
+    }
+    // Refused for good (no write permission on the changelog, a changelog its create could not
+    // make): retrying until appendTimeoutMs only reported it as unreachable, and the member
+    // then re-ran the handler and failed again, forever. The broker's code stays in the message.
+    const refusal = permanentRefusal(err);
+    if (refusal !== undefined) {
+      this.#connected = false;
+      this.#endFrom(
+        0,
+        () =>
+          new DedupError(
+            'DEDUP_BROKER_REFUSED',
+            `changelog "${this.#options.stream}" cannot be written by producer ` +
+              `"${this.#options.producerName}": ${refusal}: ${errorText(err)}`,
+            { cause: err },
+          ),
+      );
+      return;
+    }
+    this.#lastError = err;
+    this.#connected = false;
+    this.#retrying = true;
+    if (this.#failures++ === 0) {
+      this.#options.logger.warn(
+        { changelog: this.#options.stream, id: head.id.toString(), err: errorText(err) },
+        'stream-dedup: changelog append failed; trying again',
+      );
+    }
+    this.#kick();
   }
 }
 

@@ -215,6 +215,7 @@ export class SuperStreamVerifyingConsumer {
             subscription,
             connection,
             appendTimeoutMs: changelogs?.appendTimeoutMs ?? 0,
+            appendsInFlight: changelogs?.appendsInFlight ?? 1,
             restoreTimeoutMs: changelogs?.restoreTimeoutMs ?? 0,
             snapshots: changelogs?.snapshots,
             retention: changelogs?.retention,

@@ -426,6 +426,7 @@ export class GroupPartition {
           },
           {
             journal,
+            journalDepth: this.#s.appendsInFlight,
             groupPartition: true,
             // Its spans and metrics: the group's, on the partition (the core's name is its namespace).
             destination: partition,

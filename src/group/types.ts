@@ -131,6 +131,21 @@ export interface SuperStreamChangelogConsumerOptions extends SuperStreamVerifyin
    * @defaultValue 30000
    */
   readonly appendTimeoutMs?: number;
+  /**
+   * How many batches of a partition may be on their way to its changelog at once (an integer from
+   * 1 to 32). Batch n + 1 is appended while batch n waits for its confirm and the broker's last
+   * ID; each batch is written to this member's store only after its own entry was confirmed and
+   * checked, in order, and a batch whose entry was fenced (another member wrote past it) or failed
+   * takes every later batch with it: none of them is written here. 1 appends one batch at a time
+   * (each waits for the one before it to be written). Above 1, a batch decided before the process
+   * was paused (SIGSTOP, a long GC) can still be written, and reported by `hooks.afterCommit`, after
+   * it resumes and before it hears that the partition moved meanwhile: a state the changelog holds,
+   * never a double effect, but a commit of a partition the member no longer holds.
+   *
+   * @remarks Since 0.6.0
+   * @defaultValue 1
+   */
+  readonly appendsInFlight?: number;
   /** How long restoring a partition from its changelog may take (an integer ≥ 1). @defaultValue 300000 */
   readonly restoreTimeoutMs?: number;
   /**
@@ -207,6 +222,8 @@ export interface SuperStreamSharedDatabaseConsumerOptions extends SuperStreamVer
   readonly sync?: undefined;
   /** Left out: no changelog. @defaultValue none */
   readonly appendTimeoutMs?: undefined;
+  /** Left out: no changelog. @defaultValue none */
+  readonly appendsInFlight?: undefined;
   /** Left out: no changelog. @defaultValue none */
   readonly restoreTimeoutMs?: undefined;
   /** Absent or 0: the stalled-partition watch reads the changelog. @defaultValue 0 */

@@ -34,6 +34,7 @@ describe('group member options - resolved in one place, the strategy chosen by t
     expect(resolveGroupOptions({ ...base, store: '/tmp/x' }).strategy).toMatchObject({
       kind: 'changelog',
       appendTimeoutMs: 30_000,
+      appendsInFlight: 1,
       restoreTimeoutMs: 300_000,
     });
     expect(resolveGroupOptions({ ...base, store: '/tmp/x' }).stalledMs).toBe(60_000);
@@ -41,6 +42,7 @@ describe('group member options - resolved in one place, the strategy chosen by t
 
   it.each([
     ['appendTimeoutMs', 1_000],
+    ['appendsInFlight', 2],
     ['restoreTimeoutMs', 1_000],
     ['stalledPartitionMs', 60_000],
     ['sync', true],
@@ -61,6 +63,19 @@ describe('group member options - resolved in one place, the strategy chosen by t
       expect(err).toMatchObject({ code: 'DEDUP_UNSAFE_OPTIONS' });
       expect((err as Error).message).toContain(name);
       expect(opened).toEqual([]);
+    },
+  );
+
+  it.each([0, 33, 1.5, '4'])(
+    'refuses appendsInFlight %s before any I/O (an integer from 1 to 32)',
+    async (value) => {
+      const err: unknown = await SuperStreamVerifyingConsumer.open({
+        ...base,
+        store: '/nonexistent/never-opened',
+        appendsInFlight: value as never,
+      }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(typeof value === 'number' ? RangeError : TypeError);
+      expect((err as Error).message).toContain('appendsInFlight');
     },
   );
 
