@@ -1,7 +1,7 @@
 /**
  * The relay's statements (docs/design.md §14): taking the producer name over, numbering committed
- * rows in a transaction of their own, reading back what an earlier life numbered, deleting what the
- * broker holds. Every statement runs on the relay's work connection with a bound.
+ * rows into batch records in a transaction of their own, reading back what an earlier life
+ * numbered, deleting the records the broker holds. Every statement runs on the relay's work connection with a bound.
  */
 import type pg from 'pg';
 import type { PoolClient } from 'pg';
@@ -17,6 +17,19 @@ export interface AssignedRow {
   readonly body: Buffer;
   readonly headers: Headers | undefined;
 }
+
+/** A batch record: consecutive IDs of one target from `firstId`, in `rows` order. */
+export interface NumberedBatch {
+  readonly target: string;
+  readonly firstId: bigint;
+  readonly rows: readonly AssignedRow[];
+}
+
+/**
+ * The body bytes one batch record holds at most (a read's rows of a target are split above it; a
+ * single larger row is a record of its own). Bounds the server's memory for one record's arrays.
+ */
+export const BATCH_RECORD_BYTES: number = 8 * 1024 * 1024;
 
 /** A waiting row, as the numbering reads it. */
 export interface WaitingRow {
@@ -103,8 +116,8 @@ export class RelayDb {
       // target's sequence (review A). Refused, nothing sent; the relay on the old target sends them.
       const stranded = await this.run<{ target: string; rows: string }>(
         client,
-        `SELECT target, count(*) AS rows FROM ${t.outbox}
-          WHERE producer_name = $1 AND publishing_id IS NOT NULL AND NOT (target = ANY($2::text[]))
+        `SELECT target, sum(cardinality(row_ids)) AS rows FROM ${t.batches}
+          WHERE producer_name = $1 AND NOT (target = ANY($2::text[]))
           GROUP BY target ORDER BY target LIMIT 5`,
         [this.producerName, targets],
       );
@@ -136,68 +149,69 @@ export class RelayDb {
     return row === undefined ? 0n : BigInt(row.last_assigned);
   }
 
-  /** Deletes the rows of `target` whose IDs the broker holds (at or below `upTo`); their count. */
-  async deleteUpTo(client: PoolClient, target: string, upTo: bigint): Promise<number> {
-    const done = await this.run(
+  /**
+   * Deletes the batch records of `target` whose every ID the broker holds (at or below `upTo`);
+   * the number of rows they held.
+   */
+  async deleteStoredBatches(client: PoolClient, target: string, upTo: bigint): Promise<number> {
+    const done = await this.run<{ n: number }>(
       client,
-      `DELETE FROM ${this.tables.outbox} WHERE producer_name = $1 AND target = $2 AND publishing_id <= $3`,
+      `DELETE FROM ${this.tables.batches}
+        WHERE producer_name = $1 AND target = $2 AND first_id + cardinality(row_ids) - 1 <= $3
+        RETURNING cardinality(row_ids) AS n`,
       [this.producerName, target, upTo.toString()],
     );
-    return done.rowCount ?? 0;
+    return done.rows.reduce((sum, r) => sum + r.n, 0);
   }
 
-  /**
-   * Deletes confirmed rows of `target`: one range statement per run of consecutive IDs (confirms
-   * come in ID order, so a burst is usually one run). A list of IDs joined against the outbox made
-   * the planner read every numbered row of the target per burst.
-   */
-  async deleteIds(client: PoolClient, target: string, ids: readonly bigint[]): Promise<void> {
-    const sorted = [...ids].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-    let from = 0;
-    while (from < sorted.length) {
-      let to = from;
-      while (to + 1 < sorted.length && sorted[to + 1]! === sorted[to]! + 1n) to++;
-      await this.run(
-        client,
-        `DELETE FROM ${this.tables.outbox}
-         WHERE producer_name = $1 AND target = $2 AND publishing_id BETWEEN $3 AND $4`,
-        [this.producerName, target, sorted[from]!.toString(), sorted[to]!.toString()],
-      );
-      from = to + 1;
-    }
+  /** Deletes the batch records of `target` starting at `firstIds` (every ID in them confirmed). */
+  async deleteBatches(client: PoolClient, target: string, firstIds: readonly bigint[]): Promise<void> {
+    await this.run(
+      client,
+      `DELETE FROM ${this.tables.batches} WHERE producer_name = $1 AND target = $2 AND first_id = ANY($3::bigint[])`,
+      [this.producerName, target, firstIds.map(String)],
+    );
   }
 
-  /** Numbered rows of `target` with IDs above `after`, in ID order, at most `limit`. */
-  async assignedAfter(
+  /** Batch records of `target` starting above `after`, in ID order, at most `limit` records. */
+  async batchesAfter(
     client: PoolClient,
     target: string,
     after: bigint,
     limit: number,
-  ): Promise<AssignedRow[]> {
+  ): Promise<NumberedBatch[]> {
     const found = await this.run<{
-      id: string;
-      publishing_id: string;
-      body: Buffer;
-      headers: Headers | null;
+      first_id: string;
+      row_ids: string[];
+      bodies: Buffer[];
+      headers: (Headers | null)[];
     }>(
       client,
-      `SELECT id, publishing_id, body, headers FROM ${this.tables.outbox}
-       WHERE producer_name = $1 AND target = $2 AND publishing_id > $3 ORDER BY publishing_id LIMIT $4`,
+      `SELECT first_id, row_ids, bodies, headers FROM ${this.tables.batches}
+        WHERE producer_name = $1 AND target = $2 AND first_id > $3 ORDER BY first_id LIMIT $4`,
       [this.producerName, target, after.toString(), limit],
     );
-    return found.rows.map((r) => ({
-      id: BigInt(r.id),
-      target,
-      publishingId: BigInt(r.publishing_id),
-      body: r.body,
-      headers: r.headers ?? undefined,
-    }));
+    return found.rows.map((r) => {
+      const firstId = BigInt(r.first_id);
+      return {
+        target,
+        firstId,
+        rows: r.row_ids.map((id, i) => ({
+          id: BigInt(id),
+          target,
+          publishingId: firstId + BigInt(i),
+          body: r.bodies[i]!,
+          headers: r.headers[i] ?? undefined,
+        })),
+      };
+    });
   }
 
   /**
-   * Numbers up to `limit` committed, unnumbered rows in the order this transaction reads them, per
-   * target from its last numbered ID + 1, and commits before anything is sent (docs/design.md §14).
-   * Stops before a poison row: the rows before it are numbered, it is returned.
+   * Numbers up to `limit` committed waiting rows in the order this transaction reads them, per
+   * target from its last numbered ID + 1: moves them into batch records (the rows' DELETE is their
+   * only write) and commits before anything is sent (docs/design.md §14). Stops before a poison
+   * row: the rows before it are numbered, it is returned and stays in the outbox.
    *
    * @throws FencedError when another relay took the name over since `epoch` (nothing numbered).
    */
@@ -207,15 +221,14 @@ export class RelayDb {
     limit: number,
     place: (row: WaitingRow) => Placement,
   ): Promise<{
-    rows: AssignedRow[];
+    batches: NumberedBatch[];
     poison?: { id: bigint; reason: string };
     oldestAgeMs: number | undefined;
+    /** Rows the read returned (the limit: more may wait). */
+    read: number;
   }> {
     const t = this.tables;
-    // The numbering UPDATE joins a batch of IDs to the outbox: on a freshly filled table (no
-    // statistics) or a large one the planner hashes a scan of the whole table per batch, which made
-    // the relay quadratic in the backlog (2 110 rows/s from 100 000 rows); PK lookups it is.
-    await this.run(client, 'BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off');
+    await this.run(client, 'BEGIN');
     try {
       // The lease row's lock orders numberings: one at a time per producer name, and none by a
       // relay whose lease was taken over.
@@ -229,6 +242,8 @@ export class RelayDb {
           `outbox relay "${this.producerName}" was taken over by another relay (lease epoch ${lease.rows[0]?.epoch ?? 'gone'}, ours ${epoch})`,
         );
       }
+      // No row locks: the lease lock serialises numberings, this statement's snapshot is taken after
+      // it is granted (so it sees every earlier numbering's deletes), and the application only INSERTs.
       const waiting = await this.run<{
         id: string;
         body: Buffer;
@@ -240,13 +255,13 @@ export class RelayDb {
         client,
         `SELECT id, body, headers, message_key, routing_key,
                 (EXTRACT(EPOCH FROM clock_timestamp() - created_at) * 1000)::float8 AS age_ms
-         FROM ${t.outbox} WHERE producer_name = $1 AND publishing_id IS NULL ORDER BY id LIMIT $2`,
+         FROM ${t.outbox} WHERE producer_name = $1 ORDER BY id LIMIT $2`,
         [this.producerName, limit],
       );
       const oldestAgeMs = waiting.rows[0]?.age_ms;
       if (waiting.rows.length === 0) {
         await this.run(client, 'COMMIT');
-        return { rows: [], oldestAgeMs };
+        return { batches: [], oldestAgeMs, read: 0 };
       }
       const lastIds = new Map<string, bigint>();
       const known = await this.run<{ target: string; last_assigned: string }>(
@@ -255,7 +270,9 @@ export class RelayDb {
         [this.producerName],
       );
       for (const r of known.rows) lastIds.set(r.target, BigInt(r.last_assigned));
-      const rows: AssignedRow[] = [];
+      // Per target, the open record and its body bytes; a record closes above BATCH_RECORD_BYTES.
+      const open = new Map<string, { rows: AssignedRow[]; bytes: number }>();
+      const batches: { target: string; firstId: bigint; rows: AssignedRow[] }[] = [];
       let poison: { id: bigint; reason: string } | undefined;
       for (const r of waiting.rows) {
         const id = BigInt(r.id);
@@ -273,17 +290,56 @@ export class RelayDb {
         }
         const publishingId = (lastIds.get(placed.target) ?? 0n) + 1n;
         lastIds.set(placed.target, publishingId);
-        rows.push({ id, target: placed.target, publishingId, body: r.body, headers: placed.headers });
+        let record = open.get(placed.target);
+        if (record === undefined || (record.bytes > 0 && record.bytes + r.body.length > BATCH_RECORD_BYTES)) {
+          record = { rows: [], bytes: 0 };
+          open.set(placed.target, record);
+          batches.push({ target: placed.target, firstId: publishingId, rows: record.rows });
+        }
+        record.bytes += r.body.length;
+        record.rows.push({ id, target: placed.target, publishingId, body: r.body, headers: placed.headers });
       }
-      if (rows.length > 0) {
-        await this.run(
+      if (batches.length > 0) {
+        const rowIds: string[] = [];
+        const recordOf: number[] = [];
+        batches.forEach((b, i) => {
+          for (const r of b.rows) {
+            rowIds.push(String(r.id));
+            recordOf.push(i + 1);
+          }
+        });
+        // One statement: the rows leave the outbox (one DELETE each, by primary key) and land in
+        // their batch records, ordered as numbered; nothing travels back from the client.
+        const moved = await this.run<{ n: number }>(
           client,
-          `UPDATE ${t.outbox} o SET target = u.target, publishing_id = u.pid
-           FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS u(id, target, pid)
-           WHERE o.id = u.id AND o.publishing_id IS NULL`,
-          [rows.map((r) => String(r.id)), rows.map((r) => r.target), rows.map((r) => String(r.publishingId))],
+          `WITH moved AS (
+             DELETE FROM ${t.outbox} WHERE producer_name = $1 AND id = ANY($2::bigint[])
+             RETURNING id, body, headers, created_at),
+           placed AS (
+             SELECT m.*, u.rec FROM moved m JOIN unnest($2::bigint[], $3::int[]) AS u(id, rec) ON u.id = m.id)
+           INSERT INTO ${t.batches} (producer_name, target, first_id, row_ids, bodies, headers, created_at)
+           SELECT $1, r.target, r.first_id, array_agg(p.id ORDER BY p.id), array_agg(p.body ORDER BY p.id),
+                  jsonb_agg(p.headers ORDER BY p.id), min(p.created_at)
+             FROM placed p
+             JOIN unnest($4::text[], $5::bigint[]) WITH ORDINALITY AS r(target, first_id, rec) ON r.rec = p.rec
+            GROUP BY r.rec, r.target, r.first_id
+           RETURNING cardinality(row_ids) AS n`,
+          [
+            this.producerName,
+            rowIds,
+            recordOf,
+            batches.map((b) => b.target),
+            batches.map((b) => String(b.firstId)),
+          ],
         );
-        const targets = [...new Set(rows.map((r) => r.target))];
+        const count = moved.rows.reduce((sum, r) => sum + r.n, 0);
+        if (count !== rowIds.length || moved.rows.length !== batches.length) {
+          // A row deleted by hand between the read and the move: number the read again.
+          throw new Error(
+            `outbox rows of "${this.producerName}" changed while being numbered (${count} of ${rowIds.length} moved)`,
+          );
+        }
+        const targets = [...new Set(batches.map((b) => b.target))];
         await this.run(
           client,
           `INSERT INTO ${t.ids} (producer_name, target, last_assigned)
@@ -293,7 +349,8 @@ export class RelayDb {
         );
       }
       await this.run(client, 'COMMIT');
-      return poison === undefined ? { rows, oldestAgeMs } : { rows, poison, oldestAgeMs };
+      const read = waiting.rows.length;
+      return poison === undefined ? { batches, oldestAgeMs, read } : { batches, poison, oldestAgeMs, read };
     } catch (err) {
       await this.run(client, 'ROLLBACK').catch(() => undefined);
       throw err;

@@ -17,7 +17,14 @@ import { withTimeout } from '../../transport/util.js';
 import { Backoff, sleep } from '../../util/backoff.js';
 import { errorCode, refusal } from '../refusal.js';
 import { checkSchema } from '../schema.js';
-import { FencedError, RelayDb, type AssignedRow, type Placement, type WaitingRow } from './relay-db.js';
+import {
+  FencedError,
+  RelayDb,
+  type AssignedRow,
+  type NumberedBatch,
+  type Placement,
+  type WaitingRow,
+} from './relay-db.js';
 import {
   resolveRelayOptions,
   type OutboxRelayEvent,
@@ -77,8 +84,34 @@ interface Target {
   readonly transport: StreamTransport;
   /** Sent, unconfirmed: ID → send time (insertion order is ID order). */
   readonly inFlight: Map<bigint, number>;
-  /** Confirmed, rows not yet deleted. */
-  confirmed: bigint[];
+  /** Batch records sent and not yet deleted, in ID order. */
+  batches: OpenBatch[];
+  /** Batch records every ID of which is confirmed, not yet deleted: their first IDs. */
+  done: bigint[];
+  /** Rows confirmed since the last flush, and the highest of their IDs. */
+  confirmedRows: number;
+  lastConfirmed: bigint;
+}
+
+/** A batch record in flight: its IDs `first` … `last`, `left` of them unconfirmed. */
+interface OpenBatch {
+  readonly first: bigint;
+  readonly last: bigint;
+  left: number;
+}
+
+/** The open batch of `batches` (ID order) holding `id`. */
+function batchOf(batches: readonly OpenBatch[], id: bigint): OpenBatch | undefined {
+  let lo = 0;
+  let hi = batches.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    const b = batches[mid]!;
+    if (id < b.first) hi = mid - 1;
+    else if (id > b.last) lo = mid + 1;
+    else return b;
+  }
+  return undefined;
 }
 
 /** SQLSTATEs no retry fixes (see refusal.ts). */
@@ -348,7 +381,15 @@ export class PgOutboxRelay {
           connection: this.#opts.connection,
           connectTimeoutMs: this.#opts.connectTimeoutMs,
         });
-        const t: Target = { name, transport, inFlight: new Map(), confirmed: [] };
+        const t: Target = {
+          name,
+          transport,
+          inFlight: new Map(),
+          batches: [],
+          done: [],
+          confirmedRows: 0,
+          lastConfirmed: 0n,
+        };
         targets.set(name, t);
         const brokerLast = await transport.connect({
           confirmed: (ids) => this.#confirmed(t, ids),
@@ -369,8 +410,8 @@ export class PgOutboxRelay {
 
   /**
    * The crash-recovery step (docs/design.md §14): rows numbered at or below the broker's last ID are
-   * stored (IDs of a target are dense and sent in order), so they are deleted unsent; the others are
-   * re-sent, in ID order, under their IDs.
+   * stored (IDs of a target are dense and sent in order), so batch records wholly at or below it are
+   * deleted unsent; the other rows are re-sent from their records, in ID order, under their IDs.
    */
   async #recover(t: Target, brokerLast: bigint): Promise<void> {
     const work = this.#work!;
@@ -383,21 +424,34 @@ export class PgOutboxRelay {
           `restored from an older backup; new rows would be dropped as duplicates, so nothing was sent`,
       );
     }
-    const alreadyStored = await this.#db.deleteUpTo(work, t.name, brokerLast);
+    let alreadyStored = await this.#db.deleteStoredBatches(work, t.name, brokerLast);
     let resent = 0;
-    let after = brokerLast;
+    let after = 0n;
     for (;;) {
-      const rows = await this.#db.assignedAfter(work, t.name, after, this.#opts.batchSize);
-      if (rows.length === 0) break;
-      await this.#send(t, rows);
-      resent += rows.length;
-      after = rows[rows.length - 1]!.publishingId;
+      // A few records at a time: each holds at most batchSize rows and BATCH_RECORD_BYTES of bodies.
+      const batches = await this.#db.batchesAfter(work, t.name, after, 4);
+      if (batches.length === 0) break;
+      for (const batch of batches) {
+        // A record straddling the broker's last ID: its rows at or below it are stored.
+        const rows = batch.rows.filter((r) => r.publishingId > brokerLast);
+        alreadyStored += batch.rows.length - rows.length;
+        await this.#sendBatch(t, batch, rows);
+        resent += rows.length;
+        after = batch.firstId;
+      }
     }
     this.#counters.alreadyStored += alreadyStored;
     this.#counters.resent += resent;
     if (alreadyStored > 0 || resent > 0) {
       this.#emit({ type: 'recovered', target: t.name, alreadyStored, resent });
     }
+  }
+
+  /** Sends `rows` (those of `batch` still to send, in ID order) and tracks the batch record. */
+  async #sendBatch(t: Target, batch: NumberedBatch, rows: readonly AssignedRow[]): Promise<void> {
+    const last = batch.firstId + BigInt(batch.rows.length) - 1n;
+    t.batches.push({ first: batch.firstId, last, left: rows.length });
+    await this.#send(t, rows);
   }
 
   async #send(t: Target, rows: readonly AssignedRow[]): Promise<void> {
@@ -417,8 +471,12 @@ export class PgOutboxRelay {
   #confirmed(t: Target, ids: readonly bigint[]): void {
     let any = false;
     for (const id of ids) {
-      if (t.inFlight.delete(id)) {
-        t.confirmed.push(id);
+      if (!t.inFlight.delete(id)) continue;
+      t.confirmedRows++;
+      if (id > t.lastConfirmed) t.lastConfirmed = id;
+      const batch = batchOf(t.batches, id);
+      if (batch !== undefined && --batch.left === 0) {
+        t.done.push(batch.first);
         any = true;
       }
     }
@@ -448,15 +506,19 @@ export class PgOutboxRelay {
     }
   }
 
-  /** Deletes the confirmed rows; true when there were any. */
+  /** Deletes the batch records whose every ID is confirmed (one statement per target). */
   async #flushConfirms(): Promise<void> {
     for (const t of this.#targets.values()) {
-      if (t.confirmed.length === 0) continue;
-      const ids = t.confirmed;
-      t.confirmed = [];
-      await this.#db.deleteIds(this.#work!, t.name, ids);
-      this.#counters.confirmed += ids.length;
-      this.#emit({ type: 'confirmed', target: t.name, count: ids.length, lastId: ids[ids.length - 1]! });
+      if (t.done.length === 0) continue;
+      const done = t.done;
+      const count = t.confirmedRows;
+      t.done = [];
+      t.confirmedRows = 0;
+      await this.#db.deleteBatches(this.#work!, t.name, done);
+      const gone = new Set(done);
+      t.batches = t.batches.filter((b) => !gone.has(b.first));
+      this.#counters.confirmed += count;
+      this.#emit({ type: 'confirmed', target: t.name, count, lastId: t.lastConfirmed });
     }
   }
 
@@ -507,15 +569,11 @@ export class PgOutboxRelay {
         const limit = Math.min(this.#opts.batchSize, room);
         const numbered = await this.#db.assign(this.#work!, this.#epoch!, limit, (row) => this.#place(row));
         this.#counters.lagMs = numbered.oldestAgeMs === undefined ? 0 : Math.round(numbered.oldestAgeMs);
-        if (numbered.rows.length === limit) this.#dirty = true;
-        const byTarget = new Map<string, AssignedRow[]>();
-        for (const r of numbered.rows) {
-          const list = byTarget.get(r.target) ?? [];
-          list.push(r);
-          byTarget.set(r.target, list);
+        if (numbered.read === limit) this.#dirty = true;
+        for (const batch of numbered.batches) {
+          await this.#sendBatch(this.#targets.get(batch.target)!, batch, batch.rows);
+          this.#counters.published += batch.rows.length;
         }
-        for (const [name, rows] of byTarget) await this.#send(this.#targets.get(name)!, rows);
-        this.#counters.published += numbered.rows.length;
         if (numbered.poison !== undefined) {
           // Stops once the rows before it are confirmed (deleted), at most closeTimeoutMs from now.
           this.#poison = {
@@ -525,7 +583,7 @@ export class PgOutboxRelay {
         }
         continue;
       }
-      const hasConfirms = [...this.#targets.values()].some((t) => t.confirmed.length > 0);
+      const hasConfirms = [...this.#targets.values()].some((t) => t.done.length > 0);
       if (hasConfirms || this.#failure !== undefined) continue;
       const wait = Math.min(this.#opts.pollIntervalMs, this.#opts.confirmTimeoutMs);
       await sleep(wait, (w) => (this.#wake = w));
