@@ -86,17 +86,15 @@ interface Target {
   readonly inFlight: Map<bigint, number>;
   /** Batch records sent and not yet deleted, in ID order. */
   batches: OpenBatch[];
-  /** Batch records every ID of which is confirmed, not yet deleted: their first IDs. */
-  done: bigint[];
-  /** Rows confirmed since the last flush, and the highest of their IDs. */
-  confirmedRows: number;
-  lastConfirmed: bigint;
+  /** Batch records every ID of which is confirmed, not yet deleted. */
+  done: OpenBatch[];
 }
 
-/** A batch record in flight: its IDs `first` … `last`, `left` of them unconfirmed. */
+/** A batch record in flight: its IDs `first` … `last`; `sent` rows sent, `left` of them unconfirmed. */
 interface OpenBatch {
   readonly first: bigint;
   readonly last: bigint;
+  readonly sent: number;
   left: number;
 }
 
@@ -387,8 +385,6 @@ export class PgOutboxRelay {
           inFlight: new Map(),
           batches: [],
           done: [],
-          confirmedRows: 0,
-          lastConfirmed: 0n,
         };
         targets.set(name, t);
         const brokerLast = await transport.connect({
@@ -450,7 +446,7 @@ export class PgOutboxRelay {
   /** Sends `rows` (those of `batch` still to send, in ID order) and tracks the batch record. */
   async #sendBatch(t: Target, batch: NumberedBatch, rows: readonly AssignedRow[]): Promise<void> {
     const last = batch.firstId + BigInt(batch.rows.length) - 1n;
-    t.batches.push({ first: batch.firstId, last, left: rows.length });
+    t.batches.push({ first: batch.firstId, last, sent: rows.length, left: rows.length });
     await this.#send(t, rows);
   }
 
@@ -472,11 +468,9 @@ export class PgOutboxRelay {
     let any = false;
     for (const id of ids) {
       if (!t.inFlight.delete(id)) continue;
-      t.confirmedRows++;
-      if (id > t.lastConfirmed) t.lastConfirmed = id;
       const batch = batchOf(t.batches, id);
       if (batch !== undefined && --batch.left === 0) {
-        t.done.push(batch.first);
+        t.done.push(batch);
         any = true;
       }
     }
@@ -506,20 +500,56 @@ export class PgOutboxRelay {
     }
   }
 
-  /** Deletes the batch records whose every ID is confirmed (one statement per target). */
+  /**
+   * Deletes the batch records whose every ID is confirmed (one statement per target), unless a
+   * numbering follows at once: it deletes them in its own transaction.
+   */
   async #flushConfirms(): Promise<void> {
+    if (this.#willNumber()) return;
+    for (const [target, done] of this.#takeDone()) {
+      await this.#db.deleteBatches(
+        this.#work!,
+        target,
+        done.map((b) => b.first),
+      );
+      this.#deleted(target, done);
+    }
+  }
+
+  #willNumber(): boolean {
+    return (
+      this.#dirty &&
+      !this.#closing &&
+      this.#poison === undefined &&
+      this.#failure === undefined &&
+      this.#inFlight() < this.#opts.maxInFlight
+    );
+  }
+
+  /** Takes the records to delete out of every target: target → the records. */
+  #takeDone(): Map<string, OpenBatch[]> {
+    const taken = new Map<string, OpenBatch[]>();
     for (const t of this.#targets.values()) {
       if (t.done.length === 0) continue;
-      const done = t.done;
-      const count = t.confirmedRows;
+      taken.set(t.name, t.done);
       t.done = [];
-      t.confirmedRows = 0;
-      await this.#db.deleteBatches(this.#work!, t.name, done);
-      const gone = new Set(done);
-      t.batches = t.batches.filter((b) => !gone.has(b.first));
-      this.#counters.confirmed += count;
-      this.#emit({ type: 'confirmed', target: t.name, count, lastId: t.lastConfirmed });
     }
+    return taken;
+  }
+
+  /** Records of `target` deleted (committed): counted and reported. */
+  #deleted(target: string, done: readonly OpenBatch[]): void {
+    const t = this.#targets.get(target)!;
+    const gone = new Set(done);
+    t.batches = t.batches.filter((b) => !gone.has(b));
+    let count = 0;
+    let lastId = 0n;
+    for (const b of done) {
+      count += b.sent;
+      if (b.last > lastId) lastId = b.last;
+    }
+    this.#counters.confirmed += count;
+    this.#emit({ type: 'confirmed', target, count, lastId });
   }
 
   #inFlight(): number {
@@ -567,7 +597,15 @@ export class PgOutboxRelay {
       if (this.#dirty && room > 0) {
         this.#dirty = false;
         const limit = Math.min(this.#opts.batchSize, room);
-        const numbered = await this.#db.assign(this.#work!, this.#epoch!, limit, (row) => this.#place(row));
+        const done = this.#takeDone();
+        const numbered = await this.#db.assign(
+          this.#work!,
+          this.#epoch!,
+          limit,
+          (row) => this.#place(row),
+          new Map([...done].map(([target, d]) => [target, d.map((b) => b.first)])),
+        );
+        for (const [target, d] of done) this.#deleted(target, d);
         this.#counters.lagMs = numbered.oldestAgeMs === undefined ? 0 : Math.round(numbered.oldestAgeMs);
         if (numbered.read === limit) this.#dirty = true;
         for (const batch of numbered.batches) {
