@@ -339,19 +339,25 @@ export class RelayDb {
       }
       let move = deleteDone;
       if (batches.length > 0) {
-        const rowIds: string[] = [];
-        const recordOf: number[] = [];
-        batches.forEach((b, i) => {
-          for (const r of b.rows) {
-            rowIds.push(String(r.id));
-            recordOf.push(i + 1);
-          }
-        });
+        const expected = batches.reduce((sum, b) => sum + b.rows.length, 0);
         const targets = [...new Set(batches.map((b) => b.target))];
         // One statement: the rows leave the outbox (one DELETE each, by primary key) and land in
         // their batch records, ordered as numbered (nothing travels back from the client);
-        // last_assigned moves up; the confirmed records go.
-        const expected = rowIds.length;
+        // last_assigned moves up; the confirmed records go. One DELETE per record and no join: a
+        // join of the deleted rows to their record numbers was planned as a nested loop (no
+        // statistics on a CTE), 250 000 comparisons and 144 ms for 500 rows.
+        const moves = batches.map(
+          (b, i) => `m${i} AS (
+             DELETE FROM ${t.outbox} WHERE producer_name = ${name} AND id = ANY(${bigintArray(b.rows.map((r) => String(r.id)))})
+             RETURNING id, body, headers, created_at)`,
+        );
+        const moved = batches.map((_, i) => `(SELECT count(*) FROM m${i})`).join(' + ');
+        const inserts = batches.map(
+          (b, i) => `SELECT ${name}, ${client.escapeLiteral(b.target)}, ${b.firstId.toString()}::bigint,
+                  array_agg(m.id ORDER BY m.id), array_agg(m.body ORDER BY m.id), jsonb_agg(m.headers ORDER BY m.id),
+                  min(m.created_at)
+             FROM m${i} m, checked WHERE checked.ok = 0`,
+        );
         move = `WITH ids AS (
              INSERT INTO ${t.ids} (producer_name, target, last_assigned)
              SELECT ${name}, u.target, u.last
@@ -362,30 +368,15 @@ export class RelayDb {
              DELETE FROM ${t.batches} b
               USING unnest(${textArray(client, doneTargets)}, ${bigintArray(doneFirsts)}) AS d(target, first_id)
               WHERE b.producer_name = ${name} AND b.target = d.target AND b.first_id = d.first_id),
-           moved AS (
-             DELETE FROM ${t.outbox} WHERE producer_name = ${name} AND id = ANY(${bigintArray(rowIds)})
-             RETURNING id, body, headers, created_at),
-           placed AS (
-             SELECT m.*, u.rec FROM moved m
-               JOIN unnest(${bigintArray(rowIds)}, ${bigintArray(recordOf.map(String))}) AS u(id, rec) ON u.id = m.id),
+           ${moves.join(',\n')},
            -- A row deleted by hand between the read and the move: the statement fails (a runtime
            -- cast error naming the counts), the transaction rolls back, the next life reads again.
            checked AS (
-             SELECT CASE WHEN count(*) = ${expected} THEN 0
-                    ELSE ('outbox rows changed while being numbered: ' || count(*) || ' of ${expected} moved')::int END AS ok
-               FROM moved)
+             SELECT CASE WHEN ${moved} = ${expected} THEN 0
+                    ELSE ('outbox rows changed while being numbered: ' || (${moved}) || ' of ${expected} moved')::int
+                    END AS ok)
            INSERT INTO ${t.batches} (producer_name, target, first_id, row_ids, bodies, headers, created_at)
-           SELECT ${name}, r.target, r.first_id, array_agg(p.id ORDER BY p.id), array_agg(p.body ORDER BY p.id),
-                  jsonb_agg(p.headers ORDER BY p.id), min(p.created_at)
-             FROM placed p
-             JOIN unnest(${textArray(
-               client,
-               batches.map((b) => b.target),
-             )}, ${bigintArray(batches.map((b) => String(b.firstId)))})
-               WITH ORDINALITY AS r(target, first_id, rec) ON r.rec = p.rec
-             CROSS JOIN checked
-            WHERE checked.ok = 0
-            GROUP BY r.rec, r.target, r.first_id;`;
+           ${inserts.join('\n UNION ALL ')};`;
       }
       // One round trip: the move (or only the confirmed records' delete) and the COMMIT.
       await this.run(client, `${move} COMMIT`);
