@@ -31,6 +31,12 @@ export interface NumberedBatch {
  */
 export const BATCH_RECORD_BYTES: number = 8 * 1024 * 1024;
 
+/**
+ * The body bytes one numbering reads at most (the rows past it wait for the next read, at once; one
+ * larger row is read alone): bounds the relay's memory for a read of `batchSize` large rows.
+ */
+export const READ_BYTES: number = 16 * 1024 * 1024;
+
 /** A waiting row, as the numbering reads it. */
 export interface WaitingRow {
   readonly id: bigint;
@@ -245,8 +251,8 @@ export class RelayDb {
     batches: NumberedBatch[];
     poison?: { id: bigint; reason: string };
     oldestAgeMs: number | undefined;
-    /** Rows the read returned (the limit: more may wait). */
-    read: number;
+    /** More rows may wait: the read reached its limit, or its byte cut left rows behind. */
+    more: boolean;
   }> {
     const t = this.tables;
     // Two round trips per numbering (simple-query strings, values inlined as literals): each one
@@ -266,9 +272,12 @@ export class RelayDb {
         client,
         `BEGIN; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off;
          SELECT epoch FROM ${t.relays} WHERE producer_name = ${name} FOR UPDATE;
-         SELECT id, body, headers, message_key, routing_key,
-                (EXTRACT(EPOCH FROM clock_timestamp() - created_at) * 1000)::float8 AS age_ms
-           FROM ${t.outbox} WHERE producer_name = ${name} ORDER BY id LIMIT ${Math.trunc(limit)}`,
+         SELECT id, body, headers, message_key, routing_key, age_ms, fetched FROM (
+           SELECT w.*, sum(octet_length(w.body)) OVER (ORDER BY w.id) AS upto, count(*) OVER () AS fetched FROM (
+             SELECT id, body, headers, message_key, routing_key,
+                    (EXTRACT(EPOCH FROM clock_timestamp() - created_at) * 1000)::float8 AS age_ms
+               FROM ${t.outbox} WHERE producer_name = ${name} ORDER BY id LIMIT ${Math.trunc(limit)}) w) c
+          WHERE upto - octet_length(body) < ${READ_BYTES} ORDER BY id`,
       )) as unknown as pg.QueryResult[];
       const lease = results[4]!.rows[0] as { epoch: string } | undefined;
       if (lease === undefined || BigInt(lease.epoch) !== epoch) {
@@ -283,6 +292,8 @@ export class RelayDb {
         message_key: string | null;
         routing_key: string | null;
         age_ms: number;
+        /** Rows the LIMIT fetched before the byte cut (the first row always passes it). */
+        fetched: string;
       }>;
       const oldestAgeMs = waiting.rows[0]?.age_ms;
       const doneTargets = [...done].flatMap(([target, firsts]) => firsts.map(() => target));
@@ -295,7 +306,7 @@ export class RelayDb {
               WHERE b.producer_name = ${name} AND b.target = d.target AND b.first_id = d.first_id;`;
       if (waiting.rows.length === 0) {
         await this.run(client, `${deleteDone} COMMIT`);
-        return { batches: [], oldestAgeMs, read: 0 };
+        return { batches: [], oldestAgeMs, more: false };
       }
       const cached = this.#lastIds?.epoch === epoch ? this.#lastIds.ids : undefined;
       this.#lastIds = undefined;
@@ -381,8 +392,9 @@ export class RelayDb {
       // One round trip: the move (or only the confirmed records' delete) and the COMMIT.
       await this.run(client, `${move} COMMIT`);
       this.#lastIds = { epoch, ids: lastIds };
-      const read = waiting.rows.length;
-      return poison === undefined ? { batches, oldestAgeMs, read } : { batches, poison, oldestAgeMs, read };
+      const fetched = Number(waiting.rows[0]!.fetched);
+      const more = fetched === limit || waiting.rows.length < fetched;
+      return poison === undefined ? { batches, oldestAgeMs, more } : { batches, poison, oldestAgeMs, more };
     } catch (err) {
       await this.run(client, 'ROLLBACK').catch(() => undefined);
       throw err;

@@ -607,7 +607,7 @@ export class PgOutboxRelay {
         );
         for (const [target, d] of done) this.#deleted(target, d);
         this.#counters.lagMs = numbered.oldestAgeMs === undefined ? 0 : Math.round(numbered.oldestAgeMs);
-        if (numbered.read === limit) this.#dirty = true;
+        if (numbered.more) this.#dirty = true;
         for (const batch of numbered.batches) {
           await this.#sendBatch(this.#targets.get(batch.target)!, batch, batch.rows);
           this.#counters.published += batch.rows.length;
