@@ -32,6 +32,7 @@ import {
   type ResolvedRelayOptions,
 } from './relay-options.js';
 import { outboxChannel } from '../outbox-tables.js';
+import { SentBatches, type SentBatch } from './relay-batches.js';
 
 /**
  * A row the relay cannot publish (a message over the broker's limit, headers the stream cannot
@@ -84,32 +85,8 @@ interface Target {
   readonly transport: StreamTransport;
   /** Sent, unconfirmed: ID → send time (insertion order is ID order). */
   readonly inFlight: Map<bigint, number>;
-  /** Batch records sent and not yet deleted, in ID order. */
-  batches: OpenBatch[];
-  /** Batch records every ID of which is confirmed, not yet deleted. */
-  done: OpenBatch[];
-}
-
-/** A batch record in flight: its IDs `first` … `last`; `sent` rows sent, `left` of them unconfirmed. */
-interface OpenBatch {
-  readonly first: bigint;
-  readonly last: bigint;
-  readonly sent: number;
-  left: number;
-}
-
-/** The open batch of `batches` (ID order) holding `id`. */
-function batchOf(batches: readonly OpenBatch[], id: bigint): OpenBatch | undefined {
-  let lo = 0;
-  let hi = batches.length - 1;
-  while (lo <= hi) {
-    const mid = (lo + hi) >> 1;
-    const b = batches[mid]!;
-    if (id < b.first) hi = mid - 1;
-    else if (id > b.last) lo = mid + 1;
-    else return b;
-  }
-  return undefined;
+  /** Batch records sent and not yet deleted. */
+  readonly batches: SentBatches;
 }
 
 /** SQLSTATEs no retry fixes (see refusal.ts). */
@@ -383,8 +360,7 @@ export class PgOutboxRelay {
           name,
           transport,
           inFlight: new Map(),
-          batches: [],
-          done: [],
+          batches: new SentBatches(),
         };
         targets.set(name, t);
         const brokerLast = await transport.connect({
@@ -445,8 +421,7 @@ export class PgOutboxRelay {
 
   /** Sends `rows` (those of `batch` still to send, in ID order) and tracks the batch record. */
   async #sendBatch(t: Target, batch: NumberedBatch, rows: readonly AssignedRow[]): Promise<void> {
-    const last = batch.firstId + BigInt(batch.rows.length) - 1n;
-    t.batches.push({ first: batch.firstId, last, sent: rows.length, left: rows.length });
+    t.batches.add(batch.firstId, batch.rows.length, rows.length);
     await this.#send(t, rows);
   }
 
@@ -467,12 +442,7 @@ export class PgOutboxRelay {
   #confirmed(t: Target, ids: readonly bigint[]): void {
     let any = false;
     for (const id of ids) {
-      if (!t.inFlight.delete(id)) continue;
-      const batch = batchOf(t.batches, id);
-      if (batch !== undefined && --batch.left === 0) {
-        t.done.push(batch);
-        any = true;
-      }
+      if (t.inFlight.delete(id) && t.batches.confirm(id)) any = true;
     }
     if (any) this.#wake?.();
   }
@@ -527,27 +497,15 @@ export class PgOutboxRelay {
   }
 
   /** Takes the records to delete out of every target: target → the records. */
-  #takeDone(): Map<string, OpenBatch[]> {
-    const taken = new Map<string, OpenBatch[]>();
-    for (const t of this.#targets.values()) {
-      if (t.done.length === 0) continue;
-      taken.set(t.name, t.done);
-      t.done = [];
-    }
+  #takeDone(): Map<string, SentBatch[]> {
+    const taken = new Map<string, SentBatch[]>();
+    for (const t of this.#targets.values()) if (t.batches.hasDone) taken.set(t.name, t.batches.takeDone());
     return taken;
   }
 
   /** Records of `target` deleted (committed): counted and reported. */
-  #deleted(target: string, done: readonly OpenBatch[]): void {
-    const t = this.#targets.get(target)!;
-    const gone = new Set(done);
-    t.batches = t.batches.filter((b) => !gone.has(b));
-    let count = 0;
-    let lastId = 0n;
-    for (const b of done) {
-      count += b.sent;
-      if (b.last > lastId) lastId = b.last;
-    }
+  #deleted(target: string, done: readonly SentBatch[]): void {
+    const { count, lastId } = this.#targets.get(target)!.batches.deleted(done);
     this.#counters.confirmed += count;
     this.#emit({ type: 'confirmed', target, count, lastId });
   }
@@ -621,7 +579,7 @@ export class PgOutboxRelay {
         }
         continue;
       }
-      const hasConfirms = [...this.#targets.values()].some((t) => t.done.length > 0);
+      const hasConfirms = [...this.#targets.values()].some((t) => t.batches.hasDone);
       if (hasConfirms || this.#failure !== undefined) continue;
       const wait = Math.min(this.#opts.pollIntervalMs, this.#opts.confirmTimeoutMs);
       await sleep(wait, (w) => (this.#wake = w));
