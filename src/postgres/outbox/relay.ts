@@ -630,16 +630,25 @@ export class PgOutboxRelay {
         this.#dirty = false;
         const limit = Math.min(this.#opts.batchSize, room);
         const done = this.#takeDone();
-        // The records this numbering deletes were confirmed: the other-writer check first, as
-        // before a delete of its own (one broker round trip per target, concurrently).
-        await Promise.all([...done.keys()].map((name) => this.#checkNoOtherWriter(this.#targets.get(name)!)));
+        // The records this numbering deletes were confirmed: the other-writer check runs for their
+        // targets (one broker round trip each, concurrently) beside the numbering's read, and the
+        // move waits for it; on its failure the numbering rolls back, nothing numbered or deleted.
+        const checks = Promise.all(
+          [...done.keys()].map((name) => this.#checkNoOtherWriter(this.#targets.get(name)!)),
+        );
         const numbered = await this.#db.assign(
           this.#work!,
           this.#epoch!,
           limit,
           (row) => this.#place(row),
           new Map([...done].map(([target, d]) => [target, d.map((b) => b.first)])),
+          checks.then(
+            () => true,
+            () => false,
+          ),
         );
+        // The check's own error (DEDUP_NAME_CONFLICT, a broker failure) when it failed.
+        await checks;
         for (const [target, d] of done) this.#deleted(target, d);
         this.#counters.lagMs = numbered.oldestAgeMs === undefined ? 0 : Math.round(numbered.oldestAgeMs);
         if (numbered.more) this.#dirty = true;
