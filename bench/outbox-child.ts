@@ -18,9 +18,12 @@ const plan = JSON.parse(process.argv[2]!) as {
 const pool = new pg.Pool({ connectionString: plan.url, max: 4 });
 pool.on('error', () => undefined);
 const left = async (): Promise<number> => {
-  const table = plan.relay === 'exactly-once' ? 'outbox' : 'naive_outbox';
+  // The exactly-once relay's unconfirmed rows are in the outbox or in its batch records.
   const { rows } = await pool.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM "${plan.schema}".${table}`,
+    plan.relay === 'exactly-once'
+      ? `SELECT ((SELECT count(*) FROM "${plan.schema}".outbox) +
+                 (SELECT coalesce(sum(cardinality(row_ids)), 0) FROM "${plan.schema}".outbox_batches))::int AS n`
+      : `SELECT count(*)::int AS n FROM "${plan.schema}".naive_outbox`,
   );
   return rows[0]!.n;
 };

@@ -3,8 +3,7 @@
  * the raw client: relay throughput from a table pre-filled with `count` rows (the ratio is to the
  * raw client publishing the same bodies), the at-least-once relay written the usual way from the
  * same rows, commit-to-confirm latency at 1 000 and 10 000 committed rows/s (an open-loop schedule;
- * latency from each row's scheduled commit time to its delivery to a consumer, an upper bound of
- * the confirm), and duplicates after 20 SIGKILLs of each relay. Needs PostgreSQL
+ * latency from each row's COMMIT to the relay's confirm of it), and duplicates after 20 SIGKILLs of each relay. Needs PostgreSQL
  * (`bash scripts/postgres.sh up`; STREAM_DEDUP_PG_URL).
  */
 import { spawn } from 'node:child_process';
@@ -60,7 +59,11 @@ async function fillOutbox(pool: pg.Pool, schema: string, count: number, bodyOf: 
 }
 
 /** Rows/s of PgOutboxRelay from `count` pre-filled rows: open() to the last row's confirm. */
-export async function relayThroughput(count: number, body: Buffer): Promise<number> {
+export async function relayThroughput(
+  count: number,
+  body: Buffer,
+  options: { batchSize?: number; maxInFlight?: number } = {},
+): Promise<number> {
   const s = await setUp('relay');
   try {
     await fillOutbox(s.pool, s.schema, count, () => body);
@@ -74,6 +77,7 @@ export async function relayThroughput(count: number, body: Buffer): Promise<numb
       producerName: PRODUCER,
       stream: s.stream,
       connection: s.client,
+      ...options,
       onEvent: (e) => {
         if (e.type === 'confirmed' && (confirmed += e.count) >= count) done();
       },
@@ -115,46 +119,65 @@ export interface LatencyResult {
   readonly p50: number;
   readonly p99: number;
   readonly max: number;
+  /** From the COMMIT to a consumer's delivery (the broker stored it; the relay's bookkeeping aside). */
+  readonly delivered: { readonly p50: number; readonly p99: number; readonly max: number };
 }
 
 /**
  * Commits rows at `rate` rows/s for `seconds` on an open-loop schedule (row i is due at
  * t0 + i/rate; up to 8 concurrent transactions each commit the rows due when it starts), with the
- * relay running, and records each row's delivery to a consumer less its scheduled commit time. The
- * first half second is a warm-up, not recorded.
+ * relay running, and records for each row the time from its application's COMMIT returning to the
+ * relay's `confirmed` event covering its publishing ID (the broker's confirm handled, its batch
+ * record deleted), and to a consumer's delivery of it (the broker stored it). A consumer maps publishing IDs (the stamped `x-dedup-id`) to rows. The first half
+ * second is a warm-up, not recorded.
  */
 export async function commitToConfirmLatency(rate: number, seconds: number): Promise<LatencyResult> {
   const s = await setUp(`latency${rate}`);
-  const histogram = hdr.build({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 60_000_000,
-    numberOfSignificantValueDigits: 3,
-  });
+  const build = () =>
+    hdr.build({
+      lowestDiscernibleValue: 1,
+      highestTrackableValue: 60_000_000,
+      numberOfSignificantValueDigits: 3,
+    });
+  const histogram = build();
+  const deliveries = build();
   try {
     const outbox = PgOutbox.create({ schema: s.schema, producerName: PRODUCER });
     const relayPool = new pg.Pool({ connectionString: PG_URL, max: 4 });
     relayPool.on('error', () => undefined);
+    const total = Math.round(rate * seconds);
+    const warmUp = Math.round(rate * 0.5);
+    const committedAt = new Float64Array(total);
+    /** The relay's confirmed events: the highest ID covered and when, in order. */
+    const confirms: { lastId: bigint; at: number }[] = [];
+    let confirmedRows = 0;
+    let allConfirmed: () => void = () => undefined;
+    const everythingConfirmed = new Promise<void>((resolve) => (allConfirmed = resolve));
     const relay = await PgOutboxRelay.open({
       pool: relayPool,
       schema: s.schema,
       producerName: PRODUCER,
       stream: s.stream,
       connection: CONNECTION,
+      onEvent: (e) => {
+        if (e.type !== 'confirmed') return;
+        confirms.push({ lastId: e.lastId, at: performance.now() });
+        if ((confirmedRows += e.count) >= total) allConfirmed();
+      },
     });
-    const total = Math.round(rate * seconds);
-    const warmUp = Math.round(rate * 0.5);
     let t0 = 0;
     const dueAt = (i: number): number => t0 + (i * 1000) / rate;
-    let received = 0;
+    const pidOf = new Map<number, bigint>();
+    const deliveredAt = new Float64Array(total);
     let allReceived: () => void = () => undefined;
-    const everything = new Promise<void>((resolve) => (allReceived = resolve));
+    const everythingReceived = new Promise<void>((resolve) => (allReceived = resolve));
     const consumer = await s.client.declareConsumer(
       { stream: s.stream, offset: Offset.first() },
       (message) => {
         const i = Number(message.content.toString());
-        if (i >= warmUp)
-          histogram.recordValue(Math.max(1, Math.round((performance.now() - dueAt(i)) * 1000)));
-        if (++received === total) allReceived();
+        deliveredAt[i] = performance.now();
+        pidOf.set(i, BigInt(String(message.applicationProperties?.['x-dedup-id'])));
+        if (pidOf.size === total) allReceived();
       },
     );
     t0 = performance.now() + 50;
@@ -175,6 +198,8 @@ export async function commitToConfirmLatency(rate: number, seconds: number): Pro
           await sql.query('BEGIN');
           for (let i = from; i < to; i++) await outbox.enqueue(sql, Buffer.from(String(i)));
           await sql.query('COMMIT');
+          const at = performance.now();
+          for (let i = from; i < to; i++) committedAt[i] = at;
         } finally {
           sql.release();
         }
@@ -182,20 +207,41 @@ export async function commitToConfirmLatency(rate: number, seconds: number): Pro
     };
     await Promise.all(Array.from({ length: 8 }, committer));
     const committedRate = total / ((performance.now() - t0) / 1000);
-    await Promise.race([everything, sleep(60_000)]);
+    await Promise.race([Promise.all([everythingConfirmed, everythingReceived]), sleep(60_000)]);
     await s.client.closeConsumer(consumer.extendedId);
     await relay.close();
     await relayPool.end();
+    for (let i = warmUp; i < total; i++) {
+      const pid = pidOf.get(i);
+      if (pid === undefined) continue;
+      deliveries.recordValue(Math.max(1, Math.round((deliveredAt[i]! - committedAt[i]!) * 1000)));
+      let lo = 0;
+      let hi = confirms.length - 1;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (confirms[mid]!.lastId >= pid) hi = mid;
+        else lo = mid + 1;
+      }
+      const c = confirms[lo];
+      if (c === undefined || c.lastId < pid) continue;
+      histogram.recordValue(Math.max(1, Math.round((c.at - committedAt[i]!) * 1000)));
+    }
     return {
       targetRate: rate,
       committedRate: Math.round(committedRate),
-      rows: received,
+      rows: histogram.totalCount,
       p50: histogram.getValueAtPercentile(50) / 1000,
       p99: histogram.getValueAtPercentile(99) / 1000,
       max: histogram.maxValue / 1000,
+      delivered: {
+        p50: deliveries.getValueAtPercentile(50) / 1000,
+        p99: deliveries.getValueAtPercentile(99) / 1000,
+        max: deliveries.maxValue / 1000,
+      },
     };
   } finally {
     histogram.destroy();
+    deliveries.destroy();
     await s.drop();
   }
 }

@@ -106,9 +106,13 @@ export async function readOutboxStatus(
         numbered: number;
         oldest_ms: number | null;
       }>(
-        `SELECT producer_name, count(*)::int AS waiting, count(publishing_id)::int AS numbered,
+        // Waiting rows are in the outbox (not numbered yet) or in batch records (numbered, unconfirmed).
+        `SELECT producer_name, sum(n)::int AS waiting, sum(n) FILTER (WHERE numbered)::int AS numbered,
                 (extract(epoch FROM clock_timestamp() - min(created_at)) * 1000)::float8 AS oldest_ms
-           FROM ${t.outbox} ${only} GROUP BY producer_name`,
+           FROM (SELECT producer_name, 1 AS n, false AS numbered, created_at FROM ${t.outbox} ${only}
+                 UNION ALL
+                 SELECT producer_name, cardinality(row_ids), true, created_at FROM ${t.batches} ${only}) w
+          GROUP BY producer_name`,
         params,
       );
       const relays = await client.query<{
@@ -138,8 +142,8 @@ export async function readOutboxStatus(
         lowest_waiting: string | null;
       }>(
         `SELECT i.producer_name, i.target, i.last_assigned::text,
-                (SELECT min(o.publishing_id) FROM ${t.outbox} o
-                  WHERE o.producer_name = i.producer_name AND o.target = i.target)::text AS lowest_waiting
+                (SELECT min(b.first_id) FROM ${t.batches} b
+                  WHERE b.producer_name = i.producer_name AND b.target = i.target)::text AS lowest_waiting
            FROM ${t.ids} i ${only.replace('producer_name', 'i.producer_name')}
            ORDER BY i.producer_name, i.target`,
         params,

@@ -2,16 +2,20 @@
  * The transactional outbox's tables (docs/design.md §14), part of schema version 1: created by
  * {@link migrate} next to the consumer store's tables.
  *
- * - `outbox`: one row per enqueued message, inserted in the application's transaction. `id` only
- *   orders rows within one relay read; the publishing ID is `publishing_id`, NULL until the relay
- *   assigns it (with `target`, the stream or partition it goes to) in a transaction of its own
- *   that commits before the message is sent. A confirmed row is deleted.
+ * - `outbox`: one row per enqueued message, inserted in the application's transaction, waiting for
+ *   the relay. `id` only orders rows within one relay read. The relay's numbering transaction moves
+ *   a read's rows out of it (one DELETE per row: the only write a row gets after its INSERT).
+ * - `outbox_batches`: one row per numbered batch and target, written by the numbering transaction
+ *   that deleted its rows, committed before anything is sent: the target, the first publishing ID
+ *   (the batch holds `first_id` … `first_id + cardinality(row_ids) - 1`, in `row_ids` order), the
+ *   rows' ids, bodies and headers. Deleted once the broker confirmed every ID in it, or found
+ *   stored at the next open.
  * - `outbox_relays`: one row per producer name: the lease (`epoch`, bumped by every relay that takes
  *   over; an assignment checks it under the row's lock, so a relay that lost the lease assigns
  *   nothing more), who holds it and since when, and a super stream's partition list as first seen
  *   (routing by hash follows the partition count: a change is refused, not followed silently).
  * - `outbox_ids`: per producer name and target stream, the highest publishing ID assigned. IDs of a
- *   target are dense: 1 … `last_assigned`, each belonging to exactly one row until its confirm.
+ *   target are dense: 1 … `last_assigned`, each in exactly one batch record until its confirm.
  */
 
 /** The SQL names of the outbox's tables in a schema, quoted. */
@@ -19,6 +23,7 @@ export interface OutboxTables {
   readonly outbox: string;
   readonly relays: string;
   readonly ids: string;
+  readonly batches: string;
 }
 
 /** The outbox tables of `schema` (already checked by `checkSchemaName`). */
@@ -27,6 +32,7 @@ export function outboxTablesOf(schema: string): OutboxTables {
     outbox: `"${schema}".outbox`,
     relays: `"${schema}".outbox_relays`,
     ids: `"${schema}".outbox_ids`,
+    batches: `"${schema}".outbox_batches`,
   };
 }
 
@@ -50,13 +56,17 @@ export function outboxDdl(schema: string): string[] {
        message_key text,
        routing_key text,
        headers jsonb,
-       created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-       target text,
-       publishing_id bigint,
-       CHECK ((target IS NULL) = (publishing_id IS NULL)))`,
-    `CREATE INDEX IF NOT EXISTS outbox_waiting ON ${t.outbox} (producer_name, id) WHERE publishing_id IS NULL`,
-    `CREATE UNIQUE INDEX IF NOT EXISTS outbox_assigned ON ${t.outbox} (producer_name, target, publishing_id)
-       WHERE publishing_id IS NOT NULL`,
+       created_at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+    `CREATE INDEX IF NOT EXISTS outbox_waiting ON ${t.outbox} (producer_name, id)`,
+    `CREATE TABLE IF NOT EXISTS ${t.batches} (
+       producer_name text NOT NULL,
+       target text NOT NULL,
+       first_id bigint NOT NULL CHECK (first_id > 0),
+       row_ids bigint[] NOT NULL CHECK (cardinality(row_ids) > 0),
+       bodies bytea[] NOT NULL CHECK (cardinality(bodies) = cardinality(row_ids)),
+       headers jsonb NOT NULL,
+       created_at timestamptz NOT NULL,
+       PRIMARY KEY (producer_name, target, first_id))`,
     `CREATE TABLE IF NOT EXISTS ${t.relays} (
        producer_name text PRIMARY KEY,
        epoch bigint NOT NULL,

@@ -43,8 +43,13 @@ async function enqueueMany(pool: pg.Pool, outbox: PgOutbox, prefix: string, n: n
   }
 }
 
+/** Rows not yet confirmed and deleted: waiting in the outbox or numbered into batch records. */
 async function rowsOf(pool: pg.Pool, schema: string): Promise<number> {
-  return (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".outbox`)).rows[0]!.n;
+  const found = await pool.query<{ n: number }>(
+    `SELECT ((SELECT count(*) FROM "${schema}".outbox)
+           + (SELECT coalesce(sum(cardinality(row_ids)), 0) FROM "${schema}".outbox_batches))::int AS n`,
+  );
+  return found.rows[0]!.n;
 }
 
 /** What `closed()` gave within `ms`: the error's code, or 'running'. */

@@ -34,8 +34,9 @@ afterEach(async () => {
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
- * Logs, per statement, who numbered (UPDATE) or deleted outbox rows, or took the lease over, with
- * the lease epoch committed at that moment (a fresh snapshot per statement in the trigger).
+ * Logs, per statement, who numbered (moved outbox rows into batch records) or deleted batch
+ * records, or took the lease over, with the lease epoch committed at that moment (a fresh snapshot
+ * per statement in the trigger).
  */
 async function logRelayOps(pool: pg.Pool, schema: string): Promise<void> {
   const s = `"${schema}"`;
@@ -49,9 +50,11 @@ async function logRelayOps(pool: pg.Pool, schema: string): Promise<void> {
       END IF;
       RETURN NULL;
     END $$;
-    CREATE TRIGGER log_numbering AFTER UPDATE ON ${s}.outbox REFERENCING NEW TABLE AS changed
+    CREATE TRIGGER log_moves AFTER DELETE ON ${s}.outbox REFERENCING OLD TABLE AS changed
       FOR EACH STATEMENT EXECUTE FUNCTION ${s}.log_outbox_op();
-    CREATE TRIGGER log_deletes AFTER DELETE ON ${s}.outbox REFERENCING OLD TABLE AS changed
+    CREATE TRIGGER log_numbering AFTER INSERT ON ${s}.outbox_batches REFERENCING NEW TABLE AS changed
+      FOR EACH STATEMENT EXECUTE FUNCTION ${s}.log_outbox_op();
+    CREATE TRIGGER log_deletes AFTER DELETE ON ${s}.outbox_batches REFERENCING OLD TABLE AS changed
       FOR EACH STATEMENT EXECUTE FUNCTION ${s}.log_outbox_op();
     CREATE FUNCTION ${s}.log_takeover() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
@@ -185,7 +188,7 @@ describe('outbox relay - SIGSTOP within the lease', () => {
     );
     console.log(`[outbox pause] the woken relays' first failures: ${fenced.join(' | ')}`);
     expect(woken, 'the woken relay took the name while the other held it, or stopped').toEqual([]);
-    // The fence, as the server saw it: every numbering (UPDATE) and delete of outbox rows ran in a
+    // The fence, as the server saw it: every numbering (the move) and delete of batch records ran in a
     // session of the relay whose take-over set the lease epoch current at that statement.
     const ops = await db.pool.query<{ app: string; op: string; epoch: string; owner: string | null }>(
       `SELECT o.app, o.op, o.epoch, t.app AS owner FROM "${db.schema}".relay_ops o

@@ -40,10 +40,12 @@ describe('outbox relay reopened on another stream', () => {
       await c.query('COMMIT');
       // A relay on oldStream died after committing its numbering of m0–m2, before sending.
       await c.query(
-        `UPDATE "${db.schema}".outbox SET target = $1, publishing_id = n.pid
-         FROM (SELECT id, row_number() OVER (ORDER BY id) AS pid FROM "${db.schema}".outbox ORDER BY id LIMIT 3) n
-         WHERE outbox.id = n.id`,
-        [oldStream],
+        `WITH moved AS (DELETE FROM "${db.schema}".outbox WHERE id IN (SELECT id FROM "${db.schema}".outbox ORDER BY id LIMIT 3)
+                          RETURNING id, body, headers, created_at)
+         INSERT INTO "${db.schema}".outbox_batches
+         SELECT $2, $1, 1, array_agg(id ORDER BY id), array_agg(body ORDER BY id), jsonb_agg(headers ORDER BY id), min(created_at)
+           FROM moved`,
+        [oldStream, producerName],
       );
       await c.query(`INSERT INTO "${db.schema}".outbox_ids VALUES ($1, $2, 3)`, [producerName, oldStream]);
       await c.query(`INSERT INTO "${db.schema}".outbox_relays VALUES ($1, 1, 'old', now(), NULL)`, [
@@ -71,7 +73,10 @@ describe('outbox relay reopened on another stream', () => {
     expect(opened).toBeInstanceOf(DedupError);
     expect((opened as DedupError).code).toBe('DEDUP_UNSAFE_OPTIONS');
     expect((opened as DedupError).message).toContain(oldStream);
-    const kept = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox`);
+    const kept = await db.pool.query<{ n: number }>(
+      `SELECT ((SELECT count(*) FROM "${db.schema}".outbox) +
+               (SELECT sum(cardinality(row_ids)) FROM "${db.schema}".outbox_batches))::int AS n`,
+    );
     expect(kept.rows[0]!.n).toBe(5);
     // Nothing reached the new stream (stats: no chunk at all).
     expect((await client().streamStatsRequest(newStream)).lastChunkId).toBeLessThan(0n);

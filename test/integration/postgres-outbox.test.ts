@@ -85,7 +85,11 @@ async function waitingRows(
   pool: { query: (t: string) => Promise<{ rows: Array<{ n: string }> }> },
   schema: string,
 ) {
-  const found = await pool.query(`SELECT count(*) AS n FROM "${schema}".outbox`);
+  // Not numbered yet (in the outbox) or numbered and unconfirmed (in batch records).
+  const found = await pool.query(
+    `SELECT (SELECT count(*) FROM "${schema}".outbox) +
+            (SELECT coalesce(sum(cardinality(row_ids)), 0) FROM "${schema}".outbox_batches) AS n`,
+  );
   return Number(found.rows[0]!.n);
 }
 
@@ -156,10 +160,12 @@ describe('PgOutboxRelay', () => {
       });
       // A relay died after committing its numbering, before sending: rows 1–3 numbered.
       await c.query(
-        `UPDATE "${db.schema}".outbox SET target = $1, publishing_id = n.pid
-         FROM (SELECT id, row_number() OVER (ORDER BY id) AS pid FROM "${db.schema}".outbox ORDER BY id LIMIT 3) n
-         WHERE outbox.id = n.id`,
-        [stream],
+        `WITH moved AS (DELETE FROM "${db.schema}".outbox WHERE id IN (SELECT id FROM "${db.schema}".outbox ORDER BY id LIMIT 3)
+                          RETURNING id, body, headers, created_at)
+         INSERT INTO "${db.schema}".outbox_batches
+         SELECT $2, $1, 1, array_agg(id ORDER BY id), array_agg(body ORDER BY id), jsonb_agg(headers ORDER BY id), min(created_at)
+           FROM moved`,
+        [stream, producerName],
       );
       await c.query(`INSERT INTO "${db.schema}".outbox_ids VALUES ($1, $2, 3)`, [producerName, stream]);
     } finally {
@@ -197,10 +203,12 @@ describe('PgOutboxRelay', () => {
       });
       await first.reach(4);
       await relay.close();
-      // The crash point between the broker's confirm and the DELETE: the rows are back, numbered.
+      // The crash point between the broker's confirm and the batch record's DELETE: the record is back.
       await c.query(
-        `INSERT INTO "${db.schema}".outbox (producer_name, body, target, publishing_id)
-         SELECT $1, convert_to('m' || (g - 1), 'UTF8'), $2, g FROM generate_series(1, 4) g`,
+        `INSERT INTO "${db.schema}".outbox_batches
+         SELECT $1, $2, 1, array_agg(g::bigint ORDER BY g), array_agg(convert_to('m' || (g - 1), 'UTF8') ORDER BY g),
+                jsonb_agg(NULL::jsonb), now()
+           FROM generate_series(1, 4) g`,
         [producerName, stream],
       );
       await inTransaction(c, () => outbox.enqueue(c, Buffer.from('m4')));

@@ -114,10 +114,15 @@ export class RelayProcess {
   }
 }
 
-/** Rows of `producerName` still in the outbox table (waiting or sent and not yet confirmed). */
+/**
+ * Rows of `producerName` not yet confirmed: waiting in the outbox table, or numbered into a batch
+ * record (sent, or to be re-sent) whose confirm has not been handled.
+ */
 export async function rowsLeft(pool: pg.Pool, schema: string, producerName: string): Promise<number> {
   const { rows } = await pool.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM "${schema}".outbox WHERE producer_name = $1`,
+    `SELECT ((SELECT count(*) FROM "${schema}".outbox WHERE producer_name = $1) +
+             (SELECT coalesce(sum(cardinality(row_ids)), 0) FROM "${schema}".outbox_batches
+               WHERE producer_name = $1))::int AS n`,
     [producerName],
   );
   return rows[0]!.n;

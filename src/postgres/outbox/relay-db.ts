@@ -1,7 +1,7 @@
 /**
  * The relay's statements (docs/design.md §14): taking the producer name over, numbering committed
- * rows in a transaction of their own, reading back what an earlier life numbered, deleting what the
- * broker holds. Every statement runs on the relay's work connection with a bound.
+ * rows into batch records in a transaction of their own, reading back what an earlier life
+ * numbered, deleting the records the broker holds. Every statement runs on the relay's work connection with a bound.
  */
 import type pg from 'pg';
 import type { PoolClient } from 'pg';
@@ -17,6 +17,25 @@ export interface AssignedRow {
   readonly body: Buffer;
   readonly headers: Headers | undefined;
 }
+
+/** A batch record: consecutive IDs of one target from `firstId`, in `rows` order. */
+export interface NumberedBatch {
+  readonly target: string;
+  readonly firstId: bigint;
+  readonly rows: readonly AssignedRow[];
+}
+
+/**
+ * The body bytes one batch record holds at most (a read's rows of a target are split above it; a
+ * single larger row is a record of its own). Bounds the server's memory for one record's arrays.
+ */
+export const BATCH_RECORD_BYTES: number = 8 * 1024 * 1024;
+
+/**
+ * The body bytes one numbering reads at most (the rows past it wait for the next read, at once; one
+ * larger row is read alone): bounds the relay's memory for a read of `batchSize` large rows.
+ */
+export const READ_BYTES: number = 16 * 1024 * 1024;
 
 /** A waiting row, as the numbering reads it. */
 export interface WaitingRow {
@@ -35,12 +54,29 @@ export interface WaitingRow {
 export type Placement =
   { readonly target: string; readonly headers: Headers | undefined } | { readonly poison: string };
 
+/** A SQL literal of a text[] (each element quoted by the driver). */
+function textArray(client: PoolClient, values: readonly string[]): string {
+  return `ARRAY[${values.map((v) => client.escapeLiteral(v)).join(',')}]::text[]`;
+}
+
+/** A SQL literal of a bigint[] from decimal strings (digits only: checked). */
+function bigintArray(values: readonly string[]): string {
+  for (const v of values) if (!/^-?\d+$/.test(v)) throw new TypeError(`not an integer: ${v}`);
+  return `'{${values.join(',')}}'::bigint[]`;
+}
+
 /** The relay lost the producer name to another relay (its lease epoch moved on). */
 export class FencedError extends Error {}
 
 /** @internal */
 export class RelayDb {
   readonly tables: OutboxTables;
+  /**
+   * `outbox_ids` as this relay last committed it, per target, valid for the lease epoch it was read
+   * under: only the holder of the current epoch numbers, so nobody else moves it meanwhile. Dropped
+   * at a takeover and whenever a numbering does not commit.
+   */
+  #lastIds: { epoch: bigint; ids: Map<string, bigint> } | undefined;
 
   constructor(
     schema: string,
@@ -76,6 +112,7 @@ export class RelayDb {
     targets: readonly string[],
   ): Promise<bigint> {
     const t = this.tables;
+    this.#lastIds = undefined;
     await this.run(client, 'BEGIN');
     try {
       const found = await this.run<{ epoch: string; partitions: string[] | null }>(
@@ -103,8 +140,8 @@ export class RelayDb {
       // target's sequence (review A). Refused, nothing sent; the relay on the old target sends them.
       const stranded = await this.run<{ target: string; rows: string }>(
         client,
-        `SELECT target, count(*) AS rows FROM ${t.outbox}
-          WHERE producer_name = $1 AND publishing_id IS NOT NULL AND NOT (target = ANY($2::text[]))
+        `SELECT target, sum(cardinality(row_ids)) AS rows FROM ${t.batches}
+          WHERE producer_name = $1 AND NOT (target = ANY($2::text[]))
           GROUP BY target ORDER BY target LIMIT 5`,
         [this.producerName, targets],
       );
@@ -137,23 +174,49 @@ export class RelayDb {
   }
 
   /**
-   * Deletes the rows of `target` whose IDs the broker holds (at or below `upTo`); their count.
+   * Deletes the batch records of `target` whose every ID the broker holds (at or below `upTo`);
+   * the number of rows they held.
    *
    * @throws FencedError when another relay took the name over since `epoch` (nothing deleted).
    */
-  async deleteUpTo(client: PoolClient, target: string, upTo: bigint, epoch: bigint): Promise<number> {
-    return this.#fencedDelete(client, 'publishing_id <= $3', [target, upTo.toString()], epoch);
+  async deleteStoredBatches(
+    client: PoolClient,
+    target: string,
+    upTo: bigint,
+    epoch: bigint,
+  ): Promise<number> {
+    return this.#fencedDelete(
+      client,
+      'first_id + cardinality(row_ids) - 1 <= $3',
+      [target, upTo.toString()],
+      epoch,
+    );
   }
 
   /**
-   * One DELETE of `target`'s rows matching `where` ($2 is the target, $3… the `values` after it),
-   * only while the lease is still at `epoch`: the statement reads the lease row in its own snapshot,
-   * so a relay that lost the lease deletes nothing (docs/design.md §14, "the lease").
+   * Deletes the batch records of `target` starting at `firstIds` (every ID in them confirmed).
+   *
+   * @throws FencedError when another relay took the name over since `epoch` (nothing deleted).
+   */
+  async deleteBatches(
+    client: PoolClient,
+    target: string,
+    firstIds: readonly bigint[],
+    epoch: bigint,
+  ): Promise<void> {
+    await this.#fencedDelete(client, 'first_id = ANY($3::bigint[])', [target, firstIds.map(String)], epoch);
+  }
+
+  /**
+   * One DELETE of `target`'s batch records matching `where` ($2 is the target, $3… the `values`
+   * after it), only while the lease is still at `epoch`: the statement reads the lease row in its
+   * own snapshot, so a relay that lost the lease deletes nothing (docs/design.md §14, "the lease").
+   * The rows the deleted records held.
    */
   async #fencedDelete(
     client: PoolClient,
     where: string,
-    values: readonly string[],
+    values: readonly unknown[],
     epoch: bigint,
   ): Promise<number> {
     const t = this.tables;
@@ -161,9 +224,9 @@ export class RelayDb {
     const done = await this.run<{ epoch: string | null; deleted: number }>(
       client,
       `WITH lease AS (SELECT epoch FROM ${t.relays} WHERE producer_name = $1),
-            gone AS (DELETE FROM ${t.outbox} WHERE producer_name = $1 AND target = $2 AND ${where}
-                       AND (SELECT epoch FROM lease) = ${epochParam} RETURNING 1)
-       SELECT (SELECT epoch FROM lease) AS epoch, (SELECT count(*) FROM gone)::int AS deleted`,
+            gone AS (DELETE FROM ${t.batches} WHERE producer_name = $1 AND target = $2 AND ${where}
+                       AND (SELECT epoch FROM lease) = ${epochParam} RETURNING cardinality(row_ids) AS n)
+       SELECT (SELECT epoch FROM lease) AS epoch, (SELECT coalesce(sum(n), 0) FROM gone)::int AS deleted`,
       [this.producerName, ...values, epoch.toString()],
     );
     const row = done.rows[0];
@@ -175,60 +238,49 @@ export class RelayDb {
     return row.deleted;
   }
 
-  /**
-   * Deletes confirmed rows of `target`: one range statement per run of consecutive IDs (confirms
-   * come in ID order, so a burst is usually one run). A list of IDs joined against the outbox made
-   * the planner read every numbered row of the target per burst.
-   *
-   * @throws FencedError when another relay took the name over since `epoch`.
-   */
-  async deleteIds(client: PoolClient, target: string, ids: readonly bigint[], epoch: bigint): Promise<void> {
-    const sorted = [...ids].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-    let from = 0;
-    while (from < sorted.length) {
-      let to = from;
-      while (to + 1 < sorted.length && sorted[to + 1]! === sorted[to]! + 1n) to++;
-      await this.#fencedDelete(
-        client,
-        'publishing_id BETWEEN $3 AND $4',
-        [target, sorted[from]!.toString(), sorted[to]!.toString()],
-        epoch,
-      );
-      from = to + 1;
-    }
-  }
-
-  /** Numbered rows of `target` with IDs above `after`, in ID order, at most `limit`. */
-  async assignedAfter(
+  /** Batch records of `target` starting above `after`, in ID order, at most `limit` records. */
+  async batchesAfter(
     client: PoolClient,
     target: string,
     after: bigint,
     limit: number,
-  ): Promise<AssignedRow[]> {
+  ): Promise<NumberedBatch[]> {
     const found = await this.run<{
-      id: string;
-      publishing_id: string;
-      body: Buffer;
-      headers: Headers | null;
+      first_id: string;
+      row_ids: string[];
+      bodies: Buffer[];
+      headers: (Headers | null)[];
     }>(
       client,
-      `SELECT id, publishing_id, body, headers FROM ${this.tables.outbox}
-       WHERE producer_name = $1 AND target = $2 AND publishing_id > $3 ORDER BY publishing_id LIMIT $4`,
+      `SELECT first_id, row_ids, bodies, headers FROM ${this.tables.batches}
+        WHERE producer_name = $1 AND target = $2 AND first_id > $3 ORDER BY first_id LIMIT $4`,
       [this.producerName, target, after.toString(), limit],
     );
-    return found.rows.map((r) => ({
-      id: BigInt(r.id),
-      target,
-      publishingId: BigInt(r.publishing_id),
-      body: r.body,
-      headers: r.headers ?? undefined,
-    }));
+    return found.rows.map((r) => {
+      const firstId = BigInt(r.first_id);
+      return {
+        target,
+        firstId,
+        rows: r.row_ids.map((id, i) => ({
+          id: BigInt(id),
+          target,
+          publishingId: firstId + BigInt(i),
+          body: r.bodies[i]!,
+          headers: r.headers[i] ?? undefined,
+        })),
+      };
+    });
   }
 
   /**
-   * Numbers up to `limit` committed, unnumbered rows in the order this transaction reads them, per
-   * target from its last numbered ID + 1, and commits before anything is sent (docs/design.md §14).
-   * Stops before a poison row: the rows before it are numbered, it is returned.
+   * Numbers up to `limit` committed waiting rows in the order this transaction reads them, per
+   * target from its last numbered ID + 1: moves them into batch records (the rows' DELETE is their
+   * only write) and commits before anything is sent (docs/design.md §14). Stops before a poison
+   * row: the rows before it are numbered, it is returned and stays in the outbox. The same
+   * transaction deletes the batch records in `done` (target → first IDs, every ID confirmed): one
+   * COMMIT per batch instead of two. The move waits for `mayDelete` (the relay's other-writer check
+   * of `done`'s targets, run beside the read): false rolls back, nothing numbered nor deleted, and
+   * no batches returned.
    *
    * @throws FencedError when another relay took the name over since `epoch` (nothing numbered).
    */
@@ -237,56 +289,89 @@ export class RelayDb {
     epoch: bigint,
     limit: number,
     place: (row: WaitingRow) => Placement,
+    done: ReadonlyMap<string, readonly bigint[]> = new Map(),
+    mayDelete: Promise<boolean> = Promise.resolve(true),
   ): Promise<{
-    rows: AssignedRow[];
+    batches: NumberedBatch[];
     poison?: { id: bigint; reason: string };
     oldestAgeMs: number | undefined;
+    /** More rows may wait: the read reached its limit, or its byte cut left rows behind. */
+    more: boolean;
   }> {
     const t = this.tables;
-    // The numbering UPDATE joins a batch of IDs to the outbox: on a freshly filled table (no
-    // statistics) or a large one the planner hashes a scan of the whole table per batch, which made
-    // the relay quadratic in the backlog (2 110 rows/s from 100 000 rows); PK lookups it is.
-    await this.run(client, 'BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off');
+    // Two round trips per numbering (simple-query strings, values inlined as literals): each one
+    // cost 5–8 ms on a loaded machine, and five of them per numbering saturated the relay at
+    // 1 000 rows/s. The statements of a string still run one after the other, each with its own
+    // snapshot (READ COMMITTED).
+    const name = client.escapeLiteral(this.producerName);
     try {
-      // The lease row's lock orders numberings: one at a time per producer name, and none by a
-      // relay whose lease was taken over.
-      const lease = await this.run<{ epoch: string }>(
+      // Index order, never a scan of the backlog: on a freshly filled table (no statistics) the
+      // planner chose a bitmap scan of every waiting row and a sort per read (48 ms for 500 rows of
+      // 90 000, quadratic in the backlog); the (producer_name, id) index read in order stops at the
+      // limit. JIT off: a disabled plan node costs 1e10, so any query in the transaction that still
+      // needs one (a trigger's, on these tables) was JIT-compiled at every run, 300 ms of CPU each. The
+      // lease row's lock orders numberings: one at a time per producer name, none by a
+      // relay whose lease was taken over. The read takes no row locks: its snapshot is taken after
+      // the lease lock is granted (it sees every earlier numbering's deletes), and the application
+      // only INSERTs.
+      const results = (await this.run(
         client,
-        `SELECT epoch FROM ${t.relays} WHERE producer_name = $1 FOR UPDATE`,
-        [this.producerName],
-      );
-      if (lease.rows[0] === undefined || BigInt(lease.rows[0].epoch) !== epoch) {
+        `BEGIN; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL jit = off;
+         SELECT epoch FROM ${t.relays} WHERE producer_name = ${name} FOR UPDATE;
+         SELECT id, body, headers, message_key, routing_key, age_ms, fetched FROM (
+           SELECT w.*, sum(octet_length(w.body)) OVER (ORDER BY w.id) AS upto, count(*) OVER () AS fetched FROM (
+             SELECT id, body, headers, message_key, routing_key,
+                    (EXTRACT(EPOCH FROM clock_timestamp() - created_at) * 1000)::float8 AS age_ms
+               FROM ${t.outbox} WHERE producer_name = ${name} ORDER BY id LIMIT ${Math.trunc(limit)}) w) c
+          WHERE upto - octet_length(body) < ${READ_BYTES} ORDER BY id`,
+      )) as unknown as pg.QueryResult[];
+      const lease = results[5]!.rows[0] as { epoch: string } | undefined;
+      if (lease === undefined || BigInt(lease.epoch) !== epoch) {
         throw new FencedError(
-          `outbox relay "${this.producerName}" was taken over by another relay (lease epoch ${lease.rows[0]?.epoch ?? 'gone'}, ours ${epoch})`,
+          `outbox relay "${this.producerName}" was taken over by another relay (lease epoch ${lease?.epoch ?? 'gone'}, ours ${epoch})`,
         );
       }
-      const waiting = await this.run<{
+      if (!(await mayDelete)) {
+        await this.run(client, 'ROLLBACK');
+        return { batches: [], oldestAgeMs: undefined, more: true };
+      }
+      const waiting = results[6]! as pg.QueryResult<{
         id: string;
         body: Buffer;
         headers: unknown;
         message_key: string | null;
         routing_key: string | null;
         age_ms: number;
-      }>(
-        client,
-        `SELECT id, body, headers, message_key, routing_key,
-                (EXTRACT(EPOCH FROM clock_timestamp() - created_at) * 1000)::float8 AS age_ms
-         FROM ${t.outbox} WHERE producer_name = $1 AND publishing_id IS NULL ORDER BY id LIMIT $2`,
-        [this.producerName, limit],
-      );
+        /** Rows the LIMIT fetched before the byte cut (the first row always passes it). */
+        fetched: string;
+      }>;
       const oldestAgeMs = waiting.rows[0]?.age_ms;
+      const doneTargets = [...done].flatMap(([target, firsts]) => firsts.map(() => target));
+      const doneFirsts = [...done.values()].flatMap((firsts) => firsts.map(String));
+      const deleteDone =
+        doneFirsts.length === 0
+          ? ''
+          : `DELETE FROM ${t.batches} b
+              USING unnest(${textArray(client, doneTargets)}, ${bigintArray(doneFirsts)}) AS d(target, first_id)
+              WHERE b.producer_name = ${name} AND b.target = d.target AND b.first_id = d.first_id;`;
       if (waiting.rows.length === 0) {
-        await this.run(client, 'COMMIT');
-        return { rows: [], oldestAgeMs };
+        await this.run(client, `${deleteDone} COMMIT`);
+        return { batches: [], oldestAgeMs, more: false };
       }
-      const lastIds = new Map<string, bigint>();
-      const known = await this.run<{ target: string; last_assigned: string }>(
-        client,
-        `SELECT target, last_assigned FROM ${t.ids} WHERE producer_name = $1`,
-        [this.producerName],
-      );
-      for (const r of known.rows) lastIds.set(r.target, BigInt(r.last_assigned));
-      const rows: AssignedRow[] = [];
+      const cached = this.#lastIds?.epoch === epoch ? this.#lastIds.ids : undefined;
+      this.#lastIds = undefined;
+      const lastIds = new Map<string, bigint>(cached);
+      if (cached === undefined) {
+        const known = await this.run<{ target: string; last_assigned: string }>(
+          client,
+          `SELECT target, last_assigned FROM ${t.ids} WHERE producer_name = $1`,
+          [this.producerName],
+        );
+        for (const r of known.rows) lastIds.set(r.target, BigInt(r.last_assigned));
+      }
+      // Per target, the open record and its body bytes; a record closes above BATCH_RECORD_BYTES.
+      const open = new Map<string, { rows: AssignedRow[]; bytes: number }>();
+      const batches: { target: string; firstId: bigint; rows: AssignedRow[] }[] = [];
       let poison: { id: bigint; reason: string } | undefined;
       for (const r of waiting.rows) {
         const id = BigInt(r.id);
@@ -304,27 +389,62 @@ export class RelayDb {
         }
         const publishingId = (lastIds.get(placed.target) ?? 0n) + 1n;
         lastIds.set(placed.target, publishingId);
-        rows.push({ id, target: placed.target, publishingId, body: r.body, headers: placed.headers });
+        let record = open.get(placed.target);
+        if (record === undefined || (record.bytes > 0 && record.bytes + r.body.length > BATCH_RECORD_BYTES)) {
+          record = { rows: [], bytes: 0 };
+          open.set(placed.target, record);
+          batches.push({ target: placed.target, firstId: publishingId, rows: record.rows });
+        }
+        record.bytes += r.body.length;
+        record.rows.push({ id, target: placed.target, publishingId, body: r.body, headers: placed.headers });
       }
-      if (rows.length > 0) {
-        await this.run(
-          client,
-          `UPDATE ${t.outbox} o SET target = u.target, publishing_id = u.pid
-           FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS u(id, target, pid)
-           WHERE o.id = u.id AND o.publishing_id IS NULL`,
-          [rows.map((r) => String(r.id)), rows.map((r) => r.target), rows.map((r) => String(r.publishingId))],
+      let move = deleteDone;
+      if (batches.length > 0) {
+        const expected = batches.reduce((sum, b) => sum + b.rows.length, 0);
+        const targets = [...new Set(batches.map((b) => b.target))];
+        // One statement: the rows leave the outbox (one DELETE each, by primary key) and land in
+        // their batch records, ordered as numbered (nothing travels back from the client);
+        // last_assigned moves up; the confirmed records go. One DELETE per record and no join: a
+        // join of the deleted rows to their record numbers was planned as a nested loop (no
+        // statistics on a CTE), 250 000 comparisons and 144 ms for 500 rows.
+        const moves = batches.map(
+          (b, i) => `m${i} AS (
+             DELETE FROM ${t.outbox} WHERE producer_name = ${name} AND id = ANY(${bigintArray(b.rows.map((r) => String(r.id)))})
+             RETURNING id, body, headers, created_at)`,
         );
-        const targets = [...new Set(rows.map((r) => r.target))];
-        await this.run(
-          client,
-          `INSERT INTO ${t.ids} (producer_name, target, last_assigned)
-           SELECT $1, u.target, u.last FROM unnest($2::text[], $3::bigint[]) AS u(target, last)
-           ON CONFLICT (producer_name, target) DO UPDATE SET last_assigned = EXCLUDED.last_assigned`,
-          [this.producerName, targets, targets.map((x) => String(lastIds.get(x)))],
+        const moved = batches.map((_, i) => `(SELECT count(*) FROM m${i})`).join(' + ');
+        const inserts = batches.map(
+          (b, i) => `SELECT ${name}, ${client.escapeLiteral(b.target)}, ${b.firstId.toString()}::bigint,
+                  array_agg(m.id ORDER BY m.id), array_agg(m.body ORDER BY m.id), jsonb_agg(m.headers ORDER BY m.id),
+                  min(m.created_at)
+             FROM m${i} m, checked WHERE checked.ok = 0`,
         );
+        move = `WITH ids AS (
+             INSERT INTO ${t.ids} (producer_name, target, last_assigned)
+             SELECT ${name}, u.target, u.last
+               FROM unnest(${textArray(client, targets)}, ${bigintArray(targets.map((x) => String(lastIds.get(x))))})
+                 AS u(target, last)
+             ON CONFLICT (producer_name, target) DO UPDATE SET last_assigned = EXCLUDED.last_assigned),
+           gone AS (
+             DELETE FROM ${t.batches} b
+              USING unnest(${textArray(client, doneTargets)}, ${bigintArray(doneFirsts)}) AS d(target, first_id)
+              WHERE b.producer_name = ${name} AND b.target = d.target AND b.first_id = d.first_id),
+           ${moves.join(',\n')},
+           -- A row deleted by hand between the read and the move: the statement fails (a runtime
+           -- cast error naming the counts), the transaction rolls back, the next life reads again.
+           checked AS (
+             SELECT CASE WHEN ${moved} = ${expected} THEN 0
+                    ELSE ('outbox rows changed while being numbered: ' || (${moved}) || ' of ${expected} moved')::int
+                    END AS ok)
+           INSERT INTO ${t.batches} (producer_name, target, first_id, row_ids, bodies, headers, created_at)
+           ${inserts.join('\n UNION ALL ')};`;
       }
-      await this.run(client, 'COMMIT');
-      return poison === undefined ? { rows, oldestAgeMs } : { rows, poison, oldestAgeMs };
+      // One round trip: the move (or only the confirmed records' delete) and the COMMIT.
+      await this.run(client, `${move} COMMIT`);
+      this.#lastIds = { epoch, ids: lastIds };
+      const fetched = Number(waiting.rows[0]!.fetched);
+      const more = fetched === limit || waiting.rows.length < fetched;
+      return poison === undefined ? { batches, oldestAgeMs, more } : { batches, poison, oldestAgeMs, more };
     } catch (err) {
       await this.run(client, 'ROLLBACK').catch(() => undefined);
       throw err;

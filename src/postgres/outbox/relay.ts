@@ -18,7 +18,14 @@ import { Backoff, sleep } from '../../util/backoff.js';
 import { errorCode, refusal } from '../refusal.js';
 import { checkSchema } from '../schema.js';
 import { isStoreFailure, markStore, RelayLock, storeMarked } from './relay-lock.js';
-import { FencedError, RelayDb, type AssignedRow, type Placement, type WaitingRow } from './relay-db.js';
+import {
+  FencedError,
+  RelayDb,
+  type AssignedRow,
+  type NumberedBatch,
+  type Placement,
+  type WaitingRow,
+} from './relay-db.js';
 import {
   resolveRelayOptions,
   type OutboxRelayEvent,
@@ -26,6 +33,7 @@ import {
   type ResolvedRelayOptions,
 } from './relay-options.js';
 import { outboxChannel } from '../outbox-tables.js';
+import { SentBatches, type SentBatch } from './relay-batches.js';
 
 /**
  * A row the relay cannot publish (a message over the broker's limit, headers the stream cannot
@@ -78,8 +86,8 @@ interface Target {
   readonly transport: StreamTransport;
   /** Sent, unconfirmed: ID → send time (insertion order is ID order). */
   readonly inFlight: Map<bigint, number>;
-  /** Confirmed, rows not yet deleted. */
-  confirmed: bigint[];
+  /** Batch records sent and not yet deleted. */
+  readonly batches: SentBatches;
   /** The highest ID this outbox numbered on the target (the broker's last ID may not pass it). */
   lastNumbered: bigint;
 }
@@ -393,7 +401,13 @@ export class PgOutboxRelay {
           connection: this.#opts.connection,
           connectTimeoutMs: this.#opts.connectTimeoutMs,
         });
-        const t: Target = { name, transport, inFlight: new Map(), confirmed: [], lastNumbered: 0n };
+        const t: Target = {
+          name,
+          transport,
+          inFlight: new Map(),
+          batches: new SentBatches(),
+          lastNumbered: 0n,
+        };
         targets.set(name, t);
         const brokerLast = await transport.connect({
           confirmed: (ids) => this.#confirmed(t, ids),
@@ -414,8 +428,8 @@ export class PgOutboxRelay {
 
   /**
    * The crash-recovery step (docs/design.md §14): rows numbered at or below the broker's last ID are
-   * stored (IDs of a target are dense and sent in order), so they are deleted unsent; the others are
-   * re-sent, in ID order, under their IDs.
+   * stored (IDs of a target are dense and sent in order), so batch records wholly at or below it are
+   * deleted unsent; the other rows are re-sent from their records, in ID order, under their IDs.
    */
   async #recover(t: Target, brokerLast: bigint, epoch: bigint): Promise<void> {
     const work = this.#work!;
@@ -430,21 +444,33 @@ export class PgOutboxRelay {
           'restored from an older backup; new rows would be dropped as duplicates, so nothing was sent',
       );
     }
-    const alreadyStored = await this.#db.deleteUpTo(work, t.name, brokerLast, epoch);
+    let alreadyStored = await this.#db.deleteStoredBatches(work, t.name, brokerLast, epoch);
     let resent = 0;
-    let after = brokerLast;
+    let after = 0n;
     for (;;) {
-      const rows = await this.#db.assignedAfter(work, t.name, after, this.#opts.batchSize);
-      if (rows.length === 0) break;
-      await this.#send(t, rows);
-      resent += rows.length;
-      after = rows[rows.length - 1]!.publishingId;
+      // A few records at a time: each holds at most batchSize rows and BATCH_RECORD_BYTES of bodies.
+      const batches = await this.#db.batchesAfter(work, t.name, after, 4);
+      if (batches.length === 0) break;
+      for (const batch of batches) {
+        // A record straddling the broker's last ID: its rows at or below it are stored.
+        const rows = batch.rows.filter((r) => r.publishingId > brokerLast);
+        alreadyStored += batch.rows.length - rows.length;
+        await this.#sendBatch(t, batch, rows);
+        resent += rows.length;
+        after = batch.firstId;
+      }
     }
     this.#counters.alreadyStored += alreadyStored;
     this.#counters.resent += resent;
     if (alreadyStored > 0 || resent > 0) {
       this.#emit({ type: 'recovered', target: t.name, alreadyStored, resent });
     }
+  }
+
+  /** Sends `rows` (those of `batch` still to send, in ID order) and tracks the batch record. */
+  async #sendBatch(t: Target, batch: NumberedBatch, rows: readonly AssignedRow[]): Promise<void> {
+    t.batches.add(batch.firstId, batch.rows.length, rows.length);
+    await this.#send(t, rows);
   }
 
   async #send(t: Target, rows: readonly AssignedRow[]): Promise<void> {
@@ -464,10 +490,7 @@ export class PgOutboxRelay {
   #confirmed(t: Target, ids: readonly bigint[]): void {
     let any = false;
     for (const id of ids) {
-      if (t.inFlight.delete(id)) {
-        t.confirmed.push(id);
-        any = true;
-      }
+      if (t.inFlight.delete(id) && t.batches.confirm(id)) any = true;
     }
     if (any) this.#wake?.();
   }
@@ -495,25 +518,55 @@ export class PgOutboxRelay {
     }
   }
 
-  /** Deletes the confirmed rows; true when there were any. */
+  /**
+   * Deletes the batch records whose every ID is confirmed (one statement per target), unless a
+   * numbering follows at once: it deletes them in its own transaction.
+   */
   async #flushConfirms(): Promise<void> {
-    for (const t of this.#targets.values()) {
-      if (t.confirmed.length === 0) continue;
-      const ids = t.confirmed;
-      t.confirmed = [];
-      await this.#checkNoOtherWriter(t);
-      await this.#db.deleteIds(this.#work!, t.name, ids, this.#epoch!);
-      this.#counters.confirmed += ids.length;
-      this.#emit({ type: 'confirmed', target: t.name, count: ids.length, lastId: ids[ids.length - 1]! });
+    if (this.#willNumber()) return;
+    for (const [target, done] of this.#takeDone()) {
+      await this.#checkNoOtherWriter(this.#targets.get(target)!);
+      await this.#db.deleteBatches(
+        this.#work!,
+        target,
+        done.map((b) => b.first),
+        this.#epoch!,
+      );
+      this.#deleted(target, done);
     }
   }
 
+  #willNumber(): boolean {
+    return (
+      this.#dirty &&
+      !this.#closing &&
+      this.#poison === undefined &&
+      this.#failure === undefined &&
+      this.#inFlight() < this.#opts.maxInFlight
+    );
+  }
+
+  /** Takes the records to delete out of every target: target → the records. */
+  #takeDone(): Map<string, SentBatch[]> {
+    const taken = new Map<string, SentBatch[]>();
+    for (const t of this.#targets.values()) if (t.batches.hasDone) taken.set(t.name, t.batches.takeDone());
+    return taken;
+  }
+
+  /** Records of `target` deleted (committed): counted and reported. */
+  #deleted(target: string, done: readonly SentBatch[]): void {
+    const { count, lastId } = this.#targets.get(target)!.batches.deleted(done);
+    this.#counters.confirmed += count;
+    this.#emit({ type: 'confirmed', target, count, lastId });
+  }
+
   /**
-   * Before confirmed rows are deleted: a broker last ID above what this outbox numbered on the
-   * target means another writer (another database's outbox relaying the name, which no lock spans)
-   * got there first, and the confirms may be of rows the broker dropped as its duplicates: stop,
-   * keep them (docs/design.md §14, "another writer"). A relay of this outbox that took the name
-   * over is not another writer: its IDs are in `outbox_ids` (the delete that follows is fenced).
+   * Before confirmed batch records are deleted (alone, or in the next numbering's transaction): a
+   * broker last ID above what this outbox numbered on the target means another writer (another
+   * database's outbox relaying the name, which no lock spans) got there first, and the confirms may
+   * be of rows the broker dropped as its duplicates: stop, keep them (docs/design.md §14, "another
+   * writer"). A relay of this outbox that took the name over is not another writer: its IDs are in
+   * `outbox_ids` (the delete that follows is fenced).
    */
   async #checkNoOtherWriter(t: Target): Promise<void> {
     const brokerLast = await t.transport.queryLastId();
@@ -576,22 +629,38 @@ export class PgOutboxRelay {
       if (this.#dirty && room > 0) {
         this.#dirty = false;
         const limit = Math.min(this.#opts.batchSize, room);
-        const numbered = await this.#db.assign(this.#work!, this.#epoch!, limit, (row) => this.#place(row));
+        const done = this.#takeDone();
+        // The records this numbering deletes were confirmed: the other-writer check runs for their
+        // targets (one broker round trip each, concurrently) beside the numbering's read, and the
+        // move waits for it; on its failure the numbering rolls back, nothing numbered or deleted.
+        const checks = Promise.all(
+          [...done.keys()].map((name) => this.#checkNoOtherWriter(this.#targets.get(name)!)),
+        );
+        const numbered = await this.#db.assign(
+          this.#work!,
+          this.#epoch!,
+          limit,
+          (row) => this.#place(row),
+          new Map([...done].map(([target, d]) => [target, d.map((b) => b.first)])),
+          checks.then(
+            () => true,
+            () => false,
+          ),
+        );
+        // The check's own error (DEDUP_NAME_CONFLICT, a broker failure) when it failed.
+        await checks;
+        for (const [target, d] of done) this.#deleted(target, d);
         this.#counters.lagMs = numbered.oldestAgeMs === undefined ? 0 : Math.round(numbered.oldestAgeMs);
-        if (numbered.rows.length === limit) this.#dirty = true;
-        const byTarget = new Map<string, AssignedRow[]>();
-        for (const r of numbered.rows) {
-          const list = byTarget.get(r.target) ?? [];
-          list.push(r);
-          byTarget.set(r.target, list);
-        }
-        for (const [name, rows] of byTarget) {
-          const t = this.#targets.get(name)!;
-          const last = rows[rows.length - 1]!.publishingId;
+        if (numbered.more) this.#dirty = true;
+        for (const batch of numbered.batches) {
+          const t = this.#targets.get(batch.target)!;
+          const last = batch.firstId + BigInt(batch.rows.length) - 1n;
           if (last > t.lastNumbered) t.lastNumbered = last;
-          await this.#send(t, rows);
         }
-        this.#counters.published += numbered.rows.length;
+        for (const batch of numbered.batches) {
+          await this.#sendBatch(this.#targets.get(batch.target)!, batch, batch.rows);
+          this.#counters.published += batch.rows.length;
+        }
         if (numbered.poison !== undefined) {
           // Stops once the rows before it are confirmed (deleted), at most closeTimeoutMs from now.
           this.#poison = {
@@ -601,7 +670,7 @@ export class PgOutboxRelay {
         }
         continue;
       }
-      const hasConfirms = [...this.#targets.values()].some((t) => t.confirmed.length > 0);
+      const hasConfirms = [...this.#targets.values()].some((t) => t.batches.hasDone);
       if (hasConfirms || this.#failure !== undefined) continue;
       const wait = Math.min(this.#opts.pollIntervalMs, this.#opts.confirmTimeoutMs);
       await sleep(wait, (w) => (this.#wake = w));

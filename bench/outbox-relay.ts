@@ -1,0 +1,93 @@
+/**
+ * npm run bench:outbox — the outbox relay's throughput and latency alone (issue 35 "Measure"),
+ * quick enough to re-run on a quiet machine (about 60 s with the defaults):
+ * - the raw client publishing `BENCH_COUNT` (100 000) bodies of 100 B (named publisher, confirms)
+ *   and `PgOutboxRelay` relaying the same bodies from a table pre-filled with as many rows, in
+ *   alternating rounds (`BENCH_ROUNDS`, 2; the relay's batchSize `BENCH_OUTBOX_BATCH`, its default
+ *   when unset); the medians and the median of the per-round ratios;
+ * - commit-to-confirm latency at 1 000 and 10 000 committed rows/s for `BENCH_OUTBOX_SECONDS` (5)
+ *   each: p50/p99/max from the application's COMMIT to the relay's confirm.
+ * Prints the load average with each figure, and a JSON line last. Needs the broker and PostgreSQL
+ * (`bash scripts/postgres.sh up`; STREAM_DEDUP_PG_URL).
+ */
+import { loadavg } from 'node:os';
+import { allConfirmed, connectClient, uniqueName } from './common.js';
+import { commitToConfirmLatency, relayThroughput } from './outbox.js';
+
+const COUNT = Number(process.env.BENCH_COUNT ?? 100_000);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
+const SECONDS = Number(process.env.BENCH_OUTBOX_SECONDS ?? 5);
+/** The relay's batchSize in the throughput rounds (its default when unset). */
+const BATCH =
+  process.env.BENCH_OUTBOX_BATCH === undefined ? undefined : Number(process.env.BENCH_OUTBOX_BATCH);
+const body = Buffer.alloc(100, 0x61);
+
+const load = (): string => loadavg()[0]!.toFixed(1);
+const median = (xs: readonly number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 === 1 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+
+/** Messages/s of the raw client publishing COUNT bodies, every one confirmed. */
+async function raw(): Promise<number> {
+  const client = await connectClient();
+  const stream = uniqueName('bench-raw-outbox');
+  await client.createStream({ stream, arguments: {} });
+  try {
+    const publisher = await client.declarePublisher({ stream, publisherRef: 'bench-raw' });
+    const all = allConfirmed(publisher, COUNT);
+    const t0 = performance.now();
+    for (let i = 1; i <= COUNT; i++) await publisher.send(body, {});
+    await publisher.flush();
+    await all;
+    const rate = COUNT / ((performance.now() - t0) / 1000);
+    await client.deletePublisher(publisher.extendedId);
+    return rate;
+  } finally {
+    await client.deleteStream({ stream });
+    await client.close();
+  }
+}
+
+const started = performance.now();
+const raws: number[] = [];
+const relays: number[] = [];
+const ratios: number[] = [];
+for (let round = 1; round <= ROUNDS; round++) {
+  const r = await raw();
+  const o = await relayThroughput(COUNT, body, BATCH === undefined ? {} : { batchSize: BATCH });
+  raws.push(r);
+  relays.push(o);
+  ratios.push(o / r);
+  console.log(
+    `round ${round}: raw ${Math.round(r)} msg/s, relay ${Math.round(o)} rows/s, ratio ${(o / r).toFixed(3)} (load ${load()})`,
+  );
+}
+const ratio = median(ratios);
+if (ROUNDS > 0)
+  console.log(
+    `relay from ${COUNT} pre-filled rows (batchSize ${BATCH ?? 'default'}): ${Math.round(median(relays))} rows/s against raw ${Math.round(median(raws))} msg/s: ` +
+      `${ratio.toFixed(3)}× (target 0.8: ${ratio >= 0.8 ? 'met' : 'NOT met'})`,
+  );
+const latency = [];
+for (const rate of (process.env.BENCH_OUTBOX_RATES ?? '1000,10000').split(',').map(Number)) {
+  const l = await commitToConfirmLatency(rate, SECONDS);
+  latency.push(l);
+  console.log(
+    `commit-to-confirm at ${rate} rows/s (committed ${l.committedRate}/s, ${l.rows} rows): p50 ${l.p50.toFixed(1)} ms, ` +
+      `p99 ${l.p99.toFixed(1)} ms, max ${l.max.toFixed(1)} ms; to a consumer's delivery p50 ${l.delivered.p50.toFixed(1)} ms, ` +
+      `p99 ${l.delivered.p99.toFixed(1)} ms (load ${load()})` +
+      (rate === 1_000 ? ` (target p99 ≤ 50 ms: ${l.p99 <= 50 ? 'met' : 'NOT met'})` : ''),
+  );
+}
+console.log(`took ${((performance.now() - started) / 1000).toFixed(0)} s`);
+console.log(
+  JSON.stringify({
+    count: COUNT,
+    raw: Math.round(median(raws)),
+    relay: Math.round(median(relays)),
+    ratio: Number(ratio.toFixed(3)),
+    latency,
+  }),
+);
+process.exit(0);
