@@ -27,23 +27,26 @@ interface Candidate {
 }
 
 /**
- * Collects one snapshot from the messages a restore reads from a snapshot reference: the newest
+ * Collects snapshots from the messages a restore reads from a snapshot reference: the newest
  * snapshot whose part 0 it meets, part after part; other snapshots' messages are ignored. Complete
  * once that snapshot's marker matches its parts' count and digest; a marker that does not (a torn
- * snapshot) drops it. Entries read before completion are only noted: one past the snapshot's
- * offset there means the snapshot does not cover what lies before it ({@link SnapshotUnusable}).
+ * snapshot) drops it. Entries read before the first completion are only noted: one past the
+ * snapshot's offset there means the snapshot does not cover what lies before it
+ * ({@link SnapshotUnusable}). After one completed, a newer snapshot that completes is returned too
+ * (a zombie's older snapshot can land before the one the reference was stored for: the restore
+ * takes the newest, §12.1); older or equal ones are ignored.
  *
  * @internal
  */
 export class SnapshotAssembler {
   #candidate: Candidate | undefined;
-  #complete: { readonly offset: bigint; readonly ops: readonly Op[] } | undefined;
+  #complete: bigint | undefined;
   #highestEntry: bigint | undefined;
   /** Torn snapshots met (a marker that did not match). */
   torn = 0;
 
-  /** The complete snapshot, once there is one. */
-  get complete(): { readonly offset: bigint; readonly ops: readonly Op[] } | undefined {
+  /** The offset of the newest complete snapshot returned so far. */
+  get complete(): bigint | undefined {
     return this.#complete;
   }
 
@@ -59,7 +62,8 @@ export class SnapshotAssembler {
    * @throws SnapshotUnusable when the completed snapshot is older than an entry read before it.
    */
   take(record: SnapshotRecord): { readonly offset: bigint; readonly ops: readonly Op[] } | undefined {
-    if (this.#complete !== undefined) return undefined;
+    const done = this.#complete;
+    if (done !== undefined && record.offset <= done) return undefined;
     const c = this.#candidate;
     if (record.kind === 'part') {
       if (record.index === 0) {
@@ -91,12 +95,13 @@ export class SnapshotAssembler {
       this.torn++;
       return undefined;
     }
-    if (this.#highestEntry !== undefined && this.#highestEntry > c.offset) {
+    if (done === undefined && this.#highestEntry !== undefined && this.#highestEntry > c.offset) {
       throw new SnapshotUnusable(
         `an entry up to offset ${this.#highestEntry} lies before the snapshot of offset ${c.offset}`,
       );
     }
-    this.#complete = { offset: c.offset, ops: c.ops };
-    return this.#complete;
+    // Only the offset is kept: the ops are the caller's to apply (and to let go of).
+    this.#complete = c.offset;
+    return { offset: c.offset, ops: c.ops };
   }
 }
