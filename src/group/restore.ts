@@ -68,6 +68,8 @@ export interface RestoreOptions {
    * snapshot as an empty store would be, the snapshot replacing it once complete.
    */
   readonly replaceStale?: boolean;
+  /** A snapshot holding more bytes is abandoned (tests lower it). @defaultValue `SNAPSHOT_MAX_BYTES` (snapshot-entry.ts, 256 MiB) */
+  readonly snapshotMaxBytes?: number;
 }
 
 /**
@@ -189,7 +191,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   const snapshots =
     fromSnapshot && o.snapshotProducer !== undefined
       ? {
-          assembler: new SnapshotAssembler(),
+          assembler: new SnapshotAssembler(o.snapshotMaxBytes),
           lastId: await withTimeout(
             queryPublisherSequence(o.client, o.changelog, o.snapshotProducer),
             o.stallMs,

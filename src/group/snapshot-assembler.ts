@@ -4,7 +4,12 @@
  * (restore.ts) feeds it, the hand-over model (property-tests/group-snapshot.test.ts) too.
  */
 import type { Op } from '../consumer/commit-pipeline.js';
-import { snapshotDigest, type SnapshotRecord } from './snapshot-entry.js';
+import {
+  OP_OVERHEAD_BYTES,
+  SNAPSHOT_MAX_BYTES,
+  snapshotDigest,
+  type SnapshotRecord,
+} from './snapshot-entry.js';
 
 /**
  * A snapshot that cannot be used: the restore begins again from the changelog's head.
@@ -24,7 +29,16 @@ interface Candidate {
   broken: boolean;
   readonly ops: Op[];
   readonly digest: ReturnType<typeof snapshotDigest>;
+  /** Bytes held (keys, values, {@link OP_OVERHEAD_BYTES} each). */
+  bytes: number;
 }
+
+const opsBytes = (ops: readonly Op[]): number =>
+  ops.reduce(
+    (sum, op) =>
+      sum + OP_OVERHEAD_BYTES + Buffer.byteLength(op.key) + (op.type === 'put' ? op.value.length : 0),
+    0,
+  );
 
 /**
  * Collects snapshots from the messages a restore reads from a snapshot reference: the newest
@@ -44,6 +58,20 @@ export class SnapshotAssembler {
   #highestEntry: bigint | undefined;
   /** Torn snapshots met (a marker that did not match). */
   torn = 0;
+  readonly #maxBytes: number;
+
+  /** @param maxBytes A snapshot holding more is abandoned ({@link SnapshotUnusable}). */
+  constructor(maxBytes: number = SNAPSHOT_MAX_BYTES) {
+    this.#maxBytes = maxBytes;
+  }
+
+  #hold(c: Candidate, ops: readonly Op[]): void {
+    c.bytes += opsBytes(ops);
+    if (c.bytes > this.#maxBytes)
+      throw new SnapshotUnusable(
+        `the snapshot of offset ${c.offset} holds more than ${this.#maxBytes} bytes (the cap of one held in memory)`,
+      );
+  }
 
   /** The offset of the newest complete snapshot returned so far. */
   get complete(): bigint | undefined {
@@ -59,7 +87,8 @@ export class SnapshotAssembler {
   /**
    * Takes a snapshot message; returns the snapshot once it is complete.
    *
-   * @throws SnapshotUnusable when the completed snapshot is older than an entry read before it.
+   * @throws SnapshotUnusable when the completed snapshot is older than an entry read before it, or
+   *   when the snapshot assembled holds more than the cap.
    */
   take(record: SnapshotRecord): { readonly offset: bigint; readonly ops: readonly Op[] } | undefined {
     const done = this.#complete;
@@ -70,7 +99,16 @@ export class SnapshotAssembler {
         if (c === undefined || record.offset > c.offset) {
           const digest = snapshotDigest();
           digest.update(record.body);
-          this.#candidate = { offset: record.offset, next: 1, broken: false, ops: [...record.ops], digest };
+          const candidate = {
+            offset: record.offset,
+            next: 1,
+            broken: false,
+            ops: [...record.ops],
+            digest,
+            bytes: 0,
+          };
+          this.#candidate = candidate;
+          this.#hold(candidate, record.ops);
         }
         return undefined;
       }
@@ -80,6 +118,7 @@ export class SnapshotAssembler {
         return undefined;
       }
       c.digest.update(record.body);
+      this.#hold(c, record.ops);
       for (const op of record.ops) c.ops.push(op);
       c.next++;
       return undefined;

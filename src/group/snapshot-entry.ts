@@ -140,6 +140,18 @@ export const PART_OVERHEAD_BYTES = HEADER_BYTES + 23;
 export const OP_OVERHEAD_BYTES = 9;
 
 /**
+ * The largest snapshot written and read (its keys and values plus {@link OP_OVERHEAD_BYTES} a key):
+ * a restore holds a snapshot's parts in memory until its marker proves them whole, so a state
+ * larger than this is not snapshotted (the writer skips it, logged) and a snapshot past it is
+ * abandoned by the restore, which reads the whole changelog instead (§12.1). 256 MiB held as ops
+ * stays well inside Node's default old space (2 GiB and more on 64-bit) with their per-object
+ * overhead (argued, not measured: about 2x for keys of tens of bytes).
+ *
+ * @internal
+ */
+export const SNAPSHOT_MAX_BYTES = 256 * 1024 * 1024;
+
+/**
  * Decodes a snapshot message; every key a part writes must be the partition's (`ownsKey`).
  *
  * @throws DedupError `DEDUP_CHANGELOG_INVALID` for anything malformed.

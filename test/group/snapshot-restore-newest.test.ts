@@ -1,6 +1,7 @@
 // A snapshot restore takes the newest complete snapshot up to the snapshot producer's last ID, and
 // falls back (never hangs, never leaves a store it cannot restore again) when none is usable
 // (docs/design.md §12.1). From the hostile review revS (F1, F1b, F1c, F2, F4); each failed on e77e4bf.
+import type { Client } from 'rabbitmq-stream-js-client';
 import { describe, expect, it } from 'vitest';
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from '../../src/group/changelog-entry.js';
 import { changelogProducerName, partitionNamespace } from '../../src/group/consumer.js';
@@ -15,6 +16,7 @@ import {
   snapshotProducerName,
 } from '../../src/group/snapshot-entry.js';
 import { restoreWithSnapshots } from '../../src/group/snapshot-restore.js';
+import { SnapshotWriter } from '../../src/group/snapshot-writer.js';
 import {
   changelogPositionKey,
   decodeOffset,
@@ -80,7 +82,12 @@ async function contents(db: KeyValueDb): Promise<Record<string, string>> {
 async function restoreOn(
   changelog: FakeChangelog,
   db: KeyValueDb,
-  more: { readAheadBytes?: number; bytesPerWrite?: number; timeoutMs?: number } = {},
+  more: {
+    readAheadBytes?: number;
+    bytesPerWrite?: number;
+    timeoutMs?: number;
+    snapshotMaxBytes?: number;
+  } = {},
 ) {
   const warnings: string[] = [];
   const report: RestoreReport = await restoreWithSnapshots(
@@ -96,6 +103,7 @@ async function restoreOn(
       isCurrent: () => true,
       ...(more.readAheadBytes === undefined ? {} : { readAheadBytes: more.readAheadBytes }),
       ...(more.bytesPerWrite === undefined ? {} : { bytesPerWrite: more.bytesPerWrite }),
+      ...(more.snapshotMaxBytes === undefined ? {} : { snapshotMaxBytes: more.snapshotMaxBytes }),
     },
     { reference: SNAP, producerName: SNAP },
     (_fields, message) => warnings.push(message),
@@ -232,5 +240,72 @@ describe('snapshot restore: the newest complete snapshot, or the whole changelog
     // skips snapshot messages undecoded and the whole changelog is intact.
     expect(result instanceof Error ? `${result.name}: ${result.message}` : result.report.offset).toBe(8n);
     if (!(result instanceof Error)) expect(result.state).toEqual(expected);
+  });
+
+  it('F3: a snapshot holding more than the cap is abandoned part-way (not held whole): the whole changelog is read, the fold exact', async () => {
+    const records = [genesis];
+    for (let i = 0; i < 6; i++) records.push(entry(i));
+    const reference = records.length;
+    records.push(...snapshotOf(5, stateAt(5), 1)); // one key a part: 6 parts, ~80 bytes
+    for (let i = 6; i < 9; i++) records.push(entry(i));
+    const expected = await fullState(records);
+    const capped = new FakeChangelog(records);
+    capped.reference = BigInt(reference);
+    const result = await restoreOn(capped, capped.db(NAMESPACE), { snapshotMaxBytes: 40 });
+    expect(result.report).toMatchObject({ offset: 8n, snapshot: undefined });
+    expect(result.state).toEqual(expected);
+    expect(result.warnings).toHaveLength(1);
+    // Under the cap the same snapshot is used.
+    const uncapped = new FakeChangelog(records);
+    uncapped.reference = BigInt(reference);
+    const used = await restoreOn(uncapped, uncapped.db(NAMESPACE), { snapshotMaxBytes: 1_000 });
+    expect(used.report).toMatchObject({ offset: 8n, snapshot: 5n });
+    expect(used.state).toEqual(expected);
+  });
+
+  it('F3: the writer skips a state holding more than the cap: no marker, no reference', async () => {
+    const source = new FakeChangelog([]);
+    const db = source.db(NAMESPACE);
+    await db.batch(stateAt(9));
+    const sent: ChangelogRecordSpec[] = [];
+    let stored: bigint | undefined;
+    const client = {
+      locatorConnection: {
+        queryPublisherSequence: ({ publisherRef }: { publisherRef: string }) =>
+          Promise.resolve(publisherRef === SNAP ? 0n : entryId(9n)),
+        storeOffset: ({ offsetValue }: { offsetValue: bigint }) => {
+          stored = offsetValue;
+          return Promise.resolve();
+        },
+      },
+      streamStatsRequest: () =>
+        Promise.resolve({ firstChunkId: 0n, committedChunkId: 20n, lastChunkId: 20n }),
+    } as unknown as Client;
+    const writerOf = (maxBytes: number) =>
+      new SnapshotWriter({
+        db,
+        namespace: NAMESPACE,
+        changelog: CHANGELOG,
+        entryProducer: OURS,
+        producer: SNAP,
+        policy: { everyEntries: 1, everyBytes: 0 },
+        writer: {
+          maxEntryBytes: 60,
+          append: (message, id) => {
+            sent.push({ producer: SNAP, id, content: () => message });
+            return Promise.resolve('landed');
+          },
+        },
+        timeoutMs: 1_000,
+        maxBytes,
+      });
+    expect(await writerOf(40).write(client, () => true)).toMatchObject({
+      kind: 'skipped',
+      why: /snapshot cap/,
+    });
+    expect(stored).toBeUndefined();
+    sent.length = 0;
+    expect(await writerOf(1_000).write(client, () => true)).toMatchObject({ kind: 'written', offset: 9n });
+    expect(stored).toBe(20n);
   });
 });
