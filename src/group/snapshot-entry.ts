@@ -38,12 +38,17 @@ export const PART_BITS = 20n;
 export const MAX_PARTS = (1 << Number(PART_BITS)) - 1;
 
 /**
- * The producer name a group's snapshots are written under on each changelog.
+ * The producer name a group's snapshots are written under on each changelog (also their offset
+ * reference: at most 256 bytes). A changelog producer name too long for the `.snapshot` suffix (a
+ * group name of 225–233 bytes, accepted before snapshots) gets `stream-dedup.snapshot.` and the
+ * SHA-256 of it instead (86 bytes): no group's plain name begins so.
  *
  * @internal
  */
 export function snapshotProducerName(changelogProducer: string): string {
-  return `${changelogProducer}.snapshot`;
+  const plain = `${changelogProducer}.snapshot`;
+  if (Buffer.byteLength(plain, 'utf8') <= 256) return plain;
+  return `stream-dedup.snapshot.${createHash('sha256').update(changelogProducer, 'utf8').digest('hex')}`;
 }
 
 /**
