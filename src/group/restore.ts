@@ -207,6 +207,9 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   // a newer complete snapshot may replace what is applied, and a position past entries the store
   // never applied would leave it unable to restore again (§12.1).
   const snapshotsOpen = (): boolean => snapshots !== undefined && !snapshots.done;
+  // The offset record withheld meanwhile (the snapshot's, then the entries' after it): written as
+  // it is (it may carry its chunk's identity) once the snapshots are read.
+  let withheldOffset: Op | undefined;
 
   const stats = await withTimeout(o.client.streamStatsRequest(o.changelog), o.stallMs, 'changelog stats');
   if (stats.firstChunkId > position && fromSnapshot) {
@@ -321,7 +324,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
           );
         // The newest snapshot is applied, and the entries after it: the store's state is whole.
         snapshots.done = true;
-        ops.push({ type: 'put', key: offsetKey(namespace), value: encodeOffset(local) });
+        ops.push(withheldOffset ?? { type: 'put', key: offsetKey(namespace), value: encodeOffset(local) });
+        withheldOffset = undefined;
         entriesInWrite++;
         await flush();
         continue;
@@ -419,6 +423,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
             `the snapshot of offset ${complete.offset} holds no offset record of it`,
           );
         // The offset record comes once every snapshot up to the last ID was read (above).
+        withheldOffset = stored;
         entriesInWrite++;
         local = complete.offset;
         applied++;
@@ -478,7 +483,10 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
           );
         }
         for (const op of entry.ops) {
-          if (snapshotsOpen() && op.key === offsetKey(namespace)) continue;
+          if (snapshotsOpen() && op.key === offsetKey(namespace)) {
+            withheldOffset = op;
+            continue;
+          }
           ops.push(op);
           bytes += op.key.length + (op.type === 'put' ? op.value.length : 0);
         }

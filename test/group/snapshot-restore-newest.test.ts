@@ -308,4 +308,22 @@ describe('snapshot restore: the newest complete snapshot, or the whole changelog
     expect(await writerOf(1_000).write(client, () => true)).toMatchObject({ kind: 'written', offset: 9n });
     expect(stored).toBe(20n);
   });
+
+  it("the snapshot's offset record is written as it is (its chunk identity kept), once the snapshots are read", async () => {
+    const records = [genesis];
+    for (let i = 0; i < 6; i++) records.push(entry(i));
+    const reference = records.length;
+    const identity = encodeOffset(5n, { firstOffset: 3n, timestamp: 1_700_000_000_000n });
+    const ops = [{ ...offsetOp(5n), value: identity }, ...stateAt(5).slice(1)];
+    records.push(...snapshotOf(5, ops, 2));
+    const changelog = new FakeChangelog(records);
+    changelog.reference = BigInt(reference);
+    const db = changelog.db(NAMESPACE);
+    const { report } = await restoreOn(changelog, db);
+    expect(report).toMatchObject({ offset: 5n, snapshot: 5n });
+    expect(Buffer.from((await db.get(offsetKey(NAMESPACE)))!).toString('hex')).toBe(
+      Buffer.from(identity).toString('hex'),
+    );
+    expect(decodeOffset((await db.get(changelogPositionKey(NAMESPACE)))!)).toBe(BigInt(records.length));
+  });
 });
