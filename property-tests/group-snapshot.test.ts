@@ -17,6 +17,15 @@
  * referenced snapshot, or the head a whole-changelog read needs, is gone). With the refusal
  * removed the hole check stops the partial read (found after 3-10 runs as a hole); with the hole
  * check removed too, the model finds a wrong fold at once (1 run, shrunk 22 times).
+ *
+ * The restore's reach (hostile review revS, F1): a snapshot restore must reach the changelog's last
+ * entry as it was when the restore began (the real restore reads until the entry producer's last
+ * ID); every member may die for good right after a reference is stored (before the batch it
+ * preceded); zombies are up to 60 steps late. A zombie's complete snapshot of an older state can
+ * then land between the reference and the snapshot it was stored for: the restore reads every
+ * snapshot message up to the snapshot producer's last ID at its start and applies the newest
+ * complete one. With the first complete one taken instead (the rule before the fix), fast-check
+ * finds a restore that ends below the changelog's last entry (seed 2: 4 177 runs, shrunk 33).
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -75,6 +84,13 @@ interface World {
   readonly refuseTrimmed: boolean;
   /** Restores refused so (DEDUP_CHANGELOG_INVALID in the real restore). */
   refused: number;
+  /** Whether a snapshot restore takes the newest complete snapshot (false: the first, the revert). */
+  readonly newest: boolean;
+  /** Snapshot restores that ended below the changelog's last entry at their start (F1). */
+  stuck: number;
+  /** References stored until every member dies for good (Infinity: never); what dying does. */
+  refsToCut: number;
+  die: () => void;
 }
 
 type Assembler = Pick<SnapshotAssembler, 'take' | 'entry'>;
@@ -121,10 +137,48 @@ async function readEntries(
   snapshot: { assembler: Assembler } | undefined,
 ): Promise<'done' | 'moved' | 'unusable'> {
   let complete = snapshot === undefined;
+  // The snapshot producer's last ID at the start: every snapshot message up to it is read (newest).
+  const snapshotsUpTo = world.snapshotLastId;
+  let snapshotsOpen = snapshot !== undefined && world.newest;
+  let applied = false;
   for (let i = from; i < world.log.length; i++) {
     await s.schedule(Promise.resolve(), `read message ${i}`);
     if (m.epoch !== epoch) return 'moved';
     const message = world.log[i]!;
+    if (message.kind === 'snapshot' && snapshotsOpen) {
+      if (message.id >= snapshotsUpTo) snapshotsOpen = false;
+      const record = decodeSnapshotRecord(message.raw, () => true, `at ${i}`);
+      let taken;
+      try {
+        taken = snapshot!.assembler.take(record);
+      } catch (err) {
+        if (err instanceof SnapshotUnusable) return 'unusable';
+        throw err;
+      }
+      if (taken !== undefined && (!applied || Number(taken.offset) > m.offset)) {
+        applied = true;
+        m.kv = new Map();
+        for (const op of taken.ops)
+          if (op.type === 'put' && op.key !== 'offset') m.kv.set(op.key, number(op.value));
+        const offset = taken.ops.find((op) => op.key === 'offset');
+        m.offset =
+          offset !== undefined && offset.type === 'put' ? number(offset.value) : Number(taken.offset);
+      }
+      if (!snapshotsOpen) {
+        if (!applied) return 'unusable';
+        complete = true;
+        world.snapshotRestores++;
+      }
+      continue;
+    }
+    if (message.kind === 'entry' && snapshot !== undefined && world.newest && !complete && applied) {
+      // Entries after an applied snapshot while newer ones may still come: applied (not persisted).
+      if (message.last <= m.offset) continue;
+      if (message.base > m.offset) return 'unusable';
+      for (const [k, v] of message.values) if (k !== 'offset') m.kv.set(k, v);
+      m.offset = message.last;
+      continue;
+    }
     if (message.kind === 'snapshot') {
       if (complete) continue;
       const record = decodeSnapshotRecord(message.raw, () => true, `at ${i}`);
@@ -176,7 +230,14 @@ async function restore(
     }
     const assembler = checked ? new SnapshotAssembler() : new UncheckedAssembler();
     const from = Math.max(world.reference, world.first);
+    // The real restore's target: the entry producer's last ID when it begins.
+    const target = world.lastId - 2;
     const outcome = await readEntries(s, world, m, epoch, from, { assembler });
+    if (outcome === 'done' && m.epoch === epoch && m.offset < target) {
+      // The real restore waits for entries behind its position until restoreTimeoutMs (F1).
+      world.stuck++;
+      return false;
+    }
     if (outcome === 'done') return true;
     if (outcome === 'moved') return false;
     // Not usable: the whole changelog (from the state the snapshot left, if it was applied).
@@ -237,6 +298,8 @@ async function writeSnapshot(
   await s.schedule(Promise.resolve(), `${name} stores the reference ${from}`);
   if (m.epoch !== epoch) return;
   world.reference = from;
+  // Every member may die right after a reference is stored (before the batch it preceded).
+  if (--world.refsToCut === 0) world.die();
 }
 
 async function hold(
@@ -302,13 +365,15 @@ const inputArb = fc
 
 /** A hand-over's old holder hears of it after `late` more scheduled steps: a zombie that long. */
 type Event = { kind: 'handover'; late: number } | { kind: 'crash' | 'store lost' };
-const eventsArb = fc.array(
-  fc.oneof(
-    fc.record({ kind: fc.constant('handover' as const), late: fc.integer({ min: 0, max: 12 }) }),
-    fc.record({ kind: fc.constantFrom('crash' as const, 'store lost' as const) }),
-  ),
-  { minLength: 1, maxLength: 4 },
-);
+const eventsOf = (late: number) =>
+  fc.array(
+    fc.oneof(
+      fc.record({ kind: fc.constant('handover' as const), late: fc.integer({ min: 0, max: late }) }),
+      fc.record({ kind: fc.constantFrom('crash' as const, 'store lost' as const) }),
+    ),
+    { minLength: 1, maxLength: 4 },
+  );
+const eventsArb = eventsOf(12);
 const memberArb = fc.record({
   batch: fc.integer({ min: 1, max: 3 }),
   split: fc.integer({ min: 1, max: 3 }),
@@ -322,7 +387,9 @@ async function runModel(
   specs: ReadonlyArray<{ batch: number; split: number; every: number }>,
   checked: boolean,
   trim: { readonly percent: number; readonly refuse: boolean } = { percent: 0, refuse: true },
+  reach: { readonly cut: number; readonly newest: boolean } = { cut: Infinity, newest: true },
 ): Promise<{ world: World; final: Member }> {
+  let dead = false;
   const newMember = (i: number): Member => ({
     offset: -1,
     kv: new Map(),
@@ -344,10 +411,19 @@ async function runModel(
     first: 0,
     refuseTrimmed: trim.refuse,
     refused: 0,
+    newest: reach.newest,
+    stuck: 0,
+    refsToCut: reach.cut,
+    die: () => {
+      dead = true;
+      for (const m of world.members) m.epoch++;
+    },
   };
   let holder = 0;
   const runs: Promise<void>[] = [];
   const start = (i: number): void => {
+    // After the cut every member is dead for good: the final member takes over what the log holds.
+    if (dead) return;
     world.members[i]!.epoch++;
     runs.push(hold(s, world, world.members[i]!, specs[i]!.batch, `m${i}`, checked));
   };
@@ -402,6 +478,7 @@ function exactFold(world: World, final: Member): boolean {
   return (
     world.doubles === 0 &&
     world.holes === 0 &&
+    world.stuck === 0 &&
     final.offset === world.input.length - 1 &&
     final.kv.get('balance') === balance &&
     final.kv.get('count') === seen.size &&
@@ -463,6 +540,28 @@ function trimProperty(refuse: boolean, stats?: TrimStats) {
   );
 }
 
+/**
+ * The restore's reach (revS F1): zombies up to 60 steps late, every member dead for good after the
+ * `cut`-th stored reference, a snapshot restore held to the changelog's last entry at its start.
+ */
+function reachProperty(newest: boolean, stats?: { snapshotRestores: number; cut: number }) {
+  return fc.asyncProperty(
+    fc.scheduler(),
+    inputArb,
+    eventsOf(60),
+    fc.tuple(memberArb, memberArb),
+    fc.option(fc.integer({ min: 1, max: 4 }), { nil: Infinity }),
+    async (s, input, events, specs, cut) => {
+      const { world, final } = await runModel(s, input, events, specs, true, undefined, { cut, newest });
+      if (stats !== undefined) {
+        stats.snapshotRestores += world.snapshotRestores;
+        if (world.refsToCut <= 0) stats.cut++;
+      }
+      return exactFold(world, final);
+    },
+  );
+}
+
 describe('consumer group hand-over with changelog snapshots (fc.scheduler model of design §12.1)', () => {
   it('every interleaving of snapshot writes, torn and mixed snapshots, hand-overs, zombies, crashes and lost stores gives the exact fold', async () => {
     const stats = { snapshotRestores: 0 };
@@ -484,5 +583,24 @@ describe('consumer group hand-over with changelog snapshots (fc.scheduler model 
     const result = await fc.check(property(false, undefined, true), { numRuns: 20_000 });
     expect(result.failed).toBe(true);
     expect(result.counterexample).not.toBeNull();
+  });
+
+  it('with members dying for good after a reference and zombies up to 60 steps late, a snapshot restore reaches the last entry there was when it began', async () => {
+    const stats = { snapshotRestores: 0, cut: 0 };
+    await fc.assert(reachProperty(true, stats), { numRuns: 2_000 });
+    console.log(`[group-snapshot reach] ${JSON.stringify(stats)}`);
+    expect(stats.snapshotRestores).toBeGreaterThan(100);
+    expect(stats.cut).toBeGreaterThan(100);
+  });
+
+  it('the same, pinned seed 2 (where the first-complete-snapshot rule fails after 4 177 runs): no failure in 4 500 runs', async () => {
+    await fc.assert(reachProperty(true), { numRuns: 4_500, seed: 2 });
+  });
+
+  it('with the first complete snapshot taken (the rule before revS F1), fast-check finds a restore that ends below the last entry (seed 2)', async () => {
+    // Seed 2: 4 177 runs, shrunk 33 (a zombie's snapshot of 1 lands between reference 3 and the
+    // snapshot of 2 it was stored for; every member dies after it); seed 3: 19 198 runs.
+    const result = await fc.check(reachProperty(false), { numRuns: 5_000, seed: 2 });
+    expect(result.failed).toBe(true);
   });
 });

@@ -29,7 +29,6 @@ import {
   typeMismatch,
 } from '../util/options.js';
 import { resolveRetention, type ChangelogRetention } from './changelog-retention.js';
-import { snapshotProducerName } from './snapshot-entry.js';
 import type { SnapshotPolicy } from './snapshot-writer.js';
 import type { AssignmentEvent, GroupMessageHandler, SuperStreamVerifyingConsumerOptions } from './types.js';
 
@@ -244,16 +243,6 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
   // The changelog's readers accept only records whose producer name readIdentity takes: a group
   // name it would call malformed (a control character, U+FFFD) wrote changelogs that every
   // take-over then refused.
-  if (
-    (snapshots.everyEntries > 0 || snapshots.everyBytes > 0) &&
-    Buffer.byteLength(snapshotProducerName(producer), 'utf8') > 256
-  ) {
-    // The snapshots' producer name is also their offset reference: both at most 256 bytes.
-    throw new RangeError(
-      `Expected consumerName to be at most ${256 - Buffer.byteLength(snapshotProducerName(changelogProducerName('')), 'utf8')} ` +
-        `UTF-8 bytes with snapshots on, got ${Buffer.byteLength(consumerName, 'utf8')}`,
-    );
-  }
   const problem = producerNameProblem(producer);
   if (problem !== undefined) {
     throw new TypeError(

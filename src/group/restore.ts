@@ -68,6 +68,8 @@ export interface RestoreOptions {
    * snapshot as an empty store would be, the snapshot replacing it once complete.
    */
   readonly replaceStale?: boolean;
+  /** A snapshot holding more bytes is abandoned (tests lower it). @defaultValue `SNAPSHOT_MAX_BYTES` (snapshot-entry.ts, 256 MiB) */
+  readonly snapshotMaxBytes?: number;
 }
 
 /**
@@ -189,7 +191,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   const snapshots =
     fromSnapshot && o.snapshotProducer !== undefined
       ? {
-          assembler: new SnapshotAssembler(),
+          assembler: new SnapshotAssembler(o.snapshotMaxBytes),
           lastId: await withTimeout(
             queryPublisherSequence(o.client, o.changelog, o.snapshotProducer),
             o.stallMs,
@@ -197,8 +199,17 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
           ),
           seenId: 0n,
           at: undefined as bigint | undefined,
+          // Every snapshot message up to `lastId` was read (the newest complete one is applied).
+          done: false,
         }
       : undefined;
+  // While snapshots may still come, the store gets neither an offset record nor a read position:
+  // a newer complete snapshot may replace what is applied, and a position past entries the store
+  // never applied would leave it unable to restore again (§12.1).
+  const snapshotsOpen = (): boolean => snapshots !== undefined && !snapshots.done;
+  // The offset record withheld meanwhile (the snapshot's, then the entries' after it): written as
+  // it is (it may carry its chunk's identity) once the snapshots are read.
+  let withheldOffset: Op | undefined;
 
   const stats = await withTimeout(o.client.streamStatsRequest(o.changelog), o.stallMs, 'changelog stats');
   if (stats.firstChunkId > position && fromSnapshot) {
@@ -255,7 +266,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
     if (entriesInWrite === 0 && nextPosition === position) return;
     // A restore of an activation that is over writes nothing more (a newer one may be running).
     if (!o.isCurrent()) throw new RestoreAbandoned();
-    ops.push({ type: 'put', key: changelogPositionKey(namespace), value: encodeOffset(nextPosition) });
+    if (!snapshotsOpen())
+      ops.push({ type: 'put', key: changelogPositionKey(namespace), value: encodeOffset(nextPosition) });
     await stored(() => db.batch(ops, { sync: o.sync }));
     ops = [];
     bytes = 0;
@@ -303,11 +315,21 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
   consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
   const deadline = performance.now() + o.timeoutMs;
   try {
-    while (lastSeenId < target || (snapshots !== undefined && snapshots.at === undefined)) {
-      if (snapshots !== undefined && snapshots.at === undefined && snapshots.seenId >= snapshots.lastId)
-        throw new SnapshotUnusable(
-          `no complete snapshot after offset ${position} (${snapshots.assembler.torn} torn)`,
-        );
+    const reached = (): boolean => lastSeenId >= target || (local !== undefined && entryId(local) >= target);
+    while (!reached() || snapshotsOpen()) {
+      if (snapshots !== undefined && !snapshots.done && snapshots.seenId >= snapshots.lastId) {
+        if (snapshots.at === undefined || local === undefined)
+          throw new SnapshotUnusable(
+            `no complete snapshot after offset ${position} (${snapshots.assembler.torn} torn)`,
+          );
+        // The newest snapshot is applied, and the entries after it: the store's state is whole.
+        snapshots.done = true;
+        ops.push(withheldOffset ?? { type: 'put', key: offsetKey(namespace), value: encodeOffset(local) });
+        withheldOffset = undefined;
+        entriesInWrite++;
+        await flush();
+        continue;
+      }
       if (failure !== undefined) throw failure;
       if (!o.isCurrent()) throw new RestoreAbandoned();
       const message = queue.next();
@@ -327,7 +349,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
             resolve(true);
           };
         });
-        if (!arrived && queue.openChunks > 0) {
+        if (!arrived && queue.openChunks > 0 && !snapshotsOpen()) {
           // A chunk begun and never finished holds everything back: the client failed mid-chunk.
           // The take-over is tried again (a new subscription) rather than waiting out timeoutMs.
           throw new Error(
@@ -350,6 +372,12 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
             o.stallMs,
             false,
           );
+        // Quiet with snapshot messages still owed: they lie before the reference (a reference not
+        // stored for a snapshot after it), or a chunk never finished. Not waited for: unusable.
+        if (!arrived && snapshots !== undefined && !snapshots.done && snapshots.seenId < snapshots.lastId)
+          throw new SnapshotUnusable(
+            `the read went quiet at snapshot ID ${snapshots.seenId} of ${snapshots.lastId} after offset ${position}`,
+          );
         continue;
       }
       const offset = message.offset;
@@ -359,15 +387,26 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
         const id = ownIdentity(message, o.snapshotProducer, where, o.settings, settingsSeen).publishingId;
         read++;
         nextPosition = offset + 1n;
-        if (snapshots === undefined || snapshots.at !== undefined) continue;
+        if (snapshots === undefined || snapshots.done) continue;
         snapshots.seenId = id;
-        const record = decodeSnapshotRecord(message.content, owns, where);
+        let record;
+        try {
+          record = decodeSnapshotRecord(message.content, owns, where);
+        } catch (err) {
+          // A newer version's or a corrupt snapshot: the changelog's entries still decide.
+          throw new SnapshotUnusable(errorText(err));
+        }
         if (offsetOfSnapshotId(id) !== record.offset)
-          throw new DedupError('DEDUP_CHANGELOG_INVALID', `changelog snapshot message ${where} has ID ${id}`);
+          throw new SnapshotUnusable(
+            `the snapshot message ${where} has ID ${id}, not of offset ${record.offset}`,
+          );
         const complete = snapshots.assembler.take(record);
-        if (complete === undefined) continue;
+        // A complete snapshot no newer than the state applied (entries after an older one) adds nothing.
+        if (complete === undefined || (local !== undefined && complete.offset <= local)) continue;
         snapshots.at = complete.offset;
-        // Whatever a crash left of an earlier attempt goes first; the offset record comes last.
+        // What is pending is written first, so that the clearing below sees it.
+        await flush();
+        // Whatever a crash, an older snapshot or the entries after it left goes first.
         for (const range of namespaceRanges(namespace)) {
           for await (const [key] of db.iterator(range)) ops.push({ type: 'del', key });
         }
@@ -383,7 +422,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
           throw new SnapshotUnusable(
             `the snapshot of offset ${complete.offset} holds no offset record of it`,
           );
-        ops.push(stored);
+        // The offset record comes once every snapshot up to the last ID was read (above).
+        withheldOffset = stored;
         entriesInWrite++;
         local = complete.offset;
         applied++;
@@ -443,6 +483,10 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
           );
         }
         for (const op of entry.ops) {
+          if (snapshotsOpen() && op.key === offsetKey(namespace)) {
+            withheldOffset = op;
+            continue;
+          }
           ops.push(op);
           bytes += op.key.length + (op.type === 'put' ? op.value.length : 0);
         }

@@ -4,7 +4,12 @@
  * (restore.ts) feeds it, the hand-over model (property-tests/group-snapshot.test.ts) too.
  */
 import type { Op } from '../consumer/commit-pipeline.js';
-import { snapshotDigest, type SnapshotRecord } from './snapshot-entry.js';
+import {
+  OP_OVERHEAD_BYTES,
+  SNAPSHOT_MAX_BYTES,
+  snapshotDigest,
+  type SnapshotRecord,
+} from './snapshot-entry.js';
 
 /**
  * A snapshot that cannot be used: the restore begins again from the changelog's head.
@@ -24,26 +29,52 @@ interface Candidate {
   broken: boolean;
   readonly ops: Op[];
   readonly digest: ReturnType<typeof snapshotDigest>;
+  /** Bytes held (keys, values, {@link OP_OVERHEAD_BYTES} each). */
+  bytes: number;
 }
 
+const opsBytes = (ops: readonly Op[]): number =>
+  ops.reduce(
+    (sum, op) =>
+      sum + OP_OVERHEAD_BYTES + Buffer.byteLength(op.key) + (op.type === 'put' ? op.value.length : 0),
+    0,
+  );
+
 /**
- * Collects one snapshot from the messages a restore reads from a snapshot reference: the newest
+ * Collects snapshots from the messages a restore reads from a snapshot reference: the newest
  * snapshot whose part 0 it meets, part after part; other snapshots' messages are ignored. Complete
  * once that snapshot's marker matches its parts' count and digest; a marker that does not (a torn
- * snapshot) drops it. Entries read before completion are only noted: one past the snapshot's
- * offset there means the snapshot does not cover what lies before it ({@link SnapshotUnusable}).
+ * snapshot) drops it. Entries read before the first completion are only noted: one past the
+ * snapshot's offset there means the snapshot does not cover what lies before it
+ * ({@link SnapshotUnusable}). After one completed, a newer snapshot that completes is returned too
+ * (a zombie's older snapshot can land before the one the reference was stored for: the restore
+ * takes the newest, §12.1); older or equal ones are ignored.
  *
  * @internal
  */
 export class SnapshotAssembler {
   #candidate: Candidate | undefined;
-  #complete: { readonly offset: bigint; readonly ops: readonly Op[] } | undefined;
+  #complete: bigint | undefined;
   #highestEntry: bigint | undefined;
   /** Torn snapshots met (a marker that did not match). */
   torn = 0;
+  readonly #maxBytes: number;
 
-  /** The complete snapshot, once there is one. */
-  get complete(): { readonly offset: bigint; readonly ops: readonly Op[] } | undefined {
+  /** @param maxBytes A snapshot holding more is abandoned ({@link SnapshotUnusable}). */
+  constructor(maxBytes: number = SNAPSHOT_MAX_BYTES) {
+    this.#maxBytes = maxBytes;
+  }
+
+  #hold(c: Candidate, ops: readonly Op[]): void {
+    c.bytes += opsBytes(ops);
+    if (c.bytes > this.#maxBytes)
+      throw new SnapshotUnusable(
+        `the snapshot of offset ${c.offset} holds more than ${this.#maxBytes} bytes (the cap of one held in memory)`,
+      );
+  }
+
+  /** The offset of the newest complete snapshot returned so far. */
+  get complete(): bigint | undefined {
     return this.#complete;
   }
 
@@ -56,17 +87,28 @@ export class SnapshotAssembler {
   /**
    * Takes a snapshot message; returns the snapshot once it is complete.
    *
-   * @throws SnapshotUnusable when the completed snapshot is older than an entry read before it.
+   * @throws SnapshotUnusable when the completed snapshot is older than an entry read before it, or
+   *   when the snapshot assembled holds more than the cap.
    */
   take(record: SnapshotRecord): { readonly offset: bigint; readonly ops: readonly Op[] } | undefined {
-    if (this.#complete !== undefined) return undefined;
+    const done = this.#complete;
+    if (done !== undefined && record.offset <= done) return undefined;
     const c = this.#candidate;
     if (record.kind === 'part') {
       if (record.index === 0) {
         if (c === undefined || record.offset > c.offset) {
           const digest = snapshotDigest();
           digest.update(record.body);
-          this.#candidate = { offset: record.offset, next: 1, broken: false, ops: [...record.ops], digest };
+          const candidate = {
+            offset: record.offset,
+            next: 1,
+            broken: false,
+            ops: [...record.ops],
+            digest,
+            bytes: 0,
+          };
+          this.#candidate = candidate;
+          this.#hold(candidate, record.ops);
         }
         return undefined;
       }
@@ -76,6 +118,7 @@ export class SnapshotAssembler {
         return undefined;
       }
       c.digest.update(record.body);
+      this.#hold(c, record.ops);
       for (const op of record.ops) c.ops.push(op);
       c.next++;
       return undefined;
@@ -91,12 +134,13 @@ export class SnapshotAssembler {
       this.torn++;
       return undefined;
     }
-    if (this.#highestEntry !== undefined && this.#highestEntry > c.offset) {
+    if (done === undefined && this.#highestEntry !== undefined && this.#highestEntry > c.offset) {
       throw new SnapshotUnusable(
         `an entry up to offset ${this.#highestEntry} lies before the snapshot of offset ${c.offset}`,
       );
     }
-    this.#complete = { offset: c.offset, ops: c.ops };
-    return this.#complete;
+    // Only the offset is kept: the ops are the caller's to apply (and to let go of).
+    this.#complete = c.offset;
+    return { offset: c.offset, ops: c.ops };
   }
 }

@@ -38,12 +38,17 @@ export const PART_BITS = 20n;
 export const MAX_PARTS = (1 << Number(PART_BITS)) - 1;
 
 /**
- * The producer name a group's snapshots are written under on each changelog.
+ * The producer name a group's snapshots are written under on each changelog (also their offset
+ * reference: at most 256 bytes). A changelog producer name too long for the `.snapshot` suffix (a
+ * group name of 225–233 bytes, accepted before snapshots) gets `stream-dedup.snapshot.` and the
+ * SHA-256 of it instead (86 bytes): no group's plain name begins so.
  *
  * @internal
  */
 export function snapshotProducerName(changelogProducer: string): string {
-  return `${changelogProducer}.snapshot`;
+  const plain = `${changelogProducer}.snapshot`;
+  if (Buffer.byteLength(plain, 'utf8') <= 256) return plain;
+  return `stream-dedup.snapshot.${createHash('sha256').update(changelogProducer, 'utf8').digest('hex')}`;
 }
 
 /**
@@ -138,6 +143,18 @@ export function snapshotDigest(): { update(body: Uint8Array): void; digest(): Bu
 export const PART_OVERHEAD_BYTES = HEADER_BYTES + 23;
 /** @internal */
 export const OP_OVERHEAD_BYTES = 9;
+
+/**
+ * The largest snapshot written and read (its keys and values plus {@link OP_OVERHEAD_BYTES} a key):
+ * a restore holds a snapshot's parts in memory until its marker proves them whole, so a state
+ * larger than this is not snapshotted (the writer skips it, logged) and a snapshot past it is
+ * abandoned by the restore, which reads the whole changelog instead (§12.1). 256 MiB held as ops
+ * stays well inside Node's default old space (2 GiB and more on 64-bit) with their per-object
+ * overhead (argued, not measured: about 2x for keys of tens of bytes).
+ *
+ * @internal
+ */
+export const SNAPSHOT_MAX_BYTES = 256 * 1024 * 1024;
 
 /**
  * Decodes a snapshot message; every key a part writes must be the partition's (`ownsKey`).

@@ -8,8 +8,15 @@
 import type { Client } from 'rabbitmq-stream-js-client';
 import { changelogPositionKey, decodeOffset, offsetKey } from '../store/consumer-keys.js';
 import { errorText, withTimeout } from '../transport/util.js';
-import { restorePartition, type RestoreOptions, type RestoreReport } from './restore.js';
+import {
+  RestoreAbandoned,
+  RestoreStoreError,
+  restorePartition,
+  type RestoreOptions,
+  type RestoreReport,
+} from './restore.js';
 import { SnapshotUnusable } from './snapshot-assembler.js';
+import { namespaceRanges } from './snapshot-entry.js';
 
 /** Where a snapshot reference is kept: the broker's offset tracking on the changelog. @internal */
 export interface SnapshotReference {
@@ -84,6 +91,22 @@ export async function restoreWithSnapshots(
       { changelog: o.changelog, from: from.toString(), err: errorText(err) },
       'stream-dedup: the latest changelog snapshot cannot be used; restoring from the whole changelog',
     );
+    // What the attempt wrote goes: the whole changelog is read into an empty store (§12.1).
+    if (empty) await clearPartition(o);
     return restorePartition({ ...o, snapshotProducer: snapshots.producerName, fromHead: true });
+  }
+}
+
+/** Deletes the partition's keys from the store (after an unusable snapshot, into an empty store). */
+async function clearPartition(o: RestoreOptions): Promise<void> {
+  if (!o.isCurrent()) throw new RestoreAbandoned();
+  try {
+    const ops = [{ type: 'del' as const, key: changelogPositionKey(o.namespace) }];
+    for (const range of namespaceRanges(o.namespace)) {
+      for await (const [key] of o.db.iterator(range)) ops.push({ type: 'del', key });
+    }
+    await o.db.batch(ops, { sync: o.sync });
+  } catch (err) {
+    throw new RestoreStoreError(err);
   }
 }

@@ -28,6 +28,7 @@ import {
   partBody,
   PART_OVERHEAD_BYTES,
   snapshotDigest,
+  SNAPSHOT_MAX_BYTES,
   snapshotId,
 } from './snapshot-entry.js';
 
@@ -69,6 +70,8 @@ export interface SnapshotWriterOptions {
   /** Writes under {@link producer} (a `ChangelogWriter` of its own). */
   readonly writer: Pick<ChangelogWriter, 'append' | 'maxEntryBytes'>;
   readonly timeoutMs: number;
+  /** A state holding more bytes is not snapshotted (tests lower it). @defaultValue {@link SNAPSHOT_MAX_BYTES} */
+  readonly maxBytes?: number;
 }
 
 /** @internal */
@@ -127,6 +130,8 @@ export class SnapshotWriter {
     let parts = 0;
     let keys = 0;
     let bytes = 0;
+    let stateBytes = 0;
+    const maxBytes = o.maxBytes ?? SNAPSHOT_MAX_BYTES;
     const send = async (): Promise<boolean> => {
       const id = snapshotId(offset, parts);
       if (id === undefined || parts >= MAX_PARTS) return false;
@@ -145,7 +150,11 @@ export class SnapshotWriter {
           return { kind: 'skipped', why: 'another snapshot was written past this one' };
         part.push({ type: 'put', key, value });
         size += opBytes;
+        stateBytes += opBytes;
         keys++;
+        // A restore would abandon it: the parts written so far are a snapshot without a marker.
+        if (stateBytes > maxBytes)
+          return { kind: 'skipped', why: `the state holds more than ${maxBytes} bytes (the snapshot cap)` };
       }
     }
     // Every write of the namespace moves its offset record (a commit's batch, a restore's): the

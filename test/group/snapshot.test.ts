@@ -267,12 +267,19 @@ describe('changelog snapshots (design §12.1)', () => {
     expect(() => resolveGroupOptions({ ...base, snapshotEveryEntries: -1 })).toThrow(RangeError);
     expect(() => resolveGroupOptions({ ...base, snapshotEveryBytes: 1.5 })).toThrow(RangeError);
     expect(() => resolveGroupOptions({ ...base, snapshotEveryEntries: '5' as never })).toThrow(TypeError);
-    // A name whose snapshot producer name (the offset reference) is over 256 bytes.
+    // A name of 225–233 bytes (accepted before snapshots, revS F5) opens with snapshots on: its
+    // snapshot producer name (also the offset reference) is hashed to stay within 256 bytes.
     const long = 'b'.repeat(228);
-    expect(() => resolveGroupOptions({ ...base, consumerName: long })).toThrow(/with snapshots on/);
-    expect(() =>
-      resolveGroupOptions({ ...base, consumerName: long, snapshotEveryEntries: 0, snapshotEveryBytes: 0 }),
-    ).not.toThrow();
+    expect(() => resolveGroupOptions({ ...base, consumerName: long })).not.toThrow();
+    const names = [long, 'b'.repeat(229), 'b'.repeat(233)].map((n) =>
+      snapshotProducerName(changelogProducerName(n)),
+    );
+    for (const name of names) expect(Buffer.byteLength(name)).toBeLessThanOrEqual(256);
+    expect(new Set(names).size).toBe(3);
+    expect(snapshotProducerName(changelogProducerName('billing'))).toBe(
+      `${changelogProducerName('billing')}.snapshot`,
+    );
+    expect(() => resolveGroupOptions({ ...base, consumerName: 'b'.repeat(234) })).toThrow(RangeError);
   });
 });
 
