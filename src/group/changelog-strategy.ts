@@ -66,17 +66,7 @@ export class ChangelogStrategy implements PartitionStrategy {
     this.#s = settings;
     this.#store = store;
     this.#host = host;
-    this.#writer = new ChangelogWriter({
-      stream: settings.changelog,
-      producerName: settings.changelogProducer,
-      connection: settings.connection,
-      connectTimeoutMs: settings.subscription.connectTimeoutMs,
-      appendTimeoutMs: settings.appendTimeoutMs,
-      reconnect: settings.subscription.reconnect,
-      logger: host.log,
-      headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
-      streamArguments: retentionArguments(settings.retention),
-    });
+    this.#writer = changelogWriter(settings, host, settings.changelogProducer);
     this.#snapshots = this.#snapshotWriter(settings, store, host);
   }
 
@@ -88,17 +78,7 @@ export class ChangelogStrategy implements PartitionStrategy {
     const policy = settings.snapshots;
     if (policy === undefined || (policy.everyEntries === 0 && policy.everyBytes === 0)) return undefined;
     const producer = snapshotProducerName(settings.changelogProducer);
-    const appender = new ChangelogWriter({
-      stream: settings.changelog,
-      producerName: producer,
-      connection: settings.connection,
-      connectTimeoutMs: settings.subscription.connectTimeoutMs,
-      appendTimeoutMs: settings.appendTimeoutMs,
-      reconnect: settings.subscription.reconnect,
-      logger: host.log,
-      headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
-      streamArguments: retentionArguments(settings.retention),
-    });
+    const appender = changelogWriter(settings, host, producer);
     const writer = new SnapshotWriter({
       db: store.db,
       namespace: settings.namespace,
@@ -427,4 +407,26 @@ export class ChangelogStrategy implements PartitionStrategy {
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
     }
   }
+}
+
+/**
+ * A writer of the partition's changelog under `producerName`: the entries' (the group's changelog
+ * producer) or the snapshots' — the same stream, connection, bounds, settings header and retention.
+ */
+function changelogWriter(
+  settings: PartitionSettings,
+  host: PartitionHost,
+  producerName: string,
+): ChangelogWriter {
+  return new ChangelogWriter({
+    stream: settings.changelog,
+    producerName,
+    connection: settings.connection,
+    connectTimeoutMs: settings.subscription.connectTimeoutMs,
+    appendTimeoutMs: settings.appendTimeoutMs,
+    reconnect: settings.subscription.reconnect,
+    logger: host.log,
+    headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
+    streamArguments: retentionArguments(settings.retention),
+  });
 }
