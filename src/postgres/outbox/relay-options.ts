@@ -4,6 +4,7 @@
 import type { Pool } from 'pg';
 import type { Client } from 'rabbitmq-stream-js-client';
 import { assertProducerName } from '../../identity/producer-name.js';
+import { measureUtf8 } from '../../identity/utf8.js';
 import type { ReconnectOptions } from '../../publisher/types.js';
 import type { StreamConnectionOptions } from '../../transport/util.js';
 import {
@@ -202,6 +203,12 @@ export interface ResolvedRelayOptions {
 function streamName(value: unknown, name: string): string {
   if (typeof value !== 'string' || value.length === 0 || Buffer.byteLength(value, 'utf8') > 255) {
     typeMismatch(name, 'a non-empty string of at most 255 UTF-8 bytes', value);
+  }
+  // PostgreSQL text cannot hold U+0000 (the name lock's statement would fail after I/O with an
+  // untyped 22021), and UTF-8 turns every lone surrogate into U+FFFD: two names would become one.
+  if (value.includes('\u0000')) throw new RangeError(`${name} must not contain U+0000`);
+  if (measureUtf8(value).loneSurrogate) {
+    throw new RangeError(`${name} must not contain a lone UTF-16 surrogate`);
   }
   return value;
 }
