@@ -188,18 +188,22 @@ export class PgOutboxRelay {
    */
   static async open(options: PgOutboxRelayOptions): Promise<PgOutboxRelay> {
     const relay = new PgOutboxRelay(resolveRelayOptions(options));
-    try {
-      await relay.#checkSchema();
-      if (await relay.#tryLock()) await relay.#activate();
-    } catch (err) {
-      await relay.#teardown();
-      throw asReported(err, `outbox relay "${relay.#opts.producerName}" cannot open`);
-    }
-    relay.#loop = relay.#run();
+    // Before the first lock: the lock session runs with idle_session_timeout = the lease from the
+    // moment it holds the locks, and the first activation (a broker connect per target, up to
+    // connectTimeoutMs each; recovery's re-sends) can outlast the lease (revR finding 4).
     if (relay.#lock.heartbeatMs > 0) {
       relay.#heartbeat = setInterval(() => void relay.#beat(), relay.#lock.heartbeatMs);
       relay.#heartbeat.unref();
     }
+    try {
+      await relay.#checkSchema();
+      if (await relay.#tryLock()) await relay.#activate();
+    } catch (err) {
+      clearInterval(relay.#heartbeat);
+      await relay.#teardown();
+      throw asReported(err, `outbox relay "${relay.#opts.producerName}" cannot open`);
+    }
+    relay.#loop = relay.#run();
     return relay;
   }
 
