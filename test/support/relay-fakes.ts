@@ -33,7 +33,7 @@ function result(rows: unknown[]): { rows: unknown[]; rowCount: number } {
 }
 
 /** Answers one (possibly multi-statement) simple-query string. */
-async function answer(db: FakeDb, text: string): Promise<unknown> {
+async function answer(db: FakeDb, text: string, values: readonly unknown[] = []): Promise<unknown> {
   db.statements.push(text);
   await db.before(text);
   const t = text.trim();
@@ -58,13 +58,17 @@ async function answer(db: FakeDb, text: string): Promise<unknown> {
     return result([{ epoch: db.epoch.toString(), deleted: 0 }]);
   }
   if (/SELECT first_id, row_ids/.test(t)) {
+    // batchesAfter: first_id > $3 (recovery pages on).
+    const after = BigInt((values[2] as string | number | bigint | undefined) ?? -1);
     return result(
-      db.records.map((r) => ({
-        first_id: r.firstId.toString(),
-        row_ids: r.rowIds.map(String),
-        bodies: r.bodies,
-        headers: r.bodies.map(() => null),
-      })),
+      db.records
+        .filter((r) => r.firstId > after)
+        .map((r) => ({
+          first_id: r.firstId.toString(),
+          row_ids: r.rowIds.map(String),
+          bodies: r.bodies,
+          headers: r.bodies.map(() => null),
+        })),
     );
   }
   if (/^BEGIN; SET LOCAL/.test(t)) {
@@ -94,8 +98,10 @@ async function answer(db: FakeDb, text: string): Promise<unknown> {
 
 export function fakePool(db: FakeDb): unknown {
   const client = {
-    query(config: string | { text: string }): Promise<unknown> {
-      return answer(db, typeof config === 'string' ? config : config.text);
+    query(config: string | { text: string; values?: unknown[] }, values?: unknown[]): Promise<unknown> {
+      return typeof config === 'string'
+        ? answer(db, config, values)
+        : answer(db, config.text, config.values ?? values);
     },
     escapeLiteral: (s: string) => `'${s.replace(/'/g, "''")}'`,
     release: () => undefined,
