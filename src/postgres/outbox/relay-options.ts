@@ -89,7 +89,11 @@ export interface PgOutboxRelayCommonOptions {
    * @defaultValue the publishers' defaults: localhost:5552, guest/guest, vhost `/`
    */
   readonly connection?: StreamConnectionOptions | Client;
-  /** How long one broker connection attempt may take, in ms. @defaultValue 10000 */
+  /**
+   * How long one broker connection attempt may take, in ms; also the bound on the broker's answer
+   * to the other-writer check (its last publishing ID) before confirmed rows are deleted: a check
+   * not answered within it ends the relay's life like any broker failure. @defaultValue 10000
+   */
   readonly connectTimeoutMs?: number;
   /** Rows numbered per assignment transaction (and read per recovery page). @defaultValue 500 */
   readonly batchSize?: number;
