@@ -3,7 +3,7 @@
  * advisory locks on one dedicated connection, a lease bound on that session, and the check that
  * tells which server failed when the relay gives up.
  *
- * - The *name* lock, `stream-dedup-outbox-name:<stream|superStream>:<target>:<producerName>`, is
+ * - The *name* lock, `stream-dedup-outbox-name:` + `JSON.stringify([kind, target, producerName])`, is
  *   database-wide: the broker deduplicates per (stream, producer name), so two outboxes (two
  *   schemas) relaying one name into one stream must never both be active. It is taken first.
  * - The *outbox* lock, `stream-dedup-outbox:<schema>:<producerName>` (the key `outbox status`
@@ -50,7 +50,9 @@ export class RelayLock {
     private readonly leaseTimeoutMs: number,
   ) {
     this.outboxKey = `stream-dedup-outbox:${schema}:${producerName}`;
-    this.nameKey = `stream-dedup-outbox-name:${target.kind}:${target.name}:${producerName}`;
+    // JSON, not ':'-joined: stream and producer names may hold ':', and ('a:b', 'c') must not
+    // share a key with ('a', 'b:c') (a false DEDUP_NAME_CONFLICT).
+    this.nameKey = `stream-dedup-outbox-name:${JSON.stringify([target.kind, target.name, producerName])}`;
   }
 
   /** How often the active relay proves its session alive (0: no lease). */

@@ -4,6 +4,7 @@
 import type { Pool } from 'pg';
 import type { Client } from 'rabbitmq-stream-js-client';
 import { assertProducerName } from '../../identity/producer-name.js';
+import { measureUtf8 } from '../../identity/utf8.js';
 import type { ReconnectOptions } from '../../publisher/types.js';
 import type { StreamConnectionOptions } from '../../transport/util.js';
 import {
@@ -88,7 +89,11 @@ export interface PgOutboxRelayCommonOptions {
    * @defaultValue the publishers' defaults: localhost:5552, guest/guest, vhost `/`
    */
   readonly connection?: StreamConnectionOptions | Client;
-  /** How long one broker connection attempt may take, in ms. @defaultValue 10000 */
+  /**
+   * How long one broker connection attempt may take, in ms; also the bound on the broker's answer
+   * to the other-writer check (its last publishing ID) before confirmed rows are deleted: a check
+   * not answered within it ends the relay's life like any broker failure. @defaultValue 10000
+   */
   readonly connectTimeoutMs?: number;
   /** Rows numbered per assignment transaction (and read per recovery page). @defaultValue 500 */
   readonly batchSize?: number;
@@ -202,6 +207,12 @@ export interface ResolvedRelayOptions {
 function streamName(value: unknown, name: string): string {
   if (typeof value !== 'string' || value.length === 0 || Buffer.byteLength(value, 'utf8') > 255) {
     typeMismatch(name, 'a non-empty string of at most 255 UTF-8 bytes', value);
+  }
+  // PostgreSQL text cannot hold U+0000 (the name lock's statement would fail after I/O with an
+  // untyped 22021), and UTF-8 turns every lone surrogate into U+FFFD: two names would become one.
+  if (value.includes('\u0000')) throw new RangeError(`${name} must not contain U+0000`);
+  if (measureUtf8(value).loneSurrogate) {
+    throw new RangeError(`${name} must not contain a lone UTF-16 surrogate`);
   }
   return value;
 }

@@ -188,18 +188,22 @@ export class PgOutboxRelay {
    */
   static async open(options: PgOutboxRelayOptions): Promise<PgOutboxRelay> {
     const relay = new PgOutboxRelay(resolveRelayOptions(options));
-    try {
-      await relay.#checkSchema();
-      if (await relay.#tryLock()) await relay.#activate();
-    } catch (err) {
-      await relay.#teardown();
-      throw asReported(err, `outbox relay "${relay.#opts.producerName}" cannot open`);
-    }
-    relay.#loop = relay.#run();
+    // Before the first lock: the lock session runs with idle_session_timeout = the lease from the
+    // moment it holds the locks, and the first activation (a broker connect per target, up to
+    // connectTimeoutMs each; recovery's re-sends) can outlast the lease (revR finding 4).
     if (relay.#lock.heartbeatMs > 0) {
       relay.#heartbeat = setInterval(() => void relay.#beat(), relay.#lock.heartbeatMs);
       relay.#heartbeat.unref();
     }
+    try {
+      await relay.#checkSchema();
+      if (await relay.#tryLock()) await relay.#activate();
+    } catch (err) {
+      clearInterval(relay.#heartbeat);
+      await relay.#teardown();
+      throw asReported(err, `outbox relay "${relay.#opts.producerName}" cannot open`);
+    }
+    relay.#loop = relay.#run();
     return relay;
   }
 
@@ -363,12 +367,19 @@ export class PgOutboxRelay {
 
   #fail(error: Error): void {
     this.#failure ??= error;
+    this.#rejectFailed?.(this.#failure);
     this.#wake?.();
   }
+
+  /** Rejects with the life's failure once one is reported (a broker wait races it). */
+  #failed: Promise<never> = Promise.race([]);
+  #rejectFailed: ((error: Error) => void) | undefined;
 
   /** Takes the name over, connects every target and recovers what an earlier life numbered. */
   async #activate(): Promise<void> {
     this.#failure = undefined;
+    this.#failed = new Promise<never>((_, reject) => (this.#rejectFailed = reject));
+    this.#failed.catch(() => undefined);
     this.#work ??= await this.#connectDb();
     await this.#db.prepare(this.#work);
     if (this.#opts.leaseTimeoutMs > 0) {
@@ -569,7 +580,17 @@ export class PgOutboxRelay {
    * `outbox_ids` (the delete that follows is fenced).
    */
   async #checkNoOtherWriter(t: Target): Promise<void> {
-    const brokerLast = await t.transport.queryLastId();
+    // Bounded, and ended by the life's failure: the stream client never answers nor rejects a
+    // request whose connection closed, so a bare await hung the relay for good while its heartbeat
+    // kept the lease (revR finding 1). The life then ends like on any broker failure.
+    const brokerLast = await Promise.race([
+      withTimeout(
+        t.transport.queryLastId(),
+        this.#opts.connectTimeoutMs,
+        `querying the broker's last publishing ID on stream "${t.name}"`,
+      ),
+      this.#failed,
+    ]);
     // Another life of this outbox (a standby that took over while this relay was paused) numbers
     // in the same table, and commits before it sends: read its numbering before crying conflict.
     if (brokerLast > t.lastNumbered) t.lastNumbered = await this.#db.lastAssigned(this.#work!, t.name);
@@ -631,24 +652,18 @@ export class PgOutboxRelay {
         const limit = Math.min(this.#opts.batchSize, room);
         const done = this.#takeDone();
         // The records this numbering deletes were confirmed: the other-writer check runs for their
-        // targets (one broker round trip each, concurrently) beside the numbering's read, and the
-        // move waits for it; on its failure the numbering rolls back, nothing numbered or deleted.
-        const checks = Promise.all(
-          [...done.keys()].map((name) => this.#checkNoOtherWriter(this.#targets.get(name)!)),
-        );
+        // targets (one broker round trip each, concurrently) BEFORE the numbering's BEGIN, so the
+        // transaction never waits on the broker while it holds the lease row (revR finding 5: a
+        // reply slower than the lease got the work session ended). On its failure nothing is
+        // numbered or deleted: the records stay, the next life's recovery deletes them.
+        await Promise.all([...done.keys()].map((name) => this.#checkNoOtherWriter(this.#targets.get(name)!)));
         const numbered = await this.#db.assign(
           this.#work!,
           this.#epoch!,
           limit,
           (row) => this.#place(row),
           new Map([...done].map(([target, d]) => [target, d.map((b) => b.first)])),
-          checks.then(
-            () => true,
-            () => false,
-          ),
         );
-        // The check's own error (DEDUP_NAME_CONFLICT, a broker failure) when it failed.
-        await checks;
         for (const [target, d] of done) this.#deleted(target, d);
         this.#counters.lagMs = numbered.oldestAgeMs === undefined ? 0 : Math.round(numbered.oldestAgeMs);
         if (numbered.more) this.#dirty = true;

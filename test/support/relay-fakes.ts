@@ -1,0 +1,170 @@
+/**
+ * Fakes for reviewing PgOutboxRelay without a server (revR): a pg pool whose clients answer the
+ * relay's statements from an in-memory outbox, and a StreamTransport stand-in the test drives.
+ * Only what the relay's life needs: one stream target, lease off.
+ */
+import type { OutgoingMessage } from '../../src/publisher/types.js';
+
+export interface FakeRow {
+  id: bigint;
+  body: Buffer;
+}
+
+export interface FakeRecord {
+  target: string;
+  firstId: bigint;
+  rowIds: bigint[];
+  bodies: Buffer[];
+}
+
+/** The database: waiting rows, batch records, last_assigned, the lease epoch. */
+export class FakeDb {
+  outbox: FakeRow[] = [];
+  records: FakeRecord[] = [];
+  lastAssigned = new Map<string, bigint>();
+  epoch = 0n;
+  statements: string[] = [];
+  /** Called before each statement; may throw or return a promise that never settles. */
+  before: (text: string) => Promise<void> | void = () => undefined;
+}
+
+function result(rows: unknown[]): { rows: unknown[]; rowCount: number } {
+  return { rows, rowCount: rows.length };
+}
+
+/** Answers one (possibly multi-statement) simple-query string. */
+async function answer(db: FakeDb, text: string, values: readonly unknown[] = []): Promise<unknown> {
+  db.statements.push(text);
+  await db.before(text);
+  const t = text.trim();
+  if (/SELECT version FROM/.test(t)) return result([{ version: 1 }]);
+  if (/server_version_num/.test(t)) return result([{ v: 160000 }]);
+  if (/pg_try_advisory_lock/.test(t)) return result([{ name: true, outbox: true }]);
+  if (/count\(\*\)::int AS n FROM pg_locks/.test(t)) return result([{ n: 2 }]);
+  if (/INSERT INTO .*outbox_relays/s.test(t)) {
+    db.epoch += 1n;
+    return result([{ epoch: db.epoch.toString(), partitions: null }]);
+  }
+  if (/sum\(cardinality\(row_ids\)\) AS rows/.test(t)) return result([]);
+  if (/SELECT last_assigned FROM/.test(t)) {
+    const v = db.lastAssigned.get('s');
+    return result(v === undefined ? [] : [{ last_assigned: v.toString() }]);
+  }
+  if (/SELECT target, last_assigned FROM/.test(t)) {
+    return result([...db.lastAssigned].map(([target, v]) => ({ target, last_assigned: v.toString() })));
+  }
+  if (/^WITH lease AS/.test(t)) {
+    // #fencedDelete: first_id = ANY or the stored bound; the fake deletes by the where clause kind.
+    return result([{ epoch: db.epoch.toString(), deleted: 0 }]);
+  }
+  if (/SELECT first_id, row_ids/.test(t)) {
+    // batchesAfter: first_id > $3 (recovery pages on).
+    const after = BigInt((values[2] as string | number | bigint | undefined) ?? -1);
+    return result(
+      db.records
+        .filter((r) => r.firstId > after)
+        .map((r) => ({
+          first_id: r.firstId.toString(),
+          row_ids: r.rowIds.map(String),
+          bodies: r.bodies,
+          headers: r.bodies.map(() => null),
+        })),
+    );
+  }
+  if (/^BEGIN; SET LOCAL/.test(t)) {
+    const rows = db.outbox.map((r) => ({
+      id: r.id.toString(),
+      body: r.body,
+      headers: null,
+      message_key: null,
+      routing_key: null,
+      age_ms: 1,
+      fetched: String(db.outbox.length),
+    }));
+    const empty = result([]);
+    return [empty, empty, empty, empty, empty, result([{ epoch: db.epoch.toString() }]), result(rows)];
+  }
+  if (/INSERT INTO .*outbox_batches/s.test(t)) {
+    // The move: every waiting row into one record.
+    const ids = db.outbox.map((r) => r.id);
+    const last = db.lastAssigned.get('s') ?? 0n;
+    db.records.push({ target: 's', firstId: last + 1n, rowIds: ids, bodies: db.outbox.map((r) => r.body) });
+    db.lastAssigned.set('s', last + BigInt(ids.length));
+    db.outbox = [];
+    return result([]);
+  }
+  return result([]);
+}
+
+export function fakePool(db: FakeDb): unknown {
+  const client = {
+    query(config: string | { text: string; values?: unknown[] }, values?: unknown[]): Promise<unknown> {
+      return typeof config === 'string'
+        ? answer(db, config, values)
+        : answer(db, config.text, config.values ?? values);
+    },
+    escapeLiteral: (s: string) => `'${s.replace(/'/g, "''")}'`,
+    release: () => undefined,
+    on: () => client,
+  };
+  return { connect: () => Promise.resolve(client) };
+}
+
+/** What the test makes of the broker. */
+export interface FakeBroker {
+  lastId: bigint;
+  transports: FakeTransportLike[];
+  /** Called for queryLastId: default answers `lastId`. */
+  queryLastId: (t: FakeTransportLike) => Promise<bigint>;
+  /** Confirms every published ID at once (setImmediate) when true. */
+  autoConfirm: boolean;
+  published: OutgoingMessage[];
+  /** How long connect() takes (a leader election, a slow node), ms. */
+  connectDelayMs: number;
+}
+
+export interface FakeTransportLike {
+  handlers: { confirmed: (ids: readonly bigint[]) => void; disconnected: (e: Error) => void } | undefined;
+  closed: boolean;
+}
+
+export const broker: FakeBroker = {
+  lastId: 0n,
+  transports: [],
+  queryLastId: () => Promise.resolve(broker.lastId),
+  autoConfirm: true,
+  published: [],
+  connectDelayMs: 0,
+};
+
+/** The StreamTransport stand-in (vi.mock'ed in by the tests). */
+export class FakeTransport implements FakeTransportLike {
+  handlers: FakeTransportLike['handlers'];
+  closed = false;
+  readonly maxMessageBytes = 1_000_000;
+  constructor() {
+    broker.transports.push(this);
+  }
+  connect(handlers: NonNullable<FakeTransportLike['handlers']>): Promise<bigint> {
+    this.handlers = handlers;
+    return new Promise((resolve) => setTimeout(() => resolve(broker.lastId), broker.connectDelayMs));
+  }
+  publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    broker.published.push(...messages);
+    for (const m of messages) if (m.publishingId > broker.lastId) broker.lastId = m.publishingId;
+    if (broker.autoConfirm) {
+      const ids = messages.map((m) => m.publishingId);
+      setImmediate(() => {
+        if (!this.closed) this.handlers?.confirmed(ids);
+      });
+    }
+    return Promise.resolve();
+  }
+  queryLastId(): Promise<bigint> {
+    return broker.queryLastId(this);
+  }
+  close(): Promise<void> {
+    this.closed = true;
+    return Promise.resolve();
+  }
+}
