@@ -349,8 +349,8 @@ const property = (scheme: Scheme) =>
   });
 
 /** A reverted step must fail: the model has to be able to see the hazard the step guards against. */
-function mustFail(scheme: Scheme, expected: RegExp): void {
-  const result = fc.check(property(scheme), { numRuns: 3_000 });
+function mustFail(scheme: Scheme, expected: RegExp, numRuns = 3_000): void {
+  const result = fc.check(property(scheme), { numRuns });
   expect(result.failed).toBe(true);
   if (process.env.OUTBOX_MODEL_PRINT === '1')
     console.log(
@@ -382,6 +382,8 @@ describe('outbox numbering model', () => {
   });
 
   it('deleting at recovery a record that only starts at or below the broker last ID loses its tail', () => {
-    mustFail('deleteStraddling', /in the stream 0 times/);
+    // Rarer than the others (307 runs at the seed design §14 quotes; a clean-clone CI run's seed
+    // missed it in 3 000; 30 seeds here: 7–1 907 runs): 30 000 runs, stopping at the first failure.
+    mustFail('deleteStraddling', /in the stream 0 times/, 30_000);
   });
 });

@@ -205,7 +205,17 @@ export interface SuperStreamChangelogConsumerOptions extends SuperStreamVerifyin
    * @remarks Since 0.6.0
    * @defaultValue none: changelogs keep every entry
    */
-  readonly changelogRetention?: { readonly maxLengthBytes: number; readonly segmentBytes?: number };
+  readonly changelogRetention?: {
+    /** The changelog's `max-length-bytes`: an integer ≥ 65536. */
+    readonly maxLengthBytes: number;
+    /**
+     * The changelog's `stream-max-segment-size-bytes` (the broker trims whole segments): at most
+     * `maxLengthBytes / 8`.
+     *
+     * @defaultValue `maxLengthBytes / 8`
+     */
+    readonly segmentBytes?: number;
+  };
 }
 
 /**
