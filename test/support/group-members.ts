@@ -145,6 +145,23 @@ export function holders(lines: readonly Line[]): Map<string, string> {
   return held;
 }
 
+/**
+ * Who holds each partition by what it did rather than what it was told: the member of the
+ * partition's last commit, unless that member heard it lost the partition since (then it is in
+ * hand-over, absent). An 'assigned' line can name a partition the broker has just given to the
+ * other member (both members of a pair started together can report the same partition:
+ * docs/guides/super-streams-and-groups.md), and `holders` then names a member that never held it;
+ * a member commits only a partition it holds (the fence the crash test's pause checks).
+ */
+export function committers(lines: readonly Line[]): Map<string, string> {
+  const held = new Map<string, string>();
+  for (const l of lines) {
+    if (typeof l.commit === 'string') held.set(l.commit, l.member);
+    if (l.kind === 'revoked' && held.get(String(l.partition)) === l.member) held.delete(String(l.partition));
+  }
+  return held;
+}
+
 /** Waits until each partition's holder has committed up to what `sent` says was sent to it. */
 export function committedEverywhere(g: GroupRig, sent: Map<string, Sent>, what: string): Promise<void> {
   // Committed: a holder reported the commit, or a member took the partition over from a changelog
