@@ -560,7 +560,14 @@ export class CommitPipeline {
           settled?.(this.#failed ?? new Error('the batch before it was not written'));
           return false;
         }
-        await journaled;
+        // No await when there is nothing to wait for (no journal, no write before it): the store
+        // must take the batch in this call, synchronously. The PostgreSQL store hands a handler the
+        // transaction still open at its enter(); a write begun one microtask later let the next
+        // message (a duplicate's synchronous endMessage, then the next delivery) run its handler in
+        // this batch's transaction, revoked under it by this commit: its first statement committed
+        // with this batch, its ID recorded in the next, its second refused as "used after the
+        // handler returned" (postgres-crash.test.ts, CI of 2026-12-03).
+        if (journaled !== undefined) await journaled;
         await this.#store.write({ ops, lastOffset, baseOffset, lastChunk });
       } catch (err) {
         settled?.(err);
