@@ -5,7 +5,7 @@
  * `transport.queryLastId()` bare (the changelog writer wraps the same call in `withTimeout`). A
  * broker connection lost while that query is outstanding — before each delete of confirmed
  * records, so at almost every numbering under load — leaves the pump waiting for ever: in the
- * numbering path `assign` waits on `mayDelete` inside its open transaction; the `disconnected`
+ * numbering path `assign` waited on the check inside its open transaction; the `disconnected`
  * report only sets `#failure` and wakes a sleep nobody sleeps in. The heartbeat keeps the lease,
  * so no standby takes over: the relay stays "active" and publishes nothing.
  */

@@ -278,9 +278,8 @@ export class RelayDb {
    * only write) and commits before anything is sent (docs/design.md §14). Stops before a poison
    * row: the rows before it are numbered, it is returned and stays in the outbox. The same
    * transaction deletes the batch records in `done` (target → first IDs, every ID confirmed): one
-   * COMMIT per batch instead of two. The move waits for `mayDelete` (the relay's other-writer check
-   * of `done`'s targets, run beside the read): false rolls back, nothing numbered nor deleted, and
-   * no batches returned.
+   * COMMIT per batch instead of two. The relay runs its other-writer check of `done`'s targets
+   * before calling this (docs/design.md §14), never inside the transaction.
    *
    * @throws FencedError when another relay took the name over since `epoch` (nothing numbered).
    */
@@ -290,7 +289,6 @@ export class RelayDb {
     limit: number,
     place: (row: WaitingRow) => Placement,
     done: ReadonlyMap<string, readonly bigint[]> = new Map(),
-    mayDelete: Promise<boolean> = Promise.resolve(true),
   ): Promise<{
     batches: NumberedBatch[];
     poison?: { id: bigint; reason: string };
@@ -330,10 +328,6 @@ export class RelayDb {
         throw new FencedError(
           `outbox relay "${this.producerName}" was taken over by another relay (lease epoch ${lease?.epoch ?? 'gone'}, ours ${epoch})`,
         );
-      }
-      if (!(await mayDelete)) {
-        await this.run(client, 'ROLLBACK');
-        return { batches: [], oldestAgeMs: undefined, more: true };
       }
       const waiting = results[6]! as pg.QueryResult<{
         id: string;
