@@ -61,6 +61,14 @@ export interface CommitPipelineOptions {
    * Default 1: one batch in flight at a time.
    */
   readonly journalDepth?: number | undefined;
+  /**
+   * Asked just before each batch's store write and again just before its commit is reported
+   * (only with a journal): `undefined` to go on in the same call, or a promise that resolves to go
+   * on and rejects to drop the batch, with every later one, as a rejected journal does. A consumer
+   * group's proof that the member still holds the partition (src/group/hold-lease.ts): a process
+   * paused after a batch was decided must not write or report it once the partition moved.
+   */
+  readonly gate?: (() => Promise<void> | undefined) | undefined;
   /** Starts a batch's `settle` span (and commit-time measure); the returned function ends it. */
   readonly traceSettle?: ((messages: number, lastOffset: bigint) => (err?: unknown) => void) | undefined;
   /**
@@ -112,6 +120,7 @@ export class CommitPipeline {
   readonly #journal: Journal | undefined;
   /** Writes (commits) that may be in flight at once: `journalDepth` with a journal, else 1. */
   readonly #depth: number;
+  readonly #gate: (() => Promise<void> | undefined) | undefined;
   readonly #traceSettle: CommitPipelineOptions['traceSettle'];
   readonly #recover: ((error: unknown) => true | Error | undefined) | undefined;
   readonly #commitListeners = new Set<(offset: bigint) => void>();
@@ -167,6 +176,7 @@ export class CommitPipeline {
     this.#onStop = options.onStop;
     this.#journal = options.journal;
     this.#depth = options.journal === undefined ? 1 : (options.journalDepth ?? 1);
+    this.#gate = options.journal === undefined ? undefined : options.gate;
     this.#recover = options.recover;
     this.#traceSettle = options.traceSettle;
     this.#committedOffset = options.committedOffset;
@@ -568,7 +578,14 @@ export class CommitPipeline {
         // with this batch, its ID recorded in the next, its second refused as "used after the
         // handler returned" (postgres-crash.test.ts, CI of 2026-12-03).
         if (journaled !== undefined) await journaled;
+        // Still the partition's holder (a pause since its check: the gate proves it again).
+        const writable = this.#gate?.();
+        if (writable !== undefined) await writable;
         await this.#store.write({ ops, lastOffset, baseOffset, lastChunk });
+        // And again before it is reported: a pause during the write. Not proven, the batch is in
+        // the store (a state the changelog holds, §12) but not reported, and every later one dropped.
+        const reportable = this.#gate?.();
+        if (reportable !== undefined) await reportable;
       } catch (err) {
         settled?.(err);
         release();

@@ -48,6 +48,8 @@ export interface CoreExtensions {
   readonly journal?: Journal;
   /** Batches whose journal may run at once (CommitPipeline's `journalDepth`; default 1). */
   readonly journalDepth?: number;
+  /** Before each write and commit report with a journal: the member still holds the partition (CommitPipeline's `gate`). */
+  readonly gate?: () => Promise<void> | undefined;
   /** A stop with this error is expected (a lost partition, a fenced write): it is not logged as an error. */
   readonly expectedStop?: (error: unknown) => boolean;
   /** Called once when the core stops on an error (`cause`: what was thrown), wherever it was seen. */
@@ -179,6 +181,7 @@ export class VerifyingConsumerCore {
       recover: (error) => this.#recover(error, false),
       journal: extensions.journal,
       journalDepth: extensions.journalDepth,
+      gate: extensions.gate,
       traceSettle: (messages, lastOffset) =>
         startSettle(
           extensions.destination,

@@ -37,6 +37,7 @@ import {
   withTimeout,
 } from '../transport/util.js';
 import { ChangelogStrategy } from './changelog-strategy.js';
+import { HoldLease } from './hold-lease.js';
 import { PartitionWatch, type Subscribed } from './partition-watch.js';
 import { ChangelogMissing, RestoreStoreError } from './restore.js';
 import { permanentRefusal } from './refusal.js';
@@ -412,6 +413,20 @@ export class GroupPartition {
     if (!current()) throw new PartitionMoved(this.#s.partition, 'moved');
     const partition = this.#s.partition;
     const handler = this.#s.handler;
+    // Before each local write and commit report: still the holder, proven by a round trip on the
+    // activated subscription's connection (§12, "After a pause").
+    const lease = new HoldLease({
+      partition,
+      isCurrent: current,
+      roundTrip: async () => {
+        const subscribed = this.#subscribed;
+        if (subscribed?.generation !== generation) throw new Error('its subscription is gone');
+        await lastChunkId(subscribed.client, partition);
+      },
+      lost: (why) => {
+        if (current()) this.#restart(why);
+      },
+    });
     const plan = await this.#strategy.activate({
       epoch,
       current,
@@ -427,6 +442,7 @@ export class GroupPartition {
           {
             journal,
             journalDepth: this.#s.appendsInFlight,
+            gate: () => lease.gate(),
             groupPartition: true,
             // Its spans and metrics: the group's, on the partition (the core's name is its namespace).
             destination: partition,

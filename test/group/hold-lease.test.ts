@@ -1,0 +1,235 @@
+/**
+ * A group member's hold lease (src/group/hold-lease.ts, docs/design.md §12 "After a pause") in the
+ * commit pipeline, with a fake clock and a fake round trip: a member paused after a batch was
+ * decided — its changelog entry landed, or its store write under way — neither writes nor reports
+ * it after the pause unless a new round trip on its subscription shows it still holds the partition
+ * (consumer-group-crash's pause case at appendsInFlight 4, 1 run in 3, made deterministic).
+ */
+import { describe, expect, it } from 'vitest';
+import { CommitPipeline, type JournalEntry } from '../../src/consumer/commit-pipeline.js';
+import type { ConsumerStore, StoreBatch } from '../../src/consumer/consumer-store.js';
+import type { ResolvedVerifyingConsumerOptions } from '../../src/consumer/options.js';
+import type { VerifyStats } from '../../src/consumer/types.js';
+import { HoldLease, LEASE_MS, pauseClock } from '../../src/group/hold-lease.js';
+
+interface Deferred {
+  readonly entry: JournalEntry;
+  resolve(): void;
+}
+
+/** A round trip the test answers (or fails) by hand. */
+interface Trip {
+  answer(): void;
+  fail(error: Error): void;
+}
+
+function setUp(journalDepth: number) {
+  let now = 0;
+  const journaled: Deferred[] = [];
+  /** Store writes begun, and the ones the test completes by hand (a LevelDB write under way). */
+  const writes: Array<{ lastOffset: bigint; done: () => void }> = [];
+  const reported: bigint[] = [];
+  const stops: Error[] = [];
+  const trips: Trip[] = [];
+  const lost: string[] = [];
+  let current = true;
+  const store: ConsumerStore = {
+    committedOffset: undefined,
+    committedChunk: undefined,
+    get: () => Promise.resolve(undefined),
+    enter: () => undefined,
+    handlerContext: () => undefined,
+    write: (batch: StoreBatch) =>
+      new Promise<void>((resolve) => writes.push({ lastOffset: batch.lastOffset, done: resolve })),
+    discard: () => undefined,
+    close: () => Promise.resolve(),
+  };
+  const lease = new HoldLease({
+    partition: 'p0',
+    clock: () => now,
+    isCurrent: () => current,
+    roundTrip: () => new Promise<void>((answer, fail) => trips.push({ answer, fail })),
+    lost: (why) => {
+      lost.push(why);
+      current = false;
+    },
+  });
+  const pipeline = new CommitPipeline({
+    store,
+    offsetKey: 'offset',
+    committedOffset: undefined,
+    committedChunk: undefined,
+    scopes: { stage: () => () => undefined, discard: () => undefined },
+    options: {
+      commit: 'batch',
+      commitEvery: 2,
+      commitLingerMs: 60_000,
+      hooks: { afterCommit: (info: { lastOffset: bigint }) => reported.push(info.lastOffset) },
+    } as unknown as ResolvedVerifyingConsumerOptions,
+    stats: { commits: 0 } as VerifyStats,
+    onStop: (error) => stops.push(error),
+    journal: (entry) => new Promise<void>((resolve) => journaled.push({ entry, resolve })),
+    journalDepth,
+    gate: () => lease.gate(),
+  });
+  const message = (offset: bigint): void => {
+    pipeline.beginMessage();
+    pipeline.putEffect(`k${offset}`, String(offset));
+    void pipeline.endMessage(offset, undefined);
+  };
+  return {
+    pipeline,
+    journaled,
+    writes,
+    reported,
+    stops,
+    trips,
+    lost,
+    message,
+    advance: (ms: number) => (now += ms),
+    hearLoss: () => (current = false),
+  };
+}
+
+/** Lets every queued promise callback run. */
+const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/** An activation's first batch: proves the hold once (answered), written and reported. */
+async function firstBatch(t: ReturnType<typeof setUp>): Promise<void> {
+  t.message(0n);
+  t.message(1n);
+  await settle();
+  t.journaled[0]!.resolve();
+  await settle();
+  expect(t.trips).toHaveLength(1); // nothing proven yet at an activation
+  t.trips[0]!.answer();
+  await settle();
+  t.writes[0]!.done();
+  await settle();
+  expect(t.reported).toEqual([1n]);
+}
+
+describe('group partition - hold lease before each local write and commit report', () => {
+  for (const depth of [4, 1]) {
+    it(`depth ${depth}: a batch whose store write was under way when the process stopped is not reported after it resumes, and nothing after it is written`, async () => {
+      const t = setUp(depth);
+      await firstBatch(t);
+      t.message(2n);
+      t.message(3n);
+      await settle();
+      t.journaled[1]!.resolve(); // decided (landed) before the stop
+      await settle();
+      expect(t.writes.map((w) => w.lastOffset)).toEqual([1n, 3n]); // its LevelDB write under way
+      if (depth > 1) {
+        t.message(4n);
+        t.message(5n); // the stop comes in this batch's beforeCommit
+        await settle();
+        t.journaled[2]!.resolve();
+      }
+      // SIGSTOP past the heartbeat: the broker gives the partition to the other member.
+      t.advance(6_000);
+      t.writes[1]!.done(); // SIGCONT: the write completes before the closed connection is read
+      await settle();
+      expect(t.trips).toHaveLength(2);
+      t.trips[1]!.fail(new Error('connection closed'));
+      await t.pipeline.idle();
+      expect(t.reported).toEqual([1n]);
+      expect(t.pipeline.committedOffset).toBe(1n);
+      expect(t.writes.map((w) => w.lastOffset)).toEqual([1n, 3n]);
+      expect(t.lost).toHaveLength(1);
+      expect(t.stops.map((e) => e.name)).toEqual(['PartitionMoved']);
+    });
+
+    it(`depth ${depth}: a batch decided before the process stopped is not written after it resumes unless a new round trip proves the hold`, async () => {
+      const t = setUp(depth);
+      await firstBatch(t);
+      t.message(2n);
+      t.message(3n);
+      await settle();
+      t.advance(6_000); // stopped after the batch's entry was decided, before its write
+      t.journaled[1]!.resolve();
+      await settle();
+      expect(t.writes).toHaveLength(1);
+      t.trips[1]!.fail(new Error('connection closed'));
+      await t.pipeline.idle();
+      expect(t.writes.map((w) => w.lastOffset)).toEqual([1n]);
+      expect(t.reported).toEqual([1n]);
+    });
+  }
+
+  it('a stop after which the partition is still held: one round trip, then the batch is written and reported', async () => {
+    const t = setUp(4);
+    await firstBatch(t);
+    t.message(2n);
+    t.message(3n);
+    await settle();
+    t.advance(6_000);
+    t.journaled[1]!.resolve();
+    await settle();
+    t.trips[1]!.answer();
+    await settle();
+    t.writes[1]!.done();
+    await t.pipeline.idle();
+    expect(t.reported).toEqual([1n, 3n]);
+    expect(t.trips).toHaveLength(2);
+    expect(t.lost).toEqual([]);
+  });
+
+  it('within the lease no round trip is waited for; past half of it one is sent ahead and the write does not wait for it', async () => {
+    const t = setUp(4);
+    await firstBatch(t);
+    t.advance(LEASE_MS / 2 - 1);
+    t.message(2n);
+    t.message(3n);
+    await settle();
+    t.journaled[1]!.resolve();
+    await settle();
+    t.writes[1]!.done();
+    await settle();
+    expect(t.reported).toEqual([1n, 3n]);
+    expect(t.trips).toHaveLength(1);
+    t.advance(2);
+    t.message(4n);
+    t.message(5n);
+    await settle();
+    t.journaled[2]!.resolve();
+    await settle();
+    expect(t.trips).toHaveLength(2); // sent ahead, never answered here
+    t.writes[2]!.done();
+    await t.pipeline.idle();
+    expect(t.reported).toEqual([1n, 3n, 5n]);
+  });
+
+  it('a loss heard during the store write: the batch is not reported, without a round trip', async () => {
+    const t = setUp(4);
+    await firstBatch(t);
+    t.message(2n);
+    t.message(3n);
+    await settle();
+    t.journaled[1]!.resolve();
+    await settle();
+    t.hearLoss();
+    t.writes[1]!.done();
+    await t.pipeline.idle();
+    expect(t.reported).toEqual([1n]);
+    expect(t.trips).toHaveLength(1);
+  });
+
+  it('pauseClock never goes back and counts a forward jump of the wall clock (a suspended machine)', () => {
+    const realNow = Date.now;
+    try {
+      let wall = realNow();
+      Date.now = () => wall;
+      const clock = pauseClock();
+      const a = clock();
+      wall += 60_000;
+      const b = clock();
+      wall -= 120_000;
+      const c = clock();
+      expect(b - a).toBeGreaterThanOrEqual(60_000);
+      expect(c).toBeGreaterThanOrEqual(b);
+    } finally {
+      Date.now = realNow;
+    }
+  });
+});
