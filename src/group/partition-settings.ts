@@ -40,7 +40,7 @@ export interface PartitionSettings {
   readonly subscription: ResolvedSubscriptionOptions;
   readonly connection: StreamConnectionOptions;
   readonly appendTimeoutMs: number;
-  /** Changelog appends of the partition that may be in flight at once (`appendsInFlight`; default 1). */
+  /** Changelog appends of the partition that may be in flight at once (`appendsInFlight`; default 4). */
   readonly appendsInFlight?: number;
   readonly restoreTimeoutMs: number;
   /** When the changelog strategy writes snapshots (§12.1); absent: never. */

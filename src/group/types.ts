@@ -137,13 +137,15 @@ export interface SuperStreamChangelogConsumerOptions extends SuperStreamVerifyin
    * ID; each batch is written to this member's store only after its own entry was confirmed and
    * checked, in order, and a batch whose entry was fenced (another member wrote past it) or failed
    * takes every later batch with it: none of them is written here. 1 appends one batch at a time
-   * (each waits for the one before it to be written). Above 1, a batch decided before the process
-   * was paused (SIGSTOP, a long GC) can still be written, and reported by `hooks.afterCommit`, after
-   * it resumes and before it hears that the partition moved meanwhile: a state the changelog holds,
-   * never a double effect, but a commit of a partition the member no longer holds.
+   * (each waits for the one before it to be written). At any depth, a batch is written and
+   * reported only while the member can show it still holds the partition (a round trip on its
+   * subscription's connection within the last 500 ms): a batch decided before the process was
+   * paused (SIGSTOP, a long GC) is dropped after it, not written, once the partition moved. Each
+   * batch in flight holds its writes in memory; `hooks.beforeCommit` of batch n + 1 may run before
+   * `hooks.afterCommit` of batch n.
    *
    * @remarks Since 0.6.0
-   * @defaultValue 1
+   * @defaultValue 4
    */
   readonly appendsInFlight?: number;
   /** How long restoring a partition from its changelog may take (an integer ≥ 1). @defaultValue 300000 */

@@ -34,7 +34,7 @@ describe('group member options - resolved in one place, the strategy chosen by t
     expect(resolveGroupOptions({ ...base, store: '/tmp/x' }).strategy).toMatchObject({
       kind: 'changelog',
       appendTimeoutMs: 30_000,
-      appendsInFlight: 1,
+      appendsInFlight: 4,
       restoreTimeoutMs: 300_000,
     });
     expect(resolveGroupOptions({ ...base, store: '/tmp/x' }).stalledMs).toBe(60_000);
