@@ -51,21 +51,12 @@ export function standbyView(db: KeyValueDb): KeyValueDb {
       ),
     iterator: ({ gte, lt }) => {
       const inner = db.iterator({ gte: standbyKey(gte), lt: standbyKey(lt) });
-      const outer: ReturnType<KeyValueDb['iterator']> = {
-        async next(): Promise<IteratorResult<[string, Uint8Array]>> {
-          const r = await inner.next();
-          return r.done === true
-            ? r
-            : { done: false, value: [r.value[0].slice(STANDBY_TAG.length), r.value[1]] };
-        },
-        close: () => inner.close(),
-        async return(): Promise<IteratorResult<[string, Uint8Array]>> {
-          await inner.close();
-          return { done: true, value: undefined };
-        },
-        [Symbol.asyncIterator]: () => outer,
-      };
-      return outer;
+      // Through the iteration protocol only: abstract-level's own next() resolves to an entry or
+      // undefined, not to an IteratorResult.
+      async function* entries(): AsyncGenerator<[string, Uint8Array]> {
+        for await (const [key, value] of inner) yield [key.slice(STANDBY_TAG.length), value];
+      }
+      return Object.assign(entries(), { close: () => inner.close() });
     },
   };
 }
