@@ -64,13 +64,22 @@ function memoryDb(): { db: KeyValueDb; kv: Map<string, Uint8Array> } {
     },
     iterator: ({ gte, lt }) => {
       const entries = [...kv].filter(([k]) => k >= gte && k < lt).sort(([a], [b]) => (a < b ? -1 : 1));
-      const it = entries[Symbol.iterator]();
+      let at = 0;
+      // As abstract-level: its own next() resolves to an entry or undefined (not an IteratorResult);
+      // for-await goes through Symbol.asyncIterator.
       const iterator = {
-        next: () => Promise.resolve(it.next()),
+        next: () => Promise.resolve(entries[at++]),
         close: () => Promise.resolve(),
-        [Symbol.asyncIterator]: () => iterator,
+        [Symbol.asyncIterator]: () => ({
+          next: () =>
+            Promise.resolve(
+              at < entries.length
+                ? { done: false as const, value: entries[at++]! }
+                : { done: true as const, value: undefined },
+            ),
+        }),
       };
-      return iterator as ReturnType<KeyValueDb['iterator']>;
+      return iterator as unknown as ReturnType<KeyValueDb['iterator']>;
     },
   };
   return { db, kv };
