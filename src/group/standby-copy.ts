@@ -75,7 +75,7 @@ export async function standbyMemberId(db: KeyValueDb, sync: boolean): Promise<st
 }
 
 /** Bytes of keys and values above which a copy is not adopted (the rename is one batch in memory). */
-export const STANDBY_ADOPT_MAX_BYTES = 256 * 1024 * 1024;
+export const STANDBY_ADOPT_MAX_BYTES: number = 256 * 1024 * 1024;
 
 /** @internal */
 export interface AdoptOptions {
