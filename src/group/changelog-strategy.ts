@@ -19,6 +19,7 @@ import { declaredRetention, retentionArguments, snapshotBudget } from './changel
 import { changelogLastId, readGenesis } from './restore.js';
 import { snapshotProducerName } from './snapshot-entry.js';
 import { restoreWithSnapshots } from './snapshot-restore.js';
+import { adoptStandbyCopy } from './standby-copy.js';
 import { SnapshotWriter } from './snapshot-writer.js';
 import { storedChunk } from '../transport/stream-resume.js';
 import {
@@ -120,11 +121,21 @@ export class ChangelogStrategy implements PartitionStrategy {
   }
 
   async activate({ epoch, current, openCore }: ActivationContext): Promise<ActivationPlan> {
-    const client = await this.#host.connectReader();
+    // A standby copy of the partition is no longer tailed from here on (§12.3), and may be adopted.
+    const standby = this.#s.standby;
+    await standby?.claim(this.#s.partition);
+    let client: Client;
+    try {
+      client = await this.#host.connectReader();
+    } catch (err) {
+      standby?.release(this.#s.partition);
+      throw err;
+    }
     let report;
     let resume: PartitionResume | undefined;
     const started = performance.now();
     try {
+      if (standby !== undefined) await this.#adoptStandby(client, current);
       const restore = {
         db: this.#store.db,
         sync: this.#store.sync,
@@ -160,6 +171,7 @@ export class ChangelogStrategy implements PartitionStrategy {
         );
       }
     } finally {
+      standby?.release(this.#s.partition);
       await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
     }
     if (!current()) throw new PartitionMoved(this.#s.partition, 'moved');
@@ -197,6 +209,32 @@ export class ChangelogStrategy implements PartitionStrategy {
         return true;
       },
     };
+  }
+
+  /**
+   * Replaces the partition's namespace with this member's standby copy of it when the copy is
+   * usable and newer (standby-copy.ts): the restore that follows then reads only the tail.
+   */
+  async #adoptStandby(client: Client, current: () => boolean): Promise<void> {
+    const outcome = await adoptStandbyCopy({
+      db: this.#store.db,
+      sync: this.#store.sync,
+      namespace: this.#s.namespace,
+      changelog: this.#s.changelog,
+      client,
+      timeoutMs: RESTORE_STALL_MS,
+      isCurrent: current,
+    });
+    const fields = { consumer: this.#s.consumerName, partition: this.#s.partition };
+    if (outcome.kind === 'adopted') {
+      this.#host.stats.standbyTakeOvers++;
+      this.#host.log.info(
+        { ...fields, offset: outcome.offset.toString(), keys: outcome.keys },
+        "stream-dedup: taking the partition over from this member's standby copy",
+      );
+    } else if (outcome.kind === 'ignored') {
+      this.#host.log.info({ ...fields, why: outcome.why }, 'stream-dedup: standby copy not used');
+    }
   }
 
   /**

@@ -11,6 +11,7 @@ import { effectKeyPrefix } from '../store/consumer-keys.js';
 import { DedupStore } from '../store/store.js';
 import { Locator } from '../superstream/partitions.js';
 import { EndpointRotation, openThroughEndpoints } from '../transport/util.js';
+import { connectStreamClient } from '../transport/stream-probe.js';
 import {
   bounded,
   resolveCaughtUpOptions,
@@ -23,6 +24,8 @@ import { changelogProducerName, resolveGroupOptions } from './options.js';
 import { GroupLagGauge } from './lag-gauge.js';
 import { GroupPartition } from './partition.js';
 import { sharedPartitionName } from './shared-db-strategy.js';
+import { groupSettings } from './changelog-identity.js';
+import { StandbyTailer } from './standby-tail.js';
 import type { AssignmentEvent, GroupStats, SuperStreamVerifyingConsumerOptions } from './types.js';
 
 export { changelogProducerName, checkGroupName } from './options.js';
@@ -102,6 +105,8 @@ export class SuperStreamVerifyingConsumer {
   readonly #logger: Logger;
   /** The lag gauge of the partitions held (set once the member exists). */
   #lagGauge: GroupLagGauge | undefined;
+  /** The standby tail (§12.3), with `standbyReplicas` > 0 once the member joined. */
+  #standby: StandbyTailer | undefined;
 
   private constructor(
     partitions: readonly string[],
@@ -184,7 +189,17 @@ export class SuperStreamVerifyingConsumer {
         rejoins: 0,
         snapshotsWritten: 0,
         snapshotRestores: 0,
+        standbyTakeOvers: 0,
       };
+      // Take-overs claim their partition from the standby tail, which starts once the member joined.
+      const standbyRef: { tailer?: StandbyTailer } = {};
+      const standbyHook =
+        changelogs !== undefined && changelogs.standbyReplicas > 0 && store instanceof DedupStore
+          ? {
+              claim: (p: string): Promise<void> => standbyRef.tailer?.claim(p) ?? Promise.resolve(),
+              release: (p: string): void => standbyRef.tailer?.release(p),
+            }
+          : undefined;
       const fail = (error: Error): void => {
         if (opened.member !== undefined) void opened.member.#stop(error);
       };
@@ -219,6 +234,7 @@ export class SuperStreamVerifyingConsumer {
             restoreTimeoutMs: changelogs?.restoreTimeoutMs ?? 0,
             snapshots: changelogs?.snapshots,
             retention: changelogs?.retention,
+            standby: standbyHook,
             stalledMs: o.stalledMs,
             onAssignment,
             stats,
@@ -263,6 +279,29 @@ export class SuperStreamVerifyingConsumer {
         await openThroughEndpoints(endpoints, () => partition.subscribe());
         // A partition's activation may have stopped the member meanwhile (an invalid changelog).
         if (member.failure !== undefined) throw member.failure;
+      }
+      if (standbyHook !== undefined && changelogs !== undefined && store instanceof DedupStore) {
+        const readers = new EndpointRotation(connection);
+        member.#standby = standbyRef.tailer = new StandbyTailer({
+          db: store.db,
+          sync: store.sync,
+          consumerName,
+          partitions: partitions.map((partition) => ({
+            partition,
+            namespace: partitionNamespace(consumerName, partition),
+            changelog: changelogStreamName(partition, consumerName),
+          })),
+          replicas: changelogs.standbyReplicas,
+          producerName: changelogs.producer,
+          settings: groupSettings(consumer, changelogs.tenantVersion),
+          isActive: (partition) => members.get(partition)?.isActive === true,
+          connect: () =>
+            openThroughEndpoints(readers.size, () =>
+              connectStreamClient(readers.next(), subscription.connectTimeoutMs),
+            ),
+          restoreTimeoutMs: changelogs.restoreTimeoutMs,
+          log: consumer.logger,
+        });
       }
       consumer.logger.info(
         { consumer: consumerName, superStream, partitions, strategy: strategy.kind },
@@ -437,7 +476,10 @@ export class SuperStreamVerifyingConsumer {
         }
       }
       this.#lagGauge?.close();
-      await Promise.all([...this.#members.values()].map((m) => m.close().catch(() => undefined)));
+      await Promise.all([
+        ...[...this.#members.values()].map((m) => m.close().catch(() => undefined)),
+        this.#standby?.close(),
+      ]);
       this.#release();
       if (this.#ownedStore && this.#store instanceof DedupStore)
         await this.#store.close().catch(() => undefined);

@@ -60,6 +60,8 @@ export interface ResolvedGroupOptions {
         readonly snapshots: SnapshotPolicy;
         /** The retention changelogs are created with (§12.2); `undefined`: none. */
         readonly retention: ChangelogRetention | undefined;
+        /** Partitions not held that the member keeps a standby copy of (§12.3); 0: none. */
+        readonly standbyReplicas: number;
       }
     | { readonly kind: 'shared-database'; readonly store: ConsumerStoreProvider };
 }
@@ -115,6 +117,9 @@ const DEFAULT_APPENDS_IN_FLIGHT = 4;
 /** Each batch in flight holds its writes in memory: at most this many per partition. */
 const MAX_APPENDS_IN_FLIGHT = 32;
 
+/** `standbyReplicas` at most: each copy is a tail every 250 ms (standby-tail.ts). */
+const MAX_STANDBY_REPLICAS = 1_000;
+
 /** Options only the changelog strategy uses: refused with a shared database's store. */
 const CHANGELOG_ONLY = [
   'appendTimeoutMs',
@@ -125,6 +130,7 @@ const CHANGELOG_ONLY = [
   'snapshotEveryEntries',
   'snapshotEveryBytes',
   'changelogRetention',
+  'standbyReplicas',
 ] as const;
 
 /**
@@ -232,6 +238,13 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
     everyBytes: integerOption(options.snapshotEveryBytes, 'snapshotEveryBytes', SNAPSHOT_EVERY_BYTES, 0),
   });
   const retention = resolveRetention(options.changelogRetention, snapshots);
+  const standbyReplicas = integerOption(
+    options.standbyReplicas,
+    'standbyReplicas',
+    0,
+    0,
+    MAX_STANDBY_REPLICAS,
+  );
   const tenantVersion = tenantVersionOption(options.tenantVersion, consumer.tenant !== undefined);
   const producer = changelogProducerName(consumerName);
   const prefixBytes = Buffer.byteLength(changelogProducerName(''), 'utf8');
@@ -262,6 +275,7 @@ export function resolveGroupOptions(options: SuperStreamVerifyingConsumerOptions
       tenantVersion,
       snapshots,
       retention,
+      standbyReplicas,
     }),
   });
 }

@@ -47,6 +47,9 @@ export interface PartitionSettings {
   readonly snapshots?: SnapshotPolicy | undefined;
   /** The retention changelogs are created with (§12.2); absent: none. */
   readonly retention?: ChangelogRetention | undefined;
+  /** The member's standby tail (§12.3), when `standbyReplicas` > 0: a take-over claims its partition. */
+  readonly standby?:
+    { claim(partition: string): Promise<void>; release(partition: string): void } | undefined;
   /** `stalledPartitionMs`: 0 turns the stalled-partition watch off. */
   readonly stalledMs: number;
   readonly onAssignment: ((event: AssignmentEvent) => void) | undefined;

@@ -218,6 +218,21 @@ export interface SuperStreamChangelogConsumerOptions extends SuperStreamVerifyin
      */
     readonly segmentBytes?: number;
   };
+  /**
+   * Warm standbys (docs/design.md §12.3): how many partitions this member does not hold it keeps a
+   * copy of (an integer from 0 to 1000; 0: none). The copy is the state a take-over's restore
+   * would write, brought up to the changelog's end every 250 ms under keys of its own in this
+   * member's store (never an effect, never the consumer's offset, never read by the handler). A
+   * take-over of a partition this member has a copy of starts from it and reads only the entries
+   * after it; a copy that cannot be used (older than the store, before what retention kept) is
+   * ignored. Each member picks the partitions it does not hold that rank highest for its own ID:
+   * members do not know each other, so a partition may have no standby, or several. Each copy costs
+   * a reader connection 4 times a second and the partition's state on disk.
+   *
+   * @remarks Since 0.6.0
+   * @defaultValue 0
+   */
+  readonly standbyReplicas?: number;
 }
 
 /**
@@ -248,6 +263,8 @@ export interface SuperStreamSharedDatabaseConsumerOptions extends SuperStreamVer
   readonly snapshotEveryBytes?: undefined;
   /** Left out: no changelog. @defaultValue none */
   readonly changelogRetention?: undefined;
+  /** Left out: no changelog to tail. @defaultValue none */
+  readonly standbyReplicas?: undefined;
 }
 
 /**
@@ -302,4 +319,9 @@ export interface GroupStats {
    * @remarks Since 0.6.0
    */
   snapshotRestores: number;
+  /**
+   * Take-overs that began from this member's standby copy of the partition (`standbyReplicas`).
+   * @remarks Since 0.6.0
+   */
+  standbyTakeOvers: number;
 }

@@ -50,6 +50,7 @@ describe('group member options - resolved in one place, the strategy chosen by t
     ['snapshotEveryEntries', 100],
     ['snapshotEveryBytes', 0],
     ['changelogRetention', { maxLengthBytes: 1 << 30 }],
+    ['standbyReplicas', 1],
   ] as const)(
     'refuses %s (an option of the changelog strategy) with a shared database, before any I/O',
     async (name, value) => {

@@ -92,6 +92,7 @@ describe('group partition - a partition recreated under the same name', () => {
         rejoins: 0,
         snapshotsWritten: 0,
         snapshotRestores: 0,
+        standbyTakeOvers: 0,
       },
       fail: (e) => failures.push(e),
     });

@@ -44,6 +44,8 @@ describe('types - a group member on a PostgresStore takes no option of the chang
       // @ts-expect-error no changelog to keep a retention on
       refused({ ...base, store: shared, changelogRetention: { maxLengthBytes: 1 << 30 } }),
     ).toBe('DEDUP_UNSAFE_OPTIONS');
+    // @ts-expect-error no changelog to tail
+    expect(refused({ ...base, store: shared, standbyReplicas: 1 })).toBe('DEDUP_UNSAFE_OPTIONS');
   });
 
   it('takes them with a store of its own, and a watch of 0 with a shared store', () => {

@@ -1,0 +1,195 @@
+/**
+ * Warm standbys of a group member (`standbyReplicas`, docs/design.md §12.3): a background loop
+ * that keeps a copy of the partitions the choice rule (standby-choice.ts) picks among those the
+ * member does not hold, by running the take-over's own restore into the copy's keys
+ * (standby-copy.ts) every {@link STANDBY_INTERVAL_MS}. A take-over first claims its partition:
+ * the loop stops tailing it (the step under way abandons before its next write and is waited
+ * for), then the copy is adopted. A tail that fails is logged and retried later with a backoff; it
+ * never stops the member. One tail at a time, one reader connection each, closed after it.
+ */
+import type { Client } from 'rabbitmq-stream-js-client';
+import type { Logger } from '../telemetry/logger.js';
+import type { KeyValueDb } from '../store/store.js';
+import { errorText, withTimeout } from '../transport/util.js';
+import { RestoreAbandoned, type RestoreReport } from './restore.js';
+import { chooseStandbys } from './standby-choice.js';
+import { standbyMemberId, standbyView } from './standby-copy.js';
+import { snapshotProducerName } from './snapshot-entry.js';
+import { restoreWithSnapshots } from './snapshot-restore.js';
+
+/** How often the copies are brought up to the changelog's end: a take-over applies about this much. */
+export const STANDBY_INTERVAL_MS = 250;
+/** The longest wait between two tries of a copy whose tail failed. */
+const MAX_BACKOFF_MS = 30_000;
+/** A tail's quiet wait before it asks the end again (short: a take-over may wait for it to stop). */
+const STANDBY_STALL_MS = 1_000;
+
+/** A partition a member may keep a copy of. @internal */
+export interface StandbyPartition {
+  readonly partition: string;
+  readonly namespace: string;
+  readonly changelog: string;
+}
+
+/** @internal */
+export interface StandbyTailOptions {
+  readonly db: KeyValueDb;
+  readonly sync: boolean;
+  readonly consumerName: string;
+  readonly partitions: readonly StandbyPartition[];
+  /** `standbyReplicas`: how many partitions this member tails (≥ 1). */
+  readonly replicas: number;
+  /** The changelogs' producer name, and the settings header their records must carry. */
+  readonly producerName: string;
+  readonly settings: string | undefined;
+  /** True while the member holds `partition` (active). */
+  readonly isActive: (partition: string) => boolean;
+  /** A reader connection (closed by the tail after each step). */
+  readonly connect: () => Promise<Client>;
+  readonly restoreTimeoutMs: number;
+  readonly log: Logger;
+  /** Tests lower it. @defaultValue {@link STANDBY_INTERVAL_MS} */
+  readonly intervalMs?: number;
+  /** After each tail step that read something (tests, diagnostics). */
+  readonly onTailed?: (partition: string, report: RestoreReport) => void;
+}
+
+/** @internal */
+export class StandbyTailer {
+  readonly #o: StandbyTailOptions;
+  readonly #byName: ReadonlyMap<string, StandbyPartition>;
+  /** Partitions a take-over claimed (not tailed until released). */
+  readonly #claimed = new Set<string>();
+  readonly #failures = new Map<string, { count: number; retryAt: number }>();
+  #running: { readonly partition: string; readonly step: Promise<void> } | undefined;
+  #chosen: readonly string[] = [];
+  #closed = false;
+  #wake: (() => void) | undefined;
+  readonly #loop: Promise<void>;
+
+  constructor(o: StandbyTailOptions) {
+    this.#o = o;
+    this.#byName = new Map(o.partitions.map((p) => [p.partition, p]));
+    this.#loop = this.#run();
+  }
+
+  /** The partitions chosen at the last round (tailed, or waiting for a retry). */
+  get chosen(): readonly string[] {
+    return this.#chosen;
+  }
+
+  /**
+   * A take-over of `partition` begins: its tail stops (the step under way ends before its next
+   * write, and is waited for) and does not start again until {@link StandbyTailer.release}.
+   */
+  async claim(partition: string): Promise<void> {
+    this.#claimed.add(partition);
+    const running = this.#running;
+    if (running?.partition === partition) await running.step;
+  }
+
+  /** The take-over of `partition` ended (held now, or failed): the rule decides again. */
+  release(partition: string): void {
+    this.#claimed.delete(partition);
+  }
+
+  /** Stops the loop; resolves once the step under way ended and its connection closed. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#wake?.();
+    await this.#loop;
+  }
+
+  #held(partition: string): boolean {
+    return this.#claimed.has(partition) || this.#o.isActive(partition);
+  }
+
+  async #run(): Promise<void> {
+    let memberId: string;
+    try {
+      memberId = await standbyMemberId(this.#o.db, this.#o.sync);
+    } catch (err) {
+      this.#o.log.error(
+        { consumer: this.#o.consumerName, err: errorText(err) },
+        'stream-dedup: the store failed reading the standby ID; this member keeps no standby copies',
+      );
+      return;
+    }
+    const names = this.#o.partitions.map((p) => p.partition);
+    const interval = this.#o.intervalMs ?? STANDBY_INTERVAL_MS;
+    while (!this.#closed) {
+      this.#chosen = chooseStandbys(memberId, names, (p) => this.#held(p), this.#o.replicas);
+      for (const partition of this.#chosen) {
+        if (this.#closed) break;
+        const failed = this.#failures.get(partition);
+        if (this.#held(partition) || (failed !== undefined && performance.now() < failed.retryAt)) continue;
+        const step = this.#tail(partition);
+        this.#running = { partition, step };
+        await step;
+        this.#running = undefined;
+      }
+      if (this.#closed) break;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, interval);
+        this.#wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.#wake = undefined;
+    }
+  }
+
+  /** One step: the copy of `partition` brought to the changelog's end as it was. Never rejects. */
+  async #tail(partition: string): Promise<void> {
+    const p = this.#byName.get(partition);
+    if (p === undefined) return;
+    const current = (): boolean => !this.#closed && !this.#held(partition);
+    const snapshots = snapshotProducerName(this.#o.producerName);
+    let client: Client | undefined;
+    try {
+      client = await this.#o.connect();
+      const report = await restoreWithSnapshots(
+        {
+          db: standbyView(this.#o.db),
+          sync: this.#o.sync,
+          namespace: p.namespace,
+          changelog: p.changelog,
+          producerName: this.#o.producerName,
+          settings: this.#o.settings,
+          client,
+          stallMs: STANDBY_STALL_MS,
+          timeoutMs: this.#o.restoreTimeoutMs,
+          isCurrent: current,
+        },
+        { reference: snapshots, producerName: snapshots },
+        (fields, message) => this.#o.log.info({ ...fields, partition, standby: true }, message),
+      );
+      this.#failures.delete(partition);
+      if (report.read > 0) this.#o.onTailed?.(partition, report);
+    } catch (err) {
+      if (err instanceof RestoreAbandoned || !current()) return;
+      const count = (this.#failures.get(partition)?.count ?? 0) + 1;
+      const backoff = Math.min(MAX_BACKOFF_MS, (this.#o.intervalMs ?? STANDBY_INTERVAL_MS) * 2 ** count);
+      this.#failures.set(partition, { count, retryAt: performance.now() + backoff });
+      this.#o.log.warn(
+        {
+          consumer: this.#o.consumerName,
+          partition,
+          failures: count,
+          retryInMs: backoff,
+          err: errorText(err),
+        },
+        'stream-dedup: tailing a standby copy failed; the copy is kept as it is and tried again later',
+      );
+    } finally {
+      const opened = client;
+      if (opened !== undefined)
+        await withTimeout(
+          Promise.resolve().then(() => opened.close()),
+          5_000,
+          'closing',
+        ).catch(() => undefined);
+    }
+  }
+}
