@@ -153,7 +153,7 @@ describe('PgOutboxRelay options', () => {
   it('fills the documented defaults', () => {
     const o = resolveRelayOptions({ pool, schema: 'app', producerName: 'p', stream: 's' });
     expect(o).toMatchObject({
-      batchSize: 500,
+      batchSize: 2_000,
       maxInFlight: 5_000,
       pollIntervalMs: 1_000,
       takeoverIntervalMs: 1_000,
