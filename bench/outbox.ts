@@ -196,7 +196,12 @@ export async function commitToConfirmLatency(rate: number, seconds: number): Pro
         const sql = await s.pool.connect();
         try {
           await sql.query('BEGIN');
-          for (let i = from; i < to; i++) await outbox.enqueue(sql, Buffer.from(String(i)));
+          // One INSERT for the transaction's rows (one round trip per row held the application
+          // at 3 000-4 300 rows/s on this machine, below the 10 000 rows/s case).
+          await outbox.enqueueMany(
+            sql,
+            Array.from({ length: to - from }, (_, k) => ({ body: Buffer.from(String(from + k)) })),
+          );
           await sql.query('COMMIT');
           const at = performance.now();
           for (let i = from; i < to; i++) committedAt[i] = at;

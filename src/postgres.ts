@@ -15,6 +15,8 @@ export {
 export {
   PgOutbox,
   OUTBOX_MAX_MESSAGE_BYTES,
+  OUTBOX_ENQUEUE_MANY_BYTES,
+  type EnqueueItem,
   type EnqueueOptions,
   type EnqueueResult,
   type OutboxClient,

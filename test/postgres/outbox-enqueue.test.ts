@@ -3,7 +3,7 @@
  * rows): the fake client records every query, so "before any I/O" is checked, not assumed.
  */
 import { describe, expect, it } from 'vitest';
-import { OUTBOX_MAX_MESSAGE_BYTES, PgOutbox } from '../../src/postgres.js';
+import { OUTBOX_ENQUEUE_MANY_BYTES, OUTBOX_MAX_MESSAGE_BYTES, PgOutbox } from '../../src/postgres.js';
 import { resolveRelayOptions } from '../../src/postgres/outbox/relay-options.js';
 
 function fakeClient(): {
@@ -65,6 +65,81 @@ describe('PgOutbox', () => {
   });
 });
 
+describe('PgOutbox.enqueueMany', () => {
+  /** A client answering the multi-row INSERT with `ids` (in any order, as RETURNING may). */
+  function manyClient(ids: string[]) {
+    const queries: Array<{ text: string; values: unknown[] | undefined }> = [];
+    return {
+      queries,
+      query: (text: string, values?: unknown[]) => {
+        queries.push({ text, values });
+        return Promise.resolve({ rows: ids.map((id) => ({ id })) });
+      },
+    };
+  }
+
+  it("inserts every item with one statement and returns the ids in the items' order", async () => {
+    const c = manyClient(['12', '10', '11']);
+    const result = await outbox.enqueueMany(c, [
+      { body: Buffer.from('a'), key: 'k', headers: { t: 'x', n: 2 } },
+      { body: new Uint8Array([98]) },
+      { body: Buffer.from('c'), routingKey: 'r' },
+    ]);
+    expect(result).toEqual([{ id: 10n }, { id: 11n }, { id: 12n }]);
+    expect(c.queries).toHaveLength(1);
+    expect(c.queries[0]!.text).toContain('INSERT INTO "app".outbox');
+    expect(c.queries[0]!.text).toContain('ORDER BY u.n');
+    expect(c.queries[0]!.values).toEqual([
+      'orders',
+      [Buffer.from('a'), Buffer.from('b'), Buffer.from('c')],
+      ['k', null, null],
+      [null, null, 'r'],
+      ['{"t":"x","n":2}', null, null],
+    ]);
+  });
+
+  it('sends nothing for no items', async () => {
+    const c = manyClient([]);
+    expect(await outbox.enqueueMany(c, [])).toEqual([]);
+    expect(c.queries).toHaveLength(0);
+  });
+
+  it.each([
+    ['a body that is not bytes', { body: 'text' }, TypeError],
+    ['a message over the frame bound', { body: Buffer.alloc(OUTBOX_MAX_MESSAGE_BYTES) }, RangeError],
+    ['a header with U+0000', { body: Buffer.from('x'), headers: { a: 'x\u0000' } }, RangeError],
+    ['a reserved header', { body: Buffer.from('x'), headers: { 'x-dedup-id': '1' } }, RangeError],
+    ['a key with a lone surrogate', { body: Buffer.from('x'), key: '\ud800' }, RangeError],
+    ['an empty routing key', { body: Buffer.from('x'), routingKey: '' }, RangeError],
+    ['an item that is not an object', 7, TypeError],
+  ])('refuses %s with its index, inserting nothing', async (_what, bad, type) => {
+    const c = manyClient(['1', '2', '3']);
+    const items = [{ body: Buffer.from('ok') }, { body: Buffer.from('ok') }, bad];
+    const refused = outbox.enqueueMany(c, items as never);
+    await expect(refused).rejects.toThrow(type);
+    await expect(refused).rejects.toThrow(/^items\[2\]: /);
+    expect(c.queries).toHaveLength(0);
+  });
+
+  it('refuses more than OUTBOX_ENQUEUE_MANY_BYTES of bodies, and a non-array, before any I/O', async () => {
+    const c = manyClient([]);
+    const body = Buffer.alloc(1_000_000);
+    const items = Array.from({ length: Math.ceil(OUTBOX_ENQUEUE_MANY_BYTES / body.length) + 1 }, () => ({
+      body,
+    }));
+    await expect(outbox.enqueueMany(c, items)).rejects.toThrow(RangeError);
+    await expect(outbox.enqueueMany(c, { body } as never)).rejects.toThrow(TypeError);
+    expect(c.queries).toHaveLength(0);
+  });
+
+  it('fails when the INSERT returns fewer rows than items', async () => {
+    const c = manyClient(['1']);
+    await expect(
+      outbox.enqueueMany(c, [{ body: Buffer.from('a') }, { body: Buffer.from('b') }]),
+    ).rejects.toThrow('returned 1 rows for 2 items');
+  });
+});
+
 describe('PgOutboxRelay options', () => {
   const pool = { connect: () => Promise.reject(new Error('no I/O expected')) } as never;
   it('takes exactly one of stream and superStream', () => {
@@ -78,7 +153,7 @@ describe('PgOutboxRelay options', () => {
   it('fills the documented defaults', () => {
     const o = resolveRelayOptions({ pool, schema: 'app', producerName: 'p', stream: 's' });
     expect(o).toMatchObject({
-      batchSize: 500,
+      batchSize: 2_000,
       maxInFlight: 5_000,
       pollIntervalMs: 1_000,
       takeoverIntervalMs: 1_000,

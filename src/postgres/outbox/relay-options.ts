@@ -95,7 +95,11 @@ export interface PgOutboxRelayCommonOptions {
    * not answered within it ends the relay's life like any broker failure. @defaultValue 10000
    */
   readonly connectTimeoutMs?: number;
-  /** Rows numbered per assignment transaction (and read per recovery page). @defaultValue 500 */
+  /**
+   * Rows numbered per assignment transaction (at most 16 MiB of bodies are read at once whatever it
+   * is). Each numbering costs two database round trips and a WAL flush: 2 000 relayed 53 000 rows/s
+   * where 500 relayed 35 000–41 000 (bench:outbox, loaded 2-core machine). @defaultValue 2000
+   */
   readonly batchSize?: number;
   /** Most rows sent and not yet confirmed, per target. @defaultValue 5000 */
   readonly maxInFlight?: number;
@@ -256,7 +260,7 @@ export function resolveRelayOptions(options: PgOutboxRelayOptions): ResolvedRela
     target: Object.freeze(target),
     connection: options.connection ?? undefined,
     connectTimeoutMs: timerOption(options.connectTimeoutMs, 'connectTimeoutMs', 10_000, 1),
-    batchSize: integerOption(options.batchSize, 'batchSize', 500, 1, 100_000),
+    batchSize: integerOption(options.batchSize, 'batchSize', 2_000, 1, 100_000),
     maxInFlight: integerOption(options.maxInFlight, 'maxInFlight', 5_000, 1),
     pollIntervalMs: timerOption(options.pollIntervalMs, 'pollIntervalMs', 1_000, 1),
     takeoverIntervalMs: timerOption(options.takeoverIntervalMs, 'takeoverIntervalMs', 1_000, 1),

@@ -92,6 +92,12 @@ interface Target {
   lastNumbered: bigint;
 }
 
+/** Confirmed batch records to delete once their other-writer check (started after the confirms) passed. */
+interface PendingDelete {
+  readonly done: ReadonlyMap<string, readonly SentBatch[]>;
+  passed: boolean;
+}
+
 /** SQLSTATEs no retry fixes (see refusal.ts). */
 const PERMANENT_SQLSTATES = new Set(['28P01', '28000', '3D000', '3F000', '42P01', '42501', '25006', '42703']);
 
@@ -530,13 +536,14 @@ export class PgOutboxRelay {
   }
 
   /**
-   * Deletes the batch records whose every ID is confirmed (one statement per target), unless a
-   * numbering follows at once: it deletes them in its own transaction.
+   * Starts the other-writer check of the records confirmed since the last call; deletes the records
+   * whose check passed (one statement per target), unless a numbering follows at once: it deletes
+   * them in its own transaction.
    */
   async #flushConfirms(): Promise<void> {
+    this.#startChecks();
     if (this.#willNumber()) return;
-    for (const [target, done] of this.#takeDone()) {
-      await this.#checkNoOtherWriter(this.#targets.get(target)!);
+    for (const [target, done] of this.#takeChecked()) {
       await this.#db.deleteBatches(
         this.#work!,
         target,
@@ -561,6 +568,43 @@ export class PgOutboxRelay {
   #takeDone(): Map<string, SentBatch[]> {
     const taken = new Map<string, SentBatch[]>();
     for (const t of this.#targets.values()) if (t.batches.hasDone) taken.set(t.name, t.batches.takeDone());
+    return taken;
+  }
+
+  /**
+   * Takes the records confirmed in full out of every target and starts their other-writer check
+   * (one broker round trip per target, concurrently). Nothing waits for it: the records are deleted
+   * once it passed (`#takeChecked`), by the next numbering or alone, so neither the numbering nor
+   * its transaction waits on the broker (it took one round trip per numbering on the pump's path,
+   * revR finding 5 put it before BEGIN). A failed check ends the life; the records stay in the
+   * table and the next life's recovery deletes them as stored.
+   */
+  #startChecks(): void {
+    const done = this.#takeDone();
+    if (done.size === 0) return;
+    const pending: PendingDelete = { done, passed: false };
+    this.#pending.push(pending);
+    const current = (): boolean => this.#pending.includes(pending);
+    Promise.all([...done.keys()].map((name) => this.#checkNoOtherWriter(this.#targets.get(name)!))).then(
+      () => {
+        if (!current()) return;
+        pending.passed = true;
+        this.#wake?.();
+      },
+      (err: unknown) => {
+        if (current()) this.#fail(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  }
+
+  /** The records whose check passed, taken out: target → the records. */
+  #takeChecked(): Map<string, SentBatch[]> {
+    const taken = new Map<string, SentBatch[]>();
+    this.#pending = this.#pending.filter((p) => {
+      if (!p.passed) return true;
+      for (const [target, d] of p.done) taken.set(target, [...(taken.get(target) ?? []), ...d]);
+      return false;
+    });
     return taken;
   }
 
@@ -636,13 +680,15 @@ export class PgOutboxRelay {
         );
       }
       const poison = this.#poison;
-      if (poison !== undefined && (this.#inFlight() === 0 || performance.now() >= poison.deadline)) {
+      const drained = this.#inFlight() === 0 && this.#pending.length === 0;
+      if (poison !== undefined && (drained || performance.now() >= poison.deadline)) {
         throw poison.error;
       }
       if (this.#closing || poison !== undefined) {
-        // Draining: no more numbering; wait for the confirms of what was sent (bounded).
+        // Draining: no more numbering; wait for the confirms of what was sent and the deletes of
+        // their records (bounded).
         const deadline = poison?.deadline ?? closeDeadline();
-        if (this.#closing && (this.#inFlight() === 0 || performance.now() >= deadline)) return;
+        if (this.#closing && (drained || performance.now() >= deadline)) return;
         await sleep(Math.min(50, Math.max(1, deadline - performance.now())), (w) => (this.#wake = w));
         continue;
       }
@@ -650,19 +696,22 @@ export class PgOutboxRelay {
       if (this.#dirty && room > 0) {
         this.#dirty = false;
         const limit = Math.min(this.#opts.batchSize, room);
-        const done = this.#takeDone();
-        // The records this numbering deletes were confirmed: the other-writer check runs for their
-        // targets (one broker round trip each, concurrently) BEFORE the numbering's BEGIN, so the
-        // transaction never waits on the broker while it holds the lease row (revR finding 5: a
-        // reply slower than the lease got the work session ended). On its failure nothing is
-        // numbered or deleted: the records stay, the next life's recovery deletes them.
-        await Promise.all([...done.keys()].map((name) => this.#checkNoOtherWriter(this.#targets.get(name)!)));
+        // The confirmed records whose other-writer check passed by the time the read returns are
+        // deleted in this numbering's transaction; the others wait for the next one (or are
+        // deleted alone): the transaction never waits on the broker while it holds the lease row
+        // (revR finding 5: a reply slower than the lease got the work session ended). A check that
+        // failed rolls the numbering back: nothing numbered or deleted.
+        let done = new Map<string, SentBatch[]>();
         const numbered = await this.#db.assign(
           this.#work!,
           this.#epoch!,
           limit,
           (row) => this.#place(row),
-          new Map([...done].map(([target, d]) => [target, d.map((b) => b.first)])),
+          () => {
+            if (this.#failure !== undefined) throw this.#failure;
+            done = this.#takeChecked();
+            return new Map([...done].map(([target, d]) => [target, d.map((b) => b.first)]));
+          },
         );
         for (const [target, d] of done) this.#deleted(target, d);
         this.#counters.lagMs = numbered.oldestAgeMs === undefined ? 0 : Math.round(numbered.oldestAgeMs);
@@ -685,7 +734,8 @@ export class PgOutboxRelay {
         }
         continue;
       }
-      const hasConfirms = [...this.#targets.values()].some((t) => t.batches.hasDone);
+      const hasConfirms =
+        [...this.#targets.values()].some((t) => t.batches.hasDone) || this.#pending.some((p) => p.passed);
       if (hasConfirms || this.#failure !== undefined) continue;
       const wait = Math.min(this.#opts.pollIntervalMs, this.#opts.confirmTimeoutMs);
       await sleep(wait, (w) => (this.#wake = w));
@@ -696,6 +746,8 @@ export class PgOutboxRelay {
   }
 
   #closeStarted = 0;
+  /** Confirmed records taken out for deletion, by other-writer check (this life's). */
+  #pending: PendingDelete[] = [];
   /** A poison row was met: the relay drains what it sent, then stops with this error. */
   #poison: { error: OutboxPoisonRowError; deadline: number } | undefined;
   /** The lock connection failed: the lock may be gone. */
@@ -768,6 +820,8 @@ export class PgOutboxRelay {
     // Everything taken out before the first await: close() may tear down while the loop does too,
     // and a pg client released twice throws.
     this.#epoch = undefined;
+    // A check of this life that settles later is ignored; its records stay for the next recovery.
+    this.#pending = [];
     const targets = [...this.#targets.values()];
     this.#targets = new Map();
     const work = this.#work;
