@@ -1,5 +1,5 @@
 /**
- * The percentile-distribution picture of bench:latency (docs/latency.svg): latency (ms, log scale)
+ * The percentile-distribution pictures of bench:latency (docs/latency.svg, docs/latency-e2e.svg): latency (ms, log scale)
  * against percentile on the usual HdrHistogram axis, log of 1 / (1 − p), so that p50, p90, p99,
  * p99.9 … are evenly spaced and the tail is as wide as the body. Hand-written SVG: no plotting
  * dependency for one chart.
@@ -9,6 +9,12 @@ export interface Series {
   readonly name: string;
   /** Points in increasing percentile; `percentile` in [0, 100], `ms` > 0. */
   readonly percentiles: ReadonlyArray<{ readonly percentile: number; readonly ms: number }>;
+  /** A baseline (the raw client): drawn thicker. @defaultValue false */
+  readonly baseline?: boolean;
+  /** Drawn dashed (a second load in one picture). @defaultValue false */
+  readonly dashed?: boolean;
+  /** The colour's index (the same case at two loads: one colour). @defaultValue the series' index */
+  readonly colour?: number;
 }
 
 const WIDTH = 860;
@@ -26,6 +32,7 @@ function nines(percentile: number): number {
 const escape = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 export function renderPercentileSvg(title: string, series: readonly Series[]): string {
+  if (series.length === 0) throw new RangeError('renderPercentileSvg: no series');
   const all = series.flatMap((s) => s.percentiles.map((p) => Math.max(p.ms, 0.001)));
   const lo = 10 ** Math.floor(Math.log10(Math.min(...all)));
   const hi = 10 ** Math.ceil(Math.log10(Math.max(...all)));
@@ -60,15 +67,16 @@ export function renderPercentileSvg(title: string, series: readonly Series[]): s
     `<text x="${MARGIN.left + plotW / 2}" y="${HEIGHT - 10}" text-anchor="middle">percentile (log of 1 / (1 − p))</text>`,
   );
   series.forEach((s, i) => {
-    const colour = COLOURS[i % COLOURS.length]!;
+    const colour = COLOURS[(s.colour ?? i) % COLOURS.length]!;
     const points = s.percentiles.map((p) => `${x(p.percentile).toFixed(1)},${y(p.ms).toFixed(1)}`).join(' ');
+    const dash = s.dashed === true ? ' stroke-dasharray="6 4"' : '';
     out.push(
-      `<polyline fill="none" stroke="${colour}" stroke-width="${s.name === 'raw' ? 3 : 1.6}" points="${points}"/>`,
+      `<polyline fill="none" stroke="${colour}" stroke-width="${s.baseline === true ? 3 : 1.6}"${dash} points="${points}"/>`,
     );
     const ly = MARGIN.top + 14 + i * 18;
     const lx = MARGIN.left + plotW + 16;
     out.push(
-      `<line x1="${lx}" y1="${ly - 4}" x2="${lx + 22}" y2="${ly - 4}" stroke="${colour}" stroke-width="3"/>`,
+      `<line x1="${lx}" y1="${ly - 4}" x2="${lx + 22}" y2="${ly - 4}" stroke="${colour}" stroke-width="3"${dash}/>`,
     );
     out.push(`<text x="${lx + 28}" y="${ly}">${escape(s.name)}</text>`);
   });

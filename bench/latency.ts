@@ -10,84 +10,52 @@
  *    scheduled during it (no coordinated omission: a closed loop would wait out the stall and
  *    record one slow message). The generator wakes every millisecond and issues what is due.
  *    Each case runs first for BENCH_WARMUP_SECONDS (2) at the same rate, unrecorded.
- * 3. End to end at 50 %: from the due time to the verifying consumer's commit of that message
- *    (`waitForOffset` of its offset resolved), for a stream consumer and for a group of one member on
- *    a 3-partition super stream.
+ * 3. End to end at BENCH_E2E_LOADS (50 %), the publisher and the consumer in two processes of
+ *    their own (bench/latency-e2e.ts): raw publisher → raw consumer (delivery) as the baseline of
+ *    dedup outbox publisher → StreamVerifyingConsumer (commit), and raw super stream publisher →
+ *    raw super stream consumer as the baseline of SuperStreamDedupPublisher → a group of one member
+ *    (commit). When one of them did not keep up at 50 % (its p50 grew from the first second to the
+ *    last), all of them run at 25 % as well, and the output says so.
  *
- * Latencies go into an HDR histogram (hdr-histogram-js, µs, 3 significant digits) per case; each case
- * runs in a fresh process and sends its histogram back encoded. The bench prints p50 / p99 / p99.9 /
- * max per case and load, writes docs/latency.svg (the percentile distributions at 50 %, raw against
- * dedup, log scales), and prints the rows as JSON on its last line.
+ * BENCH_CASES (comma-separated names) runs only those cases. Latencies go into an HDR histogram
+ * (hdr-histogram-js, µs, 3 significant digits) per case; each case runs in a fresh process and sends
+ * its histogram back encoded. The bench prints p50 / p99 / p99.9 / max per case and load, writes
+ * docs/latency.svg (BENCH_SVG: the percentile distributions at 50 %, raw against dedup, log scales)
+ * and docs/latency-e2e.svg (BENCH_SVG_E2E: the end-to-end cases), its duration, and the rows as
+ * JSON on its last line.
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as hdr from 'hdr-histogram-js';
 import type { Histogram } from 'hdr-histogram-js';
-import {
-  StreamDedupPublisher,
-  StreamVerifyingConsumer,
-  SuperStreamDedupPublisher,
-  SuperStreamVerifyingConsumer,
-  type StreamDedupPublisherOptions,
-} from 'stream-dedup/stream';
-import { changelogStreamName } from '../src/group/consumer.js';
+import { StreamDedupPublisher, type StreamDedupPublisherOptions } from 'stream-dedup/stream';
 import { allConfirmed, CONNECTION, connectClient, measureInChild, median, uniqueName } from './common.js';
-import { renderPercentileSvg } from './latency-svg.js';
+import { E2E_CASES, E2E_MEANING, measureE2e, type E2eCase } from './latency-e2e.js';
+import { newHistogram, runSchedule, SIZE } from './latency-schedule.js';
+import { renderPercentileSvg, type Series } from './latency-svg.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 2);
 const LOADS = (process.env.BENCH_LOADS ?? '0.25,0.5,0.75').split(',').map(Number);
 const MAX_COUNT = Number(process.env.BENCH_MAX_COUNT ?? 100_000);
 const MAX_ROUNDS = Number(process.env.BENCH_MAX_ROUNDS ?? 3);
-const SIZE = 100;
+/** The end-to-end cases' loads: the first is measured always, the others too (and 25 % when the first did not keep up). */
+const E2E_LOADS = (process.env.BENCH_E2E_LOADS ?? '0.5').split(',').map(Number);
+/** A case still running this long is stopped and reported as overloaded (75 % can be more than a mode sustains). */
+const CASE_TIMEOUT_SECONDS = Number(
+  process.env.BENCH_CASE_TIMEOUT_SECONDS ?? 3 * (WARMUP_SECONDS + SECONDS) + 30,
+);
 const SVG = process.env.BENCH_SVG ?? new URL('../docs/latency.svg', import.meta.url).pathname;
+const SVG_E2E = process.env.BENCH_SVG_E2E ?? SVG.replace(/(\.svg)?$/, '-e2e.svg');
 
-/** The cases: the raw client, then each dedup mode; `e2e-*` are measured at 50 % only. */
+/** The send→confirm cases: the raw client, then each dedup mode (the end-to-end ones: bench/latency-e2e.ts). */
 const CASES = ['raw', 'outbox', 'outbox+fsync', 'reserve', 'keyed', 'sub-entries'] as const;
-const E2E_CASES = ['e2e-stream', 'e2e-group'] as const;
-type CaseName = (typeof CASES)[number] | (typeof E2E_CASES)[number];
+type SendCase = (typeof CASES)[number];
+type CaseName = SendCase | E2eCase;
 
-const newHistogram = (): Histogram =>
-  hdr.build({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 120_000_000,
-    numberOfSignificantValueDigits: 3,
-  });
-
-/** A body of SIZE bytes whose first 8 carry the message's index (for the end-to-end cases). */
-function bodyOf(i: number): Buffer {
-  const b = Buffer.alloc(SIZE, 0x61);
-  b.writeUInt32BE(Math.floor(i / 2 ** 32), 0);
-  b.writeUInt32BE(i >>> 0, 4);
-  return b;
-}
-const indexOf = (body: Buffer): number => body.readUInt32BE(0) * 2 ** 32 + body.readUInt32BE(4);
-
-/**
- * The open-loop generator: calls `issue(i, due)` for every message whose due time (ms, on
- * performance.now()) has come, waking every millisecond, until `count` are issued. `issue` may be
- * async (the raw client's buffered send): the generator awaits it, so a send that blocks delays the
- * next issue — and that delay is charged to the messages' latency, measured from `due`.
- */
-async function runSchedule(
-  rate: number,
-  count: number,
-  issue: (i: number, due: number) => void | Promise<void>,
-): Promise<void> {
-  const t0 = performance.now() + 5;
-  const period = 1000 / rate;
-  let issued = 0;
-  while (issued < count) {
-    const due = Math.min(count, Math.floor((performance.now() - t0) / period) + 1);
-    while (issued < due) {
-      const r = issue(issued, t0 + issued * period);
-      if (r !== undefined) await r;
-      issued++;
-    }
-    if (issued < count) await new Promise((resolve) => setTimeout(resolve, 1));
-  }
-}
+/** A body of SIZE bytes. */
+const bodyOf = (): Buffer => Buffer.alloc(SIZE, 0x61);
 
 /** Records `performance.now() - due` in µs (at least 1). */
 function record(h: Histogram, due: number): void {
@@ -95,9 +63,8 @@ function record(h: Histogram, due: number): void {
 }
 
 /** The raw client's named publisher, every send awaited (its buffer), confirms heard by ID. */
-async function rawCase(rate: number, count: number, h: Histogram): Promise<void> {
+async function rawCase(rate: number, count: number, h: Histogram, stream: string): Promise<void> {
   const client = await connectClient();
-  const stream = uniqueName('bench-lat-raw');
   await client.createStream({ stream, arguments: {} });
   try {
     const publisher = await client.declarePublisher({ stream, publisherRef: 'bench-lat-raw' });
@@ -116,7 +83,7 @@ async function rawCase(rate: number, count: number, h: Histogram): Promise<void>
         if (confirmed >= count) resolve();
       });
     });
-    const body = bodyOf(0);
+    const body = bodyOf();
     await runSchedule(rate, count, async (_i, due) => {
       const { publishingId } = await publisher.send(body);
       dueById.set(publishingId, due);
@@ -148,9 +115,14 @@ function dedupOptions(mode: DedupMode): Partial<StreamDedupPublisherOptions> {
 }
 
 /** StreamDedupPublisher in `mode`; latency from the due time to the send's promise settling. */
-async function dedupCase(mode: DedupMode, rate: number, count: number, h: Histogram): Promise<void> {
-  const dir = await mkdtemp(join(tmpdir(), 'bench-lat-'));
-  const stream = uniqueName('bench-lat-dedup');
+async function dedupCase(
+  mode: DedupMode,
+  rate: number,
+  count: number,
+  h: Histogram,
+  stream: string,
+  dir: string,
+): Promise<void> {
   const client = await connectClient();
   await client.createStream({ stream, arguments: {} });
   try {
@@ -158,10 +130,10 @@ async function dedupCase(mode: DedupMode, rate: number, count: number, h: Histog
       connection: CONNECTION,
       stream,
       producerName: 'bench-lat-dedup',
-      store: join(dir, 'store'),
+      store: dir,
       ...(dedupOptions(mode) as object),
     });
-    const body = bodyOf(0);
+    const body = bodyOf();
     const sends: Promise<void>[] = [];
     await runSchedule(rate, count, (i, due) => {
       const sent = mode === 'keyed' ? pub.send(body, { key: `order-${i}` }) : pub.send(body);
@@ -176,109 +148,13 @@ async function dedupCase(mode: DedupMode, rate: number, count: number, h: Histog
   }
 }
 
-/**
- * Publish (outbox) → the verifying consumer's commit of that message: the handler reads the
- * message's index from its body and asks to hear when its offset is committed.
- */
-async function e2eStream(rate: number, count: number, h: Histogram): Promise<void> {
-  const dir = await mkdtemp(join(tmpdir(), 'bench-lat-e2e-'));
-  const stream = uniqueName('bench-lat-e2e');
+/** Deletes what a killed child left (missing streams are fine). */
+async function deleteStreams(streams: readonly string[]): Promise<void> {
   const client = await connectClient();
-  await client.createStream({ stream, arguments: {} });
-  const dues = new Float64Array(count);
-  const committed: Promise<void>[] = [];
   try {
-    const pub = await StreamDedupPublisher.open({
-      connection: CONNECTION,
-      stream,
-      producerName: 'bench-lat-e2e',
-      store: join(dir, 'producer'),
-      durability: 'outbox',
-    });
-    // The stream is empty until the schedule starts: the handler never runs before `consumer` is set.
-    const consumer: StreamVerifyingConsumer = await StreamVerifyingConsumer.open({
-      connection: CONNECTION,
-      stream,
-      consumerName: 'bench-lat-e2e',
-      store: join(dir, 'consumer'),
-      handler: (message, tx) => {
-        const due = dues[indexOf(message.body)]!;
-        tx.put('last', 'x');
-        committed.push(consumer.waitForOffset(message.offset).then(() => record(h, due)));
-      },
-    });
-    const sends: Promise<unknown>[] = [];
-    await runSchedule(rate, count, (i, due) => {
-      dues[i] = due;
-      sends.push(pub.send(bodyOf(i)));
-    });
-    await Promise.all(sends);
-    await pub.close();
-    await consumer.waitForOffset(BigInt(count - 1));
-    await Promise.all(committed);
-    if (consumer.stats.new !== count) throw new Error(`consumer applied ${consumer.stats.new} of ${count}`);
-    await consumer.close();
+    for (const stream of streams) await client.deleteStream({ stream }).catch(() => undefined);
   } finally {
-    await client.deleteStream({ stream });
     await client.close();
-    await rm(dir, { recursive: true, force: true });
-  }
-}
-
-/** The same through a 3-partition super stream and a group of one member (changelog per batch). */
-async function e2eGroup(rate: number, count: number, h: Histogram): Promise<void> {
-  const dir = await mkdtemp(join(tmpdir(), 'bench-lat-group-'));
-  const superStream = uniqueName('bench-lat-group');
-  const consumerName = 'bench-lat-group';
-  const client = await connectClient();
-  await client.createSuperStream({ streamName: superStream, arguments: {} }, undefined, 3);
-  const dues = new Float64Array(count);
-  const committed: Promise<void>[] = [];
-  let member: SuperStreamVerifyingConsumer | undefined;
-  let applied = 0;
-  let handledAll = (): void => undefined;
-  const allHandled = new Promise<void>((resolve) => (handledAll = resolve));
-  try {
-    const pub = await SuperStreamDedupPublisher.open({
-      connection: CONNECTION,
-      superStream,
-      producerName: 'bench-lat-group',
-      store: join(dir, 'producer'),
-      durability: 'outbox',
-      routing: { kind: 'hash', key: (_body, headers) => String(headers?.order) },
-    });
-    member = await SuperStreamVerifyingConsumer.open({
-      connection: CONNECTION,
-      superStream,
-      consumerName,
-      store: join(dir, 'member'),
-      startFrom: 'first',
-      handler: (message, tx, partition) => {
-        applied++;
-        const due = dues[indexOf(message.body)]!;
-        tx.put('last', 'x');
-        committed.push(member!.waitForOffset(partition, message.offset).then(() => record(h, due)));
-        if (applied === count) handledAll();
-      },
-    });
-    const sends: Promise<unknown>[] = [];
-    await runSchedule(rate, count, (i, due) => {
-      dues[i] = due;
-      sends.push(pub.send(bodyOf(i), { headers: { order: `order-${i}` } }));
-    });
-    await Promise.all(sends);
-    await pub.close();
-    await allHandled;
-    await Promise.all(committed);
-    if (applied !== count) throw new Error(`group applied ${applied} of ${count}`);
-  } finally {
-    const partitions = member?.partitions ?? [];
-    await member?.close();
-    for (const p of partitions)
-      await client.deleteStream({ stream: changelogStreamName(p, consumerName) }).catch(() => undefined);
-    await client.deleteSuperStream({ streamName: superStream });
-    await client.close();
-    await rm(dir, { recursive: true, force: true });
   }
 }
 
@@ -290,7 +166,7 @@ async function rawMax(count: number): Promise<number> {
   try {
     const publisher = await client.declarePublisher({ stream, publisherRef: 'bench-lat-max' });
     const all = allConfirmed(publisher, count);
-    const body = bodyOf(0);
+    const body = bodyOf();
     const t0 = performance.now();
     for (let i = 0; i < count; i++) await publisher.send(body);
     await publisher.flush();
@@ -305,26 +181,32 @@ async function rawMax(count: number): Promise<number> {
   }
 }
 
-/** One measurement in this process (a child): prints `{ histogram }` (compressed base64) or `{ rate }`. */
-async function child(name: CaseName | 'max', rate: number, count: number): Promise<void> {
+/**
+ * One measurement in this process (a child): prints `{ histogram }` (compressed base64) or
+ * `{ rate }`. The warm-up run uses the stream `<stream>-w` and the store `<dir>/w`, the measured
+ * one `<stream>` and `<dir>/m`: the parent removes them when it has to kill this process.
+ */
+async function child(
+  name: SendCase | 'max',
+  rate: number,
+  count: number,
+  stream: string,
+  dir: string,
+): Promise<void> {
   if (name === 'max') {
     await rawMax(count);
     process.stdout.write(`${JSON.stringify({ rate: await rawMax(count) })}\n`);
     return;
   }
-  const run = (n: number, h: Histogram): Promise<void> =>
-    name === 'raw'
-      ? rawCase(rate, n, h)
-      : name === 'e2e-stream'
-        ? e2eStream(rate, n, h)
-        : name === 'e2e-group'
-          ? e2eGroup(rate, n, h)
-          : dedupCase(name, rate, n, h);
+  const run = (n: number, h: Histogram, phase: 'w' | 'm'): Promise<void> => {
+    const at = phase === 'w' ? `${stream}-w` : stream;
+    return name === 'raw' ? rawCase(rate, n, h, at) : dedupCase(name, rate, n, h, at, join(dir, phase));
+  };
   // A warm-up run of the same case at the same rate (its latencies dropped): the first seconds of
   // a process measure the JIT, not the case.
-  await run(Math.max(1, Math.round(rate * WARMUP_SECONDS)), newHistogram());
+  await run(Math.max(1, Math.round(rate * WARMUP_SECONDS)), newHistogram(), 'w');
   const h = newHistogram();
-  await run(count, h);
+  await run(count, h, 'm');
   process.stdout.write(`${JSON.stringify({ histogram: hdr.encodeIntoCompressedBase64(h) })}\n`);
 }
 
@@ -333,16 +215,47 @@ export interface LatencyRow {
   readonly load: number;
   readonly rate: number;
   readonly count: number;
-  /** Percentiles in ms. */
-  readonly p50: number;
-  readonly p99: number;
-  readonly p999: number;
-  readonly max: number;
+  /** Percentiles in ms; `null` when the case was stopped at its deadline (`timedOut`). */
+  readonly p50: number | null;
+  readonly p99: number | null;
+  readonly p999: number | null;
+  readonly max: number | null;
+  /** The case did not finish within BENCH_CASE_TIMEOUT_SECONDS: this rate overloads it. */
+  readonly timedOut?: boolean;
+  /** End-to-end cases: the p50 (ms) of the first and of the last second of the schedule. */
+  readonly firstSecondP50?: number;
+  readonly lastSecondP50?: number;
+  /** End-to-end cases: whether the machine kept up (see {@link keptUp}). */
+  readonly keptUp?: boolean;
 }
 
 const ms = (us: number): number => Number((us / 1000).toFixed(3));
 
+/**
+ * Whether a run kept up with its schedule: a backlog makes the p50 grow second by second. Not kept
+ * up: the last second's p50 above twice the first's and 5 ms more than it, or either over 1 s (a
+ * backlog that began in the warm-up grows by less than 2× in the measured seconds: seen at load 5).
+ */
+function keptUp(firstP50: number, lastP50: number): boolean {
+  return lastP50 <= Math.max(2 * firstP50, firstP50 + 5) && Math.max(firstP50, lastP50) < 1000;
+}
+
+/** BENCH_CASES (comma-separated case names; default: all), checked before anything runs. */
+function selectedCases(): { readonly send: SendCase[]; readonly e2e: E2eCase[] } {
+  const all: readonly CaseName[] = [...CASES, ...E2E_CASES];
+  const names = process.env.BENCH_CASES?.split(',').map((n) => n.trim()) ?? all;
+  for (const n of names)
+    if (!all.includes(n as CaseName))
+      throw new RangeError(`BENCH_CASES: unknown case ${n} (cases: ${all.join(', ')})`);
+  return {
+    send: CASES.filter((n) => names.includes(n)),
+    e2e: E2E_CASES.filter((n) => names.includes(n)),
+  };
+}
+
 async function main(): Promise<void> {
+  const started = performance.now();
+  const selected = selectedCases();
   const env = { STREAM_DEDUP_BENCH_LATENCY: '1' };
   const maxRates: number[] = [];
   for (let r = 0; r < MAX_ROUNDS; r++) {
@@ -356,47 +269,155 @@ async function main(): Promise<void> {
   );
   const rows: LatencyRow[] = [];
   const histograms = new Map<string, Histogram>();
-  const measure = async (name: CaseName, load: number): Promise<void> => {
-    const rate = Math.max(1, Math.round(max * load));
-    const count = Math.max(1, Math.round(rate * SECONDS));
-    const { histogram } = await measureInChild<{ histogram: string }>(
-      import.meta.url,
-      [name, String(rate), String(count)],
-      env,
-    );
-    const h = hdr.decodeFromCompressedBase64(histogram);
-    if (h.totalCount !== count) throw new Error(`${name} at ${load}: ${h.totalCount} latencies of ${count}`);
-    histograms.set(`${name}@${load}`, h);
-    const row: LatencyRow = {
-      name,
-      load,
-      rate,
-      count,
-      p50: ms(h.getValueAtPercentile(50)),
-      p99: ms(h.getValueAtPercentile(99)),
-      p999: ms(h.getValueAtPercentile(99.9)),
-      max: ms(h.maxValue),
-    };
+  const report = (row: LatencyRow, h: Histogram | undefined, note = ''): void => {
+    if (h !== undefined) histograms.set(`${row.name}@${row.load}`, h);
     rows.push(row);
+    const f = (v: number | null): string => (v === null ? '-' : v.toFixed(2)).padStart(8);
     console.log(
-      `${`${name} @ ${load * 100} %`.padEnd(28)} ${String(rate).padStart(7)} msg/s  p50 ${row.p50.toFixed(2).padStart(8)} ms  p99 ${row.p99.toFixed(2).padStart(8)} ms  p99.9 ${row.p999.toFixed(2).padStart(8)} ms  max ${row.max.toFixed(2).padStart(8)} ms`,
+      `${`${row.name} @ ${row.load * 100} %`.padEnd(28)} ${String(row.rate).padStart(7)} msg/s  p50 ${f(row.p50)} ms  p99 ${f(row.p99)} ms  p99.9 ${f(row.p999)} ms  max ${f(row.max)} ms${note}`,
     );
   };
-  for (const load of LOADS) for (const name of CASES) await measure(name, load);
-  for (const name of E2E_CASES) await measure(name, 0.5);
-  const svgLoad = LOADS.includes(0.5) ? 0.5 : LOADS[0]!;
-  const series = [...CASES, ...E2E_CASES]
-    .map((name) => ({ name, h: histograms.get(`${name}@${svgLoad}`) }))
-    .filter((s): s is { name: CaseName; h: Histogram } => s.h !== undefined);
-  await writeFile(
-    SVG,
-    renderPercentileSvg(
-      `send→confirm (and end-to-end) latency at ${svgLoad * 100} % of the raw client's maximum (${Math.round(max * svgLoad)} msg/s, 100 B)`,
-      series.map(({ name, h }) => ({ name, percentiles: percentileCurve(h) })),
-    ),
+  const timedOut = (name: CaseName, load: number, rate: number, count: number): void =>
+    report(
+      { name, load, rate, count, p50: null, p99: null, p999: null, max: null, timedOut: true },
+      undefined,
+      `  (stopped: not done in ${CASE_TIMEOUT_SECONDS} s, this rate overloads the case)`,
+    );
+  const percentiles = (h: Histogram) => ({
+    p50: ms(h.getValueAtPercentile(50)),
+    p99: ms(h.getValueAtPercentile(99)),
+    p999: ms(h.getValueAtPercentile(99.9)),
+    max: ms(h.maxValue),
+  });
+  const rateAt = (load: number): number => Math.max(1, Math.round(max * load));
+  const countAt = (load: number): number => Math.max(1, Math.round(rateAt(load) * SECONDS));
+  const measure = async (name: SendCase, load: number): Promise<void> => {
+    const rate = rateAt(load);
+    const count = countAt(load);
+    const stream = uniqueName('bench-lat-case');
+    const dir = await mkdtemp(join(tmpdir(), 'bench-lat-'));
+    const deadline = AbortSignal.timeout(CASE_TIMEOUT_SECONDS * 1000);
+    let histogram: string;
+    try {
+      ({ histogram } = await measureInChild<{ histogram: string }>(
+        import.meta.url,
+        [name, String(rate), String(count), stream, dir],
+        env,
+        { signal: deadline },
+      ));
+    } catch (e) {
+      if (!deadline.aborted) throw e;
+      await deleteStreams([`${stream}-w`, stream]);
+      return timedOut(name, load, rate, count);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    const h = hdr.decodeFromCompressedBase64(histogram);
+    if (h.totalCount !== count) throw new Error(`${name} at ${load}: ${h.totalCount} latencies of ${count}`);
+    report({ name, load, rate, count, ...percentiles(h) }, h);
+  };
+  const measureEndToEnd = async (name: E2eCase, load: number): Promise<boolean> => {
+    const rate = rateAt(load);
+    const count = countAt(load);
+    const measured = await measureE2e(
+      name,
+      rate,
+      Math.max(1, Math.round(rate * WARMUP_SECONDS)),
+      count,
+      CASE_TIMEOUT_SECONDS * 1000,
+    );
+    if (measured === 'timeout') {
+      timedOut(name, load, rate, count);
+      return false;
+    }
+    const { histogram: h, perSecond, early } = measured;
+    if (h.totalCount !== count) throw new Error(`${name} at ${load}: ${h.totalCount} latencies of ${count}`);
+    const firstSecondP50 = ms(perSecond[0]!.getValueAtPercentile(50));
+    const lastSecondP50 = ms(perSecond.at(-1)!.getValueAtPercentile(50));
+    const ok = keptUp(firstSecondP50, lastSecondP50);
+    report(
+      { name, load, rate, count, ...percentiles(h), firstSecondP50, lastSecondP50, keptUp: ok },
+      h,
+      `  (p50 first s ${firstSecondP50.toFixed(2)} → last s ${lastSecondP50.toFixed(2)} ms${ok ? '' : ': NOT kept up, a backlog grew'}${early > 0 ? `; ${early} latencies < 1 µs` : ''})`,
+    );
+    return ok;
+  };
+  for (const load of LOADS) for (const name of selected.send) await measure(name, load);
+  if (selected.e2e.length > 0) {
+    console.log('end to end, publisher and consumer in two processes of their own:');
+    for (const name of selected.e2e) console.log(`  ${name.padEnd(14)} ${E2E_MEANING[name]}`);
+  }
+  const e2eLoads = [...E2E_LOADS];
+  let allKeptUp = true;
+  for (const name of selected.e2e) allKeptUp = (await measureEndToEnd(name, e2eLoads[0]!)) && allKeptUp;
+  if (!allKeptUp && !e2eLoads.includes(0.25)) {
+    console.log(
+      `end to end at ${e2eLoads[0]! * 100} %: this machine did not keep up (the p50 grew over the run); measuring every end-to-end case at 25 % as well`,
+    );
+    e2eLoads.push(0.25);
+  }
+  for (const load of e2eLoads.slice(1)) for (const name of selected.e2e) await measureEndToEnd(name, load);
+  await writeSvgs(max, selected, e2eLoads, histograms);
+  const seconds = Math.round((performance.now() - started) / 1000);
+  console.log(`bench:latency took ${seconds} s`);
+  console.log(
+    JSON.stringify({
+      bench: 'latency',
+      rawMaxPerSec: Math.round(max),
+      seconds: SECONDS,
+      durationSeconds: seconds,
+      rows,
+    }),
   );
-  console.log(`wrote ${SVG}`);
-  console.log(JSON.stringify({ bench: 'latency', rawMaxPerSec: Math.round(max), seconds: SECONDS, rows }));
+}
+
+/**
+ * docs/latency.svg (BENCH_SVG): send→confirm, raw against each dedup mode at 50 % (or the first
+ * load measured); docs/latency-e2e.svg (BENCH_SVG_E2E): the end-to-end cases at each load measured
+ * (a second picture: their scale is another one). A picture without a case is not written.
+ */
+async function writeSvgs(
+  max: number,
+  selected: { readonly send: readonly SendCase[]; readonly e2e: readonly E2eCase[] },
+  e2eLoads: readonly number[],
+  histograms: ReadonlyMap<string, Histogram>,
+): Promise<void> {
+  const svgLoad = LOADS.includes(0.5) ? 0.5 : LOADS[0]!;
+  const rate = (load: number): string =>
+    `${load * 100} % of the raw client's maximum (${Math.round(max * load)} msg/s, 100 B)`;
+  const curve = (name: CaseName, load: number, label: string, colour: number): Series[] => {
+    const h = histograms.get(`${name}@${load}`);
+    return h === undefined
+      ? []
+      : [
+          {
+            name: label,
+            colour,
+            percentiles: percentileCurve(h),
+            baseline: name === 'raw' || name === 'e2e-raw' || name === 'e2e-raw-super',
+            dashed: load !== e2eLoads[0] && E2E_CASES.includes(name as E2eCase),
+          },
+        ];
+  };
+  const send = selected.send.flatMap((name, i) => curve(name, svgLoad, name, i));
+  if (send.length > 0) {
+    await writeFile(SVG, renderPercentileSvg(`send→confirm latency at ${rate(svgLoad)}`, send));
+    console.log(`wrote ${SVG}`);
+  }
+  const several = e2eLoads.length > 1;
+  const e2e = e2eLoads.flatMap((load) =>
+    selected.e2e.flatMap((name, i) => curve(name, load, several ? `${name} @ ${load * 100} %` : name, i)),
+  );
+  if (e2e.length > 0) {
+    await writeFile(
+      SVG_E2E,
+      renderPercentileSvg(
+        `end to end, publish → delivery (raw) or commit (dedup), at ${several ? e2eLoads.map((l) => `${l * 100} %`).join(' and ') : rate(e2eLoads[0]!)}`,
+        e2e,
+      ),
+    );
+    console.log(`wrote ${SVG_E2E}`);
+  }
 }
 
 /** The histogram's latency (ms) at percentiles 0 … 99.999 on a log scale of 1 / (1 − p). */
@@ -411,9 +432,15 @@ function percentileCurve(h: Histogram): Array<{ percentile: number; ms: number }
 }
 
 if (process.env.STREAM_DEDUP_BENCH_LATENCY === '1') {
-  const [name, rate, count] = process.argv.slice(2) as [CaseName | 'max', string, string];
-  await child(name, Number(rate), Number(count));
+  const [name, rate, count, stream, dir] = process.argv.slice(2) as [
+    SendCase | 'max',
+    string,
+    string,
+    string,
+    string,
+  ];
+  await child(name, Number(rate), Number(count), stream, dir);
   process.exit(0);
-} else {
+} else if (process.env.STREAM_DEDUP_BENCH_LATENCY_E2E !== '1') {
   await main();
 }
