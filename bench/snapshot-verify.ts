@@ -36,7 +36,10 @@ export interface SnapshotRows {
   readonly met: Record<string, boolean>;
 }
 
-const load = (): string => loadavg().map((l) => l.toFixed(2)).join(' ');
+const load = (): string =>
+  loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
 const ms = (xs: readonly number[]): string => xs.map((x) => Math.round(x).toLocaleString('en')).join(' / ');
 
 /**
