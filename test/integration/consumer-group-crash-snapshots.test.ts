@@ -14,9 +14,9 @@ const client = useClient();
 const tempDir = useTempDir();
 const group = useGroups(client, tempDir);
 
-/** Snapshots every 3 entries or 16 KiB of entries; changelogs of 256 KiB (segments of 32 KiB). */
+/** A snapshot after every entry (or 16 KiB of entries); changelogs of 256 KiB (segments of 32 KiB). */
 const ENV = {
-  SNAPSHOT_EVERY: '3',
+  SNAPSHOT_EVERY: '1',
   SNAPSHOT_EVERY_BYTES: String(16 * 1024),
   RETENTION_BYTES: String(256 * 1024),
 };
