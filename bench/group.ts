@@ -17,7 +17,7 @@
  *   last ID and a LevelDB write.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Offset, type Client } from 'rabbitmq-stream-js-client';
 import { SuperStreamVerifyingConsumer, type AssignmentEvent } from 'stream-dedup/stream';
@@ -33,6 +33,21 @@ export interface GroupRates {
   readonly groupPerSec: number;
   /** Each round's rate, in the order measured (raw and group interleaved). */
   readonly rounds: { readonly raw: readonly number[]; readonly group: readonly number[] };
+  /**
+   * With `snapshotEvery`: the group's rounds run with snapshots off (both options 0: at the
+   * defaults none is due either, a partition writes 1 entry per 1 000 messages), and rounds with one
+   * every `every` entries are interleaved with them.
+   */
+  readonly snapshots?: {
+    readonly every: number;
+    readonly offPerSec: number;
+    readonly onPerSec: number;
+    readonly rounds: { readonly off: readonly number[]; readonly on: readonly number[] };
+    /** Snapshots the measured read of each `on` round wrote (all partitions). */
+    readonly written: readonly number[];
+    /** The 1-minute load average before each round. */
+    readonly load: readonly number[];
+  };
 }
 
 export interface TakeoverTimes {
@@ -44,6 +59,11 @@ export interface TakeoverTimes {
 }
 
 export const PARTITIONS = 3;
+/**
+ * The group's snapshots when set (STREAM_DEDUP_BENCH_SNAPSHOTS): `off` (both options 0) or one every
+ * N entries (not by bytes); else the defaults.
+ */
+const SNAPSHOTS = process.env.STREAM_DEDUP_BENCH_SNAPSHOTS;
 /** `appendsInFlight` of the group's members when set (STREAM_DEDUP_BENCH_APPENDS), else the default. */
 const APPENDS_IN_FLIGHT =
   process.env.STREAM_DEDUP_BENCH_APPENDS === undefined
@@ -89,6 +109,7 @@ async function groupRead(
   dir: string,
   perPartition: number,
   round: string,
+  written: { count: number },
 ): Promise<number> {
   const client = await connectClient();
   const consumerName = `bench-group-${round}`;
@@ -104,6 +125,9 @@ async function groupRead(
       commitEvery: 1_000,
       // Another depth than the default (bench/group-depths.ts compares them in one run).
       ...(APPENDS_IN_FLIGHT === undefined ? {} : { appendsInFlight: APPENDS_IN_FLIGHT }),
+      ...(SNAPSHOTS === undefined
+        ? {}
+        : { snapshotEveryEntries: SNAPSHOTS === 'off' ? 0 : Number(SNAPSHOTS), snapshotEveryBytes: 0 }),
       handler: (_message, tx) => {
         if (t0 === 0) t0 = performance.now();
         applied++;
@@ -126,6 +150,7 @@ async function groupRead(
       throw new Error(`the group applied ${applied} of ${perPartition * partitions.length}`);
     const held = members.map((m) => m.activePartitions().length);
     if (held.includes(0)) throw new Error(`a member holds no partition (${held.join('/')})`);
+    written.count = members.reduce((sum, m) => sum + m.stats.snapshotsWritten, 0);
     return (perPartition * partitions.length) / seconds;
   } finally {
     await Promise.all(members.map((m) => m.close()));
@@ -248,29 +273,50 @@ async function takeover(entries: number): Promise<TakeoverTimes> {
  * Fills a 3-partition super stream with `count` messages, then reads it `rounds` times each way,
  * interleaved, each read in a fresh process.
  */
-export async function measureGroup(count = 99_999, rounds = 5): Promise<GroupRates> {
+export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: number): Promise<GroupRates> {
   const perPartition = Math.ceil(count / PARTITIONS);
   const dir = await mkdtemp(join(tmpdir(), 'bench-group-'));
   const superStream = uniqueName('bench-group');
   const client = await connectClient();
-  const run = (mode: string, round: number): Promise<{ rate: number }> =>
-    measureInChild(import.meta.url, [mode, superStream, dir, String(perPartition), String(round)], {
+  const run = (mode: string, round: string, snapshots?: string): Promise<{ rate: number; written: number }> =>
+    measureInChild(import.meta.url, [mode, superStream, dir, String(perPartition), round], {
       STREAM_DEDUP_BENCH_GROUP: '1',
+      ...(snapshots === undefined ? {} : { STREAM_DEDUP_BENCH_SNAPSHOTS: snapshots }),
     });
   try {
     await client.createSuperStream({ streamName: superStream, arguments: {} }, undefined, PARTITIONS);
     await fill(await client.queryPartitions({ superStream }), dir, perPartition);
     const raw: number[] = [];
     const group: number[] = [];
+    const on: number[] = [];
+    const written: number[] = [];
+    const load: number[] = [];
     for (let i = 0; i < rounds; i++) {
-      raw.push((await run('raw', i)).rate);
-      group.push((await run('group', i)).rate);
+      load.push(loadavg()[0]!);
+      raw.push((await run('raw', String(i))).rate);
+      group.push((await run('group', String(i), snapshotEvery === undefined ? undefined : 'off')).rate);
+      if (snapshotEvery === undefined) continue;
+      const snapshots = await run('group', `${i}-on`, String(snapshotEvery));
+      on.push(snapshots.rate);
+      written.push(snapshots.written);
     }
     return {
       messages: perPartition * PARTITIONS,
       rawPerSec: median(raw),
       groupPerSec: median(group),
       rounds: { raw, group },
+      ...(snapshotEvery === undefined
+        ? {}
+        : {
+            snapshots: {
+              every: snapshotEvery,
+              offPerSec: median(group),
+              onPerSec: median(on),
+              rounds: { off: group, on },
+              written,
+              load,
+            },
+          }),
     };
   } finally {
     await client.deleteSuperStream({ streamName: superStream }).catch(() => undefined);
@@ -298,6 +344,7 @@ if (process.env.STREAM_DEDUP_BENCH_GROUP === '1') {
    * A warm-up read, then the measured one, with the process's CPU time over its wall time (cpuShare)
    * and per message read.
    */
+  const written = { count: 0 };
   const measured = async (read: (warm: boolean) => Promise<number>) => {
     await read(true);
     const cpu = process.cpuUsage();
@@ -307,7 +354,7 @@ if (process.env.STREAM_DEDUP_BENCH_GROUP === '1') {
     const cpuMs = (used.user + used.system) / 1000;
     // Set-up included (connections, members' open and restore): an upper bound per message.
     const cpuUsPerMessage = (cpuMs * 1000) / (Number(n) * PARTITIONS);
-    return { rate, cpuShare: cpuMs / (performance.now() - started), cpuUsPerMessage };
+    return { rate, cpuShare: cpuMs / (performance.now() - started), cpuUsPerMessage, written: written.count };
   };
   const result =
     mode === 'takeover'
@@ -315,7 +362,7 @@ if (process.env.STREAM_DEDUP_BENCH_GROUP === '1') {
       : await measured((warm) =>
           mode === 'raw'
             ? rawGroupRead(superStream, Number(n) * PARTITIONS)
-            : groupRead(superStream, dir, Number(n), warm ? `warm-${round}` : round),
+            : groupRead(superStream, dir, Number(n), warm ? `warm-${round}` : round, written),
         );
   process.stdout.write(`${JSON.stringify(result)}\n`);
   process.exit(0);

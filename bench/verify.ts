@@ -3,6 +3,8 @@
 //   npm run bench:verify [-- messages scopes]      (the consumer and group rows need the broker running,
 //                                                   the PostgreSQL rows `bash scripts/postgres.sh up`)
 //   STREAM_DEDUP_BENCH_ONLY=postgres npm run bench:verify   (only the PostgreSQL consumer's rows)
+//   STREAM_DEDUP_BENCH_ONLY=snapshot npm run bench:verify   (only the changelog snapshot and retention
+//                                                   rows, bench/snapshot-verify.ts: sizes by env there)
 //
 // Every variant handles the same stream: `messages` checks spread round-robin over `scopes` scopes,
 // with increasing IDs per scope, and records each ID reported new (check + record per message, as a
@@ -14,6 +16,7 @@ import { measureConsumers } from './consumer.js';
 import { measureGroup, measureTakeover } from './group.js';
 import { measurePostgres, type PostgresRates } from './postgres.js';
 import { measurePgTakeover } from './group-postgres.js';
+import { SNAPSHOT_EVERY, snapshotRows } from './snapshot-verify.js';
 
 const MESSAGES = Number(process.argv[2] ?? 10_000_000);
 const SCOPES = Number(process.argv[3] ?? 1_000);
@@ -120,6 +123,19 @@ if (process.env.STREAM_DEDUP_BENCH_ONLY === 'postgres') {
   printPostgres(await measurePostgres());
   process.exit(0);
 }
+if (process.env.STREAM_DEDUP_BENCH_ONLY === 'snapshot') {
+  const { json, targets: snapshotTargets, met: snapshotMet } = await snapshotRows();
+  console.log(
+    JSON.stringify({
+      bench: 'verify',
+      node: process.version,
+      snapshots: json,
+      targets: snapshotTargets,
+      met: snapshotMet,
+    }),
+  );
+  process.exit(0);
+}
 for (let round = 0; round < MEASURED; round++) {
   for (const variant of variants) {
     const { rate } = await measureInChild<{ rate: number }>(import.meta.url, process.argv.slice(2), {
@@ -150,8 +166,9 @@ const consumerRatio = consumers.verifyingPerSec / consumers.rawPerSec;
 const batched = await measureConsumers(100_000, 9, true);
 const batchedRatio = batched.verifyingPerSec / batched.rawPerSec;
 // A consumer group of two members over 3 partitions against the raw super stream consumer, and
-// the take-over of a partition whose changelog holds 100 000 entries (bench/group.ts).
-const group = await measureGroup(300_000);
+// the take-over of a partition whose changelog holds 100 000 entries (bench/group.ts). Its rounds
+// also run the group with a snapshot every few entries (the snapshot rows below).
+const group = await measureGroup(300_000, 5, SNAPSHOT_EVERY);
 const groupRatio = group.groupPerSec / group.rawPerSec;
 const takeover = await measureTakeover(100_000);
 // The same group on PostgreSQL: nothing to restore, the partition's offset row read (bench/group-postgres.ts).
@@ -159,6 +176,8 @@ const pgTakeover = await measurePgTakeover(100_000, 3);
 
 // The PostgreSQL verifying consumer against the hand-written per-message transaction (bench/postgres.ts).
 const postgres = await measurePostgres();
+// Changelog snapshots and retention (bench/snapshot-verify.ts; printed as they are measured).
+const snapshots = await snapshotRows(group);
 
 const targets = {
   consumerToRaw: { target: 0.8, got: Number(consumerRatio.toFixed(3)) },
@@ -259,8 +278,9 @@ console.log(
       ratio: Number((takeover.takeoverMs / takeover.rawReadMs).toFixed(3)),
     },
     postgres: postgresJson(postgres),
-    targets,
-    met,
+    snapshots: snapshots.json,
+    targets: { ...targets, ...snapshots.targets },
+    met: { ...met, ...snapshots.met },
   }),
 );
 

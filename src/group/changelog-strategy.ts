@@ -360,6 +360,12 @@ export class ChangelogStrategy implements PartitionStrategy {
             "stream-dedup: the changelog snapshot is larger than changelogRetention leaves room for (§12.2): the partition's " +
               'state outgrew the retention, a take-over may find its snapshot trimmed (DEDUP_CHANGELOG_INVALID); raise maxLengthBytes',
           );
+      } else if (outcome.kind === 'too-large') {
+        this.#host.log.error(
+          { ...fields, bytes: outcome.bytes, maxBytes: outcome.maxBytes },
+          "stream-dedup: changelog snapshot not written: the partition's state holds more than the snapshot cap (§12.1); " +
+            'a take-over with an empty store reads the whole changelog, or with changelogRetention finds its snapshot trimmed (DEDUP_CHANGELOG_INVALID)',
+        );
       } else if (current()) {
         this.#host.log.info({ ...fields, why: outcome.why }, 'stream-dedup: changelog snapshot skipped');
       }

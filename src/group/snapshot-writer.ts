@@ -52,7 +52,9 @@ export type SnapshotOutcome =
       readonly bytes: number;
       readonly from: bigint;
     }
-  | { readonly kind: 'skipped'; readonly why: string };
+  | { readonly kind: 'skipped'; readonly why: string }
+  /** The state holds more than `maxBytes` (counted up to just past it): nothing was sent. */
+  | { readonly kind: 'too-large'; readonly bytes: number; readonly maxBytes: number };
 
 /** The largest part written, below a message's size: large enough that 10 000 small keys are one. */
 const PART_BYTES = 1024 * 1024;
@@ -109,6 +111,11 @@ export class SnapshotWriter {
     const rawOffset = await o.db.get(offsetKey(o.namespace));
     if (rawOffset === undefined) return { kind: 'skipped', why: 'nothing committed yet' };
     const offset = decodeOffset(rawOffset);
+    // Counted before anything is sent: a state found past the cap while its parts went out left up
+    // to the cap's bytes of parts without a marker in the changelog each time a snapshot was due.
+    const maxBytes = o.maxBytes ?? SNAPSHOT_MAX_BYTES;
+    const counted = await stateBytes(o.db, o.namespace, maxBytes);
+    if (counted > maxBytes) return { kind: 'too-large', bytes: counted, maxBytes };
     const firstId = snapshotId(offset, 0);
     if (firstId === undefined) return { kind: 'skipped', why: `offset ${offset} is beyond snapshot IDs` };
     const lastSnapshotId = await withTimeout(
@@ -130,8 +137,7 @@ export class SnapshotWriter {
     let parts = 0;
     let keys = 0;
     let bytes = 0;
-    let stateBytes = 0;
-    const maxBytes = o.maxBytes ?? SNAPSHOT_MAX_BYTES;
+    let written = 0;
     const send = async (): Promise<boolean> => {
       const id = snapshotId(offset, parts);
       if (id === undefined || parts >= MAX_PARTS) return false;
@@ -150,10 +156,11 @@ export class SnapshotWriter {
           return { kind: 'skipped', why: 'another snapshot was written past this one' };
         part.push({ type: 'put', key, value });
         size += opBytes;
-        stateBytes += opBytes;
+        written += opBytes;
         keys++;
-        // A restore would abandon it: the parts written so far are a snapshot without a marker.
-        if (stateBytes > maxBytes)
+        // Counted under the cap before (the store moved since: another activation's restore): a
+        // restore would abandon it, the parts written so far are a snapshot without a marker.
+        if (written > maxBytes)
           return { kind: 'skipped', why: `the state holds more than ${maxBytes} bytes (the snapshot cap)` };
       }
     }
@@ -193,6 +200,22 @@ export class SnapshotWriter {
     );
     return { kind: 'written', offset, parts, keys, bytes, from };
   }
+}
+
+/**
+ * The bytes a snapshot of `namespace` would hold (keys, values and {@link OP_OVERHEAD_BYTES} a key,
+ * as the cap counts them), read up to the first key past `maxBytes`: a local read of the store, no
+ * I/O to the broker.
+ */
+async function stateBytes(db: KeyValueDb, namespace: string, maxBytes: number): Promise<number> {
+  let bytes = 0;
+  for (const range of namespaceRanges(namespace)) {
+    for await (const [key, value] of db.iterator(range)) {
+      bytes += OP_OVERHEAD_BYTES + Buffer.byteLength(key, 'utf8') + value.length;
+      if (bytes > maxBytes) return bytes;
+    }
+  }
+  return bytes;
 }
 
 /**

@@ -299,11 +299,9 @@ describe('snapshot restore: the newest complete snapshot, or the whole changelog
         timeoutMs: 1_000,
         maxBytes,
       });
-    expect(await writerOf(40).write(client, () => true)).toMatchObject({
-      kind: 'skipped',
-      why: /snapshot cap/,
-    });
+    expect(await writerOf(40).write(client, () => true)).toMatchObject({ kind: 'too-large', maxBytes: 40 });
     expect(stored).toBeUndefined();
+    expect(sent).toEqual([]);
     sent.length = 0;
     expect(await writerOf(1_000).write(client, () => true)).toMatchObject({ kind: 'written', offset: 9n });
     expect(stored).toBe(20n);

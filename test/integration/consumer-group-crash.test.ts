@@ -1,74 +1,27 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ledgerIds, publishLedger, type Sent } from '../support/group-ledger.js';
 import {
   committers,
+  crashRun,
   describeReached,
   expectExactFolds,
   firstRound,
-  startGroup,
-  useMemberProcesses,
+  useGroups,
 } from '../support/group-members.js';
 import { useClient } from '../support/stream.js';
-import { useSuperStreams } from '../support/superstream.js';
 import { useTempDir } from '../support/tmp.js';
 
 const client = useClient();
-const superStream = useSuperStreams(client);
 const tempDir = useTempDir();
-useMemberProcesses();
-const changelogs: string[] = [];
-afterAll(async () => {
-  for (const stream of changelogs)
-    await client()
-      .deleteStream({ stream })
-      .catch(() => undefined);
-});
-
-/** Two members of group balance-projection on a fresh 3-partition super stream, each with its own store. */
-async function group(prefix: string, env?: (member: number) => Record<string, string>) {
-  const name = await superStream(prefix);
-  const partitions = await client().queryPartitions({ superStream: name });
-  changelogs.push(...partitions.map((p) => `${p}.balance-projection.changelog`));
-  return startGroup({ client, superStream: name, partitions, tempDir, env });
-}
+const group = useGroups(client, tempDir);
 
 describe('consumer group under faults (two member processes, separate stores)', () => {
   it('members killed and restarted at random (some with their store lost) while partitions move: each partition’s holder ends with the exact fold', async () => {
     const g = await group('group-crash');
     const sent = new Map<string, Sent>();
-    await firstRound(g, sent);
-    let publishing = true;
-    const publisher = (async () => {
-      for (let round = 1; round < 12; round++)
-        await publishLedger(client(), g.partitions, 1 + round * 50, 50, sent);
-      publishing = false;
-    })();
-
-    // The nemesis: SIGKILL a member at a random moment (its restore, a commit, idle), restart it on its store.
-    let kills = 0;
-    let lostStores = 0;
-    const killsFrom = performance.now();
-    while (publishing || kills < 12) {
-      await new Promise((resolve) => setTimeout(resolve, 300 + Math.random() * 900));
-      const i = Math.floor(Math.random() * 2);
-      const victim = g.members[i]!;
-      victim.child.kill('SIGKILL');
-      const [, signal] = await victim.exited;
-      expect(signal).toBe('SIGKILL');
-      kills++;
-      // Every fourth kill also loses the member's store (a new machine): it has only the changelog.
-      if (kills % 4 === 0) {
-        g.stores[i] = await tempDir();
-        lostStores++;
-      }
-      g.members[i] = g.start(i);
-    }
-    await publisher;
-    await Promise.all(g.members.map((m) => m.ready));
-
-    const reached = await expectExactFolds(g, sent);
+    const { kills, lostStores, from: killsFrom, reached } = await crashRun(g, sent);
     const assigned = g.lines.filter((l) => l.kind === 'assigned').length;
     const assignedSinceKills = g.lines.filter((l) => l.kind === 'assigned' && l.at > killsFrom).length;
     console.log(

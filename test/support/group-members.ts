@@ -3,9 +3,10 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { Client } from 'rabbitmq-stream-js-client';
-import { afterEach, expect } from 'vitest';
+import { afterAll, afterEach, expect } from 'vitest';
 import { BROKER } from './broker.js';
 import { publishLedger, type Sent } from './group-ledger.js';
+import { useSuperStreams } from './superstream.js';
 
 // Consumer group members as processes (test/fixtures/group-member.ts), for the tests that SIGKILL,
 // SIGSTOP and fail over under them: the crash test on the single broker and the cluster test.
@@ -132,7 +133,88 @@ export async function startGroup(options: GroupRigOptions) {
   await Promise.all(members.map((m) => m.ready));
   // Every partition held at once (one given to a member and on its way to the other is not).
   await until((all) => holders(all).size === partitions.length, 'every partition held');
-  return { name, partitions, stores, lines, until, start, members, client: options.client };
+  return { name, partitions, stores, lines, until, start, members, client: options.client, tempDir };
+}
+
+/**
+ * Groups for one test file (member processes killed after each test, super streams and the
+ * group's changelogs deleted after the file): the returned function starts two members of
+ * balance-projection on a fresh 3-partition super stream, each with its own store.
+ */
+export function useGroups(
+  client: () => Client,
+  tempDir: () => Promise<string>,
+): (prefix: string, env?: (member: number) => Record<string, string>) => Promise<GroupRig> {
+  const superStream = useSuperStreams(client);
+  useMemberProcesses();
+  const changelogs: string[] = [];
+  afterAll(async () => {
+    for (const stream of changelogs)
+      await client()
+        .deleteStream({ stream })
+        .catch(() => undefined);
+  });
+  return async (prefix, env) => {
+    const name = await superStream(prefix);
+    const partitions = await client().queryPartitions({ superStream: name });
+    changelogs.push(...partitions.map((p) => `${p}.balance-projection.changelog`));
+    return startGroup({ client, superStream: name, partitions, tempDir, env });
+  };
+}
+
+/**
+ * The crash test: a first round, then 11 more rounds of 50 messages a partition published while
+ * {@link killAtRandom} kills the members (at least `atLeast` times), then every partition's holder
+ * checked against the exact fold ({@link expectExactFolds}).
+ */
+export async function crashRun(
+  g: GroupRig,
+  sent: Map<string, Sent>,
+  atLeast = 12,
+): Promise<Kills & { reached: Reached[] }> {
+  await firstRound(g, sent);
+  let publishing = true;
+  const publisher = (async () => {
+    for (let round = 1; round < 12; round++)
+      await publishLedger(g.client(), g.partitions, 1 + round * 50, 50, sent);
+    publishing = false;
+  })();
+  const kills = await killAtRandom(g, () => publishing, atLeast);
+  await publisher;
+  await Promise.all(g.members.map((m) => m.ready));
+  return { ...kills, reached: await expectExactFolds(g, sent) };
+}
+
+/** What {@link killAtRandom} did. */
+export interface Kills {
+  kills: number;
+  lostStores: number;
+  /** When the first kill's wait began (performance.now()). */
+  from: number;
+}
+
+/**
+ * The crash tests' nemesis: while `busy()` or until `atLeast` kills, SIGKILLs a member at a random
+ * moment (300-1 200 ms apart: its restore, a commit, idle) and restarts it on its store; every
+ * fourth kill also loses the member's store (a new machine: it has only the changelog).
+ */
+export async function killAtRandom(g: GroupRig, busy: () => boolean, atLeast = 12): Promise<Kills> {
+  const done: Kills = { kills: 0, lostStores: 0, from: performance.now() };
+  while (busy() || done.kills < atLeast) {
+    await new Promise((resolve) => setTimeout(resolve, 300 + Math.random() * 900));
+    const i = Math.floor(Math.random() * 2);
+    const victim = g.members[i]!;
+    victim.child.kill('SIGKILL');
+    const [, signal] = await victim.exited;
+    expect(signal).toBe('SIGKILL');
+    done.kills++;
+    if (done.kills % 4 === 0) {
+      g.stores[i] = await g.tempDir();
+      done.lostStores++;
+    }
+    g.members[i] = g.start(i);
+  }
+  return done;
 }
 
 /** Who holds each partition now, by the members' assignment lines: partitions in hand-over are absent. */
