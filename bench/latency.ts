@@ -34,6 +34,7 @@ import {
 import { changelogStreamName } from '../src/group/consumer.js';
 import { allConfirmed, CONNECTION, connectClient, measureInChild, median, uniqueName } from './common.js';
 import { renderPercentileSvg } from './latency-svg.js';
+import { settleCounter } from './settle-counter.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 2);
@@ -42,6 +43,20 @@ const MAX_COUNT = Number(process.env.BENCH_MAX_COUNT ?? 100_000);
 const MAX_ROUNDS = Number(process.env.BENCH_MAX_ROUNDS ?? 3);
 const SIZE = 100;
 const SVG = process.env.BENCH_SVG ?? new URL('../docs/latency.svg', import.meta.url).pathname;
+/**
+ * Opt-in (profiling, issue 39): BENCH_TRACE_SLOW=<ms> makes each child print to stderr, per run, a
+ * timeline of 100 ms buckets (BENCH_TRACE_BUCKET) (by due time from the schedule's start) whose slowest message took more
+ * than <ms>: the bucket's max latency, how late the generator issued its messages (a late issue means
+ * the event loop was busy — GC or CPU — rather than waiting on the broker or the store), and how many
+ * were slow.
+ */
+const TRACE_SLOW_MS =
+  process.env.BENCH_TRACE_SLOW === undefined ? undefined : Number(process.env.BENCH_TRACE_SLOW);
+const TRACE_BUCKET_MS = Number(process.env.BENCH_TRACE_BUCKET ?? 100);
+let traceT0 = 0;
+let traceLatency: number[] = [];
+let traceIssueLag: number[] = [];
+let traceSlow: number[] = [];
 
 /** The cases: the raw client, then each dedup mode; `e2e-*` are measured at 50 % only. */
 const CASES = ['raw', 'outbox', 'outbox+fsync', 'reserve', 'keyed', 'sub-entries'] as const;
@@ -78,9 +93,19 @@ async function runSchedule(
   const t0 = performance.now() + 5;
   const period = 1000 / rate;
   let issued = 0;
+  if (TRACE_SLOW_MS !== undefined) {
+    traceT0 = t0;
+    traceLatency = [];
+    traceIssueLag = [];
+    traceSlow = [];
+  }
   while (issued < count) {
     const due = Math.min(count, Math.floor((performance.now() - t0) / period) + 1);
     while (issued < due) {
+      if (TRACE_SLOW_MS !== undefined) {
+        const b = Math.floor((issued * period) / TRACE_BUCKET_MS);
+        traceIssueLag[b] = Math.max(traceIssueLag[b] ?? 0, performance.now() - (t0 + issued * period));
+      }
       const r = issue(issued, t0 + issued * period);
       if (r !== undefined) await r;
       issued++;
@@ -91,7 +116,29 @@ async function runSchedule(
 
 /** Records `performance.now() - due` in µs (at least 1). */
 function record(h: Histogram, due: number): void {
-  h.recordValue(Math.max(1, Math.round((performance.now() - due) * 1000)));
+  const latency = performance.now() - due;
+  h.recordValue(Math.max(1, Math.round(latency * 1000)));
+  if (TRACE_SLOW_MS !== undefined) {
+    const b = Math.floor((due - traceT0) / TRACE_BUCKET_MS);
+    traceLatency[b] = Math.max(traceLatency[b] ?? 0, latency);
+    if (latency > TRACE_SLOW_MS) traceSlow[b] = (traceSlow[b] ?? 0) + 1;
+  }
+}
+
+/** BENCH_TRACE_SLOW: prints the run's slow buckets to stderr (see TRACE_SLOW_MS). */
+function printTrace(label: string): void {
+  if (TRACE_SLOW_MS === undefined) return;
+  const lines = [
+    `trace ${label} (schedule start at ${traceT0.toFixed(0)} ms of the process): ${TRACE_BUCKET_MS} ms buckets with a message slower than ${TRACE_SLOW_MS} ms`,
+  ];
+  for (let b = 0; b < traceLatency.length; b++) {
+    const max = traceLatency[b] ?? 0;
+    if (max <= TRACE_SLOW_MS) continue;
+    lines.push(
+      `  due +${String(b * TRACE_BUCKET_MS).padStart(6)} ms  max ${max.toFixed(1).padStart(7)} ms  issue lag ${(traceIssueLag[b] ?? 0).toFixed(1).padStart(7)} ms  slow ${traceSlow[b] ?? 0}`,
+    );
+  }
+  process.stderr.write(`${lines.join('\n')}\n`);
 }
 
 /** The raw client's named publisher, every send awaited (its buffer), confirms heard by ID. */
@@ -154,6 +201,7 @@ async function dedupCase(mode: DedupMode, rate: number, count: number, h: Histog
   const client = await connectClient();
   await client.createStream({ stream, arguments: {} });
   try {
+    const opened = performance.now();
     const pub = await StreamDedupPublisher.open({
       connection: CONNECTION,
       stream,
@@ -161,13 +209,15 @@ async function dedupCase(mode: DedupMode, rate: number, count: number, h: Histog
       store: join(dir, 'store'),
       ...(dedupOptions(mode) as object),
     });
+    if (TRACE_SLOW_MS !== undefined)
+      process.stderr.write(`open ${(performance.now() - opened).toFixed(1)} ms\n`);
     const body = bodyOf(0);
-    const sends: Promise<void>[] = [];
+    const sends = settleCounter(count);
     await runSchedule(rate, count, (i, due) => {
       const sent = mode === 'keyed' ? pub.send(body, { key: `order-${i}` }) : pub.send(body);
-      sends.push(sent.then(() => record(h, due)));
+      sends.add(sent.then(() => record(h, due)));
     });
-    await Promise.all(sends);
+    await sends.all;
     await pub.close();
   } finally {
     await client.deleteStream({ stream });
@@ -186,7 +236,7 @@ async function e2eStream(rate: number, count: number, h: Histogram): Promise<voi
   const client = await connectClient();
   await client.createStream({ stream, arguments: {} });
   const dues = new Float64Array(count);
-  const committed: Promise<void>[] = [];
+  const committed = settleCounter(count);
   try {
     const pub = await StreamDedupPublisher.open({
       connection: CONNECTION,
@@ -204,19 +254,19 @@ async function e2eStream(rate: number, count: number, h: Histogram): Promise<voi
       handler: (message, tx) => {
         const due = dues[indexOf(message.body)]!;
         tx.put('last', 'x');
-        committed.push(consumer.waitForOffset(message.offset).then(() => record(h, due)));
+        committed.add(consumer.waitForOffset(message.offset).then(() => record(h, due)));
       },
     });
-    const sends: Promise<unknown>[] = [];
+    const sends = settleCounter(count);
     await runSchedule(rate, count, (i, due) => {
       dues[i] = due;
-      sends.push(pub.send(bodyOf(i)));
+      sends.add(pub.send(bodyOf(i)));
     });
-    await Promise.all(sends);
+    await sends.all;
     await pub.close();
     await consumer.waitForOffset(BigInt(count - 1));
-    await Promise.all(committed);
     if (consumer.stats.new !== count) throw new Error(`consumer applied ${consumer.stats.new} of ${count}`);
+    await committed.all;
     await consumer.close();
   } finally {
     await client.deleteStream({ stream });
@@ -233,7 +283,7 @@ async function e2eGroup(rate: number, count: number, h: Histogram): Promise<void
   const client = await connectClient();
   await client.createSuperStream({ streamName: superStream, arguments: {} }, undefined, 3);
   const dues = new Float64Array(count);
-  const committed: Promise<void>[] = [];
+  const committed = settleCounter(count);
   let member: SuperStreamVerifyingConsumer | undefined;
   let applied = 0;
   let handledAll = (): void => undefined;
@@ -257,19 +307,19 @@ async function e2eGroup(rate: number, count: number, h: Histogram): Promise<void
         applied++;
         const due = dues[indexOf(message.body)]!;
         tx.put('last', 'x');
-        committed.push(member!.waitForOffset(partition, message.offset).then(() => record(h, due)));
+        committed.add(member!.waitForOffset(partition, message.offset).then(() => record(h, due)));
         if (applied === count) handledAll();
       },
     });
-    const sends: Promise<unknown>[] = [];
+    const sends = settleCounter(count);
     await runSchedule(rate, count, (i, due) => {
       dues[i] = due;
-      sends.push(pub.send(bodyOf(i), { headers: { order: `order-${i}` } }));
+      sends.add(pub.send(bodyOf(i), { headers: { order: `order-${i}` } }));
     });
-    await Promise.all(sends);
+    await sends.all;
     await pub.close();
     await allHandled;
-    await Promise.all(committed);
+    await committed.all;
     if (applied !== count) throw new Error(`group applied ${applied} of ${count}`);
   } finally {
     const partitions = member?.partitions ?? [];
@@ -323,8 +373,10 @@ async function child(name: CaseName | 'max', rate: number, count: number): Promi
   // A warm-up run of the same case at the same rate (its latencies dropped): the first seconds of
   // a process measure the JIT, not the case.
   await run(Math.max(1, Math.round(rate * WARMUP_SECONDS)), newHistogram());
+  printTrace(`${name} warm-up`);
   const h = newHistogram();
   await run(count, h);
+  printTrace(`${name} measured`);
   process.stdout.write(`${JSON.stringify({ histogram: hdr.encodeIntoCompressedBase64(h) })}\n`);
 }
 
