@@ -34,6 +34,7 @@ import { allConfirmed, CONNECTION, connectClient, measureInChild, median, unique
 import { E2E_CASES, E2E_MEANING, measureE2e, type E2eCase } from './latency-e2e.js';
 import { newHistogram, runSchedule, SIZE } from './latency-schedule.js';
 import { renderPercentileSvg, type Series } from './latency-svg.js';
+import { settleCounter } from './settle-counter.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 2);
@@ -134,12 +135,12 @@ async function dedupCase(
       ...(dedupOptions(mode) as object),
     });
     const body = bodyOf();
-    const sends: Promise<void>[] = [];
+    const sends = settleCounter(count);
     await runSchedule(rate, count, (i, due) => {
       const sent = mode === 'keyed' ? pub.send(body, { key: `order-${i}` }) : pub.send(body);
-      sends.push(sent.then(() => record(h, due)));
+      sends.add(sent.then(() => record(h, due)));
     });
-    await Promise.all(sends);
+    await sends.all;
     await pub.close();
   } finally {
     await client.deleteStream({ stream });
