@@ -236,6 +236,28 @@ describe('group partition - hold lease before each local write and commit report
     expect(t.writes).toHaveLength(1);
   });
 
+  // rev5, finding L1 on the report path: the round trip sent AHEAD (past half the lease) before a
+  // stop during the store write is the one the report waits for after it; its answer, read first on
+  // resume, is taken as proof although it was sent 10 s before.
+  it('a round trip sent ahead before a stop during the store write does not let the batch be reported after the stop', async () => {
+    const t = setUp(4);
+    await firstBatch(t);
+    t.advance(LEASE_MS / 2 + 50); // past half the lease: the next gate sends a round trip ahead
+    t.message(2n);
+    t.message(3n);
+    await settle();
+    t.journaled[1]!.resolve();
+    await settle();
+    expect(t.trips).toHaveLength(2); // sent ahead; the write began without waiting
+    expect(t.writes).toHaveLength(2);
+    t.advance(10_000); // stopped during the LevelDB write; the partition moved meanwhile
+    t.writes[1]!.done();
+    await settle();
+    t.trips[1]!.answer(); // answered before the broker closed the connection: read first
+    await settle();
+    expect(t.reported).toEqual([1n]);
+  });
+
   it('pauseClock never goes back and counts a forward jump of the wall clock (a suspended machine)', () => {
     const realNow = Date.now;
     try {
