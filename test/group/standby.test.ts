@@ -356,6 +356,45 @@ describe('warm standbys - the copy and the take-over from it (§12.3)', () => {
     }
   });
 
+  // rev5, finding S2: a take-over claims its partition and waits for the tail step under way — also
+  // when that step is still connecting. connect() is bounded only by connectTimeoutMs (10 s) per
+  // endpoint (openThroughEndpoints tries each), and a take-over happens precisely when a node went
+  // away: the partition's new holder sits behind a standby's connect to the dead node.
+  it('a take-over claiming the partition does not wait for the tail step to finish connecting', async () => {
+    const { db } = memoryDb();
+    let connecting = 0;
+    let refuse: ((err: Error) => void) | undefined;
+    const tailer = new StandbyTailer({
+      db,
+      sync: false,
+      consumerName: 'billing',
+      partitions: [{ partition: 'orders', namespace: NAMESPACE, changelog: CHANGELOG }],
+      replicas: 1,
+      producerName: OURS,
+      settings: undefined,
+      isActive: () => false,
+      // A node that does not answer: the connect attempt ends only at its time-out.
+      connect: () => {
+        connecting++;
+        return new Promise<Client>((_resolve, reject) => (refuse = reject));
+      },
+      restoreTimeoutMs: 5_000,
+      log: { debug: () => undefined, info: () => undefined, error: () => undefined, warn: () => undefined },
+      intervalMs: 5,
+    });
+    try {
+      await expect.poll(() => connecting, { timeout: 5_000 }).toBe(1);
+      const claimed = await Promise.race([
+        tailer.claim('orders').then(() => 'claimed'),
+        new Promise((resolve) => setTimeout(() => resolve('still waiting after 1 s'), 1_000)),
+      ]);
+      expect(claimed).toBe('claimed');
+    } finally {
+      refuse?.(new Error('connect timed out'));
+      await tailer.close();
+    }
+  });
+
   it('options: standbyReplicas defaults to 0, an integer from 0 to 1000, checked before any I/O', () => {
     const base = {
       superStream: 'orders',
