@@ -395,6 +395,53 @@ describe('warm standbys - the copy and the take-over from it (§12.3)', () => {
     }
   });
 
+  // rev5, finding S3: the adopt's memory cap (STANDBY_ADOPT_MAX_BYTES, "the rename is one batch in
+  // memory") counts only the copy's keys, in UTF-16 units: the deletes of the namespace's own older
+  // state go into the same batch uncounted, and a key of non-ASCII characters is counted at a third
+  // of its UTF-8 bytes. The one batch handed to the store is bounded by nothing.
+  it('the adopt batch handed to the store stays within maxBytes (the deletes of the older state and UTF-8 bytes counted)', async () => {
+    const { db } = memoryDb();
+    // This member held the partition long ago: an older state with many keys.
+    await db.batch(
+      [
+        { type: 'put', key: offsetKey(NAMESPACE), value: encodeOffset(1n) },
+        { type: 'put', key: changelogPositionKey(NAMESPACE), value: encodeOffset(1n) },
+        ...Array.from({ length: 2_000 }, (_, i) => ({
+          type: 'put' as const,
+          key: key(`old-€€€€€€€€-${i}`),
+          value: Buffer.from([1]),
+        })),
+      ],
+      {},
+    );
+    await restore(standbyView(db), new FakeChangelog(history(30)));
+    let largest = 0;
+    const measuring: KeyValueDb = {
+      ...db,
+      batch: (ops, options) => {
+        const bytes = ops.reduce(
+          (n, op) => n + Buffer.byteLength(op.key, 'utf8') + (op.type === 'put' ? op.value.length : 0),
+          0,
+        );
+        largest = Math.max(largest, bytes);
+        return db.batch(ops, options);
+      },
+    };
+    const maxBytes = 4_096;
+    const outcome = await adoptStandbyCopy({
+      db: measuring,
+      sync: false,
+      namespace: NAMESPACE,
+      changelog: CHANGELOG,
+      client: clientOf(new FakeChangelog(history(30))),
+      timeoutMs: 2_000,
+      isCurrent: () => true,
+      maxBytes,
+    });
+    // Adopted in one batch within the cap, or refused (ignored): never a batch past the cap.
+    expect(outcome.kind === 'adopted' ? largest : 0).toBeLessThanOrEqual(maxBytes);
+  });
+
   it('options: standbyReplicas defaults to 0, an integer from 0 to 1000, checked before any I/O', () => {
     const base = {
       superStream: 'orders',
