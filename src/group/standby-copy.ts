@@ -74,7 +74,10 @@ export async function standbyMemberId(db: KeyValueDb, sync: boolean): Promise<st
   return id;
 }
 
-/** Bytes of keys and values above which a copy is not adopted (the rename is one batch in memory). */
+/**
+ * UTF-8 bytes of the adopt's one in-memory batch (the deletes of the namespace's older state, the
+ * copy's keys and values) above which a copy is not adopted: today's restore runs instead.
+ */
 export const STANDBY_ADOPT_MAX_BYTES: number = 256 * 1024 * 1024;
 
 /** @internal */
@@ -149,20 +152,31 @@ export async function adoptStandbyCopy(o: AdoptOptions): Promise<AdoptOutcome> {
   let bytes = 0;
   let keys = 0;
   const maxBytes = o.maxBytes ?? STANDBY_ADOPT_MAX_BYTES;
+  // Every op of the one batch counts, in the UTF-8 bytes the store gets: the deletes of the
+  // namespace's own older state too (it may be far larger than the copy), and the position put.
+  bytes += Buffer.byteLength(changelogPositionKey(namespace), 'utf8') + positionRaw.length;
   await read(async () => {
     for (const range of namespaceRanges(namespace)) {
-      for await (const [key] of db.iterator(range)) ops.push({ type: 'del', key });
+      for await (const [key] of db.iterator(range)) {
+        ops.push({ type: 'del', key });
+        bytes += Buffer.byteLength(key, 'utf8');
+        if (bytes > maxBytes) return;
+      }
     }
     for (const range of namespaceRanges(namespace)) {
       for await (const [key, value] of view.iterator(range)) {
         ops.push({ type: 'put', key, value });
-        bytes += key.length + value.length;
+        bytes += Buffer.byteLength(key, 'utf8') + value.length;
         keys++;
         if (bytes > maxBytes) return;
       }
     }
   });
-  if (bytes > maxBytes) return { kind: 'ignored', why: `the copy holds more than ${maxBytes} bytes` };
+  if (bytes > maxBytes)
+    return {
+      kind: 'ignored',
+      why: `the adopt batch (older state deleted, copy written) exceeds ${maxBytes} bytes`,
+    };
   // Nothing writes the copy while a take-over holds the partition (the tail stopped): checked anyway.
   const again = await read(() => view.get(offsetKey(namespace)));
   if (again === undefined || Buffer.compare(Buffer.from(again), Buffer.from(copyRaw)) !== 0)

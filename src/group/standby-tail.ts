@@ -3,8 +3,9 @@
  * that keeps a copy of the partitions the choice rule (standby-choice.ts) picks among those the
  * member does not hold, by running the take-over's own restore into the copy's keys
  * (standby-copy.ts) every {@link STANDBY_INTERVAL_MS}. A take-over first claims its partition:
- * the loop stops tailing it (the step under way abandons before its next write and is waited
- * for), then the copy is adopted. A tail that fails is logged and retried later with a backoff; it
+ * the loop stops tailing it (a step still connecting is dropped at once, its late connection closed
+ * when it comes; a step past its connect abandons before its next write and is waited for), then the
+ * copy is adopted. A tail that fails is logged and retried later with a backoff; it
  * never stops the member. One tail at a time, one reader connection each, closed after it.
  */
 import type { Client } from 'rabbitmq-stream-js-client';
@@ -61,7 +62,8 @@ export class StandbyTailer {
   /** Partitions a take-over claimed (not tailed until released). */
   readonly #claimed = new Set<string>();
   readonly #failures = new Map<string, { count: number; retryAt: number }>();
-  #running: { readonly partition: string; readonly step: Promise<void> } | undefined;
+  #running:
+    { readonly partition: string; readonly step: Promise<void>; readonly stop: AbortController } | undefined;
   #chosen: readonly string[] = [];
   #closed = false;
   #wake: (() => void) | undefined;
@@ -79,13 +81,16 @@ export class StandbyTailer {
   }
 
   /**
-   * A take-over of `partition` begins: its tail stops (the step under way ends before its next
-   * write, and is waited for) and does not start again until {@link StandbyTailer.release}.
+   * A take-over of `partition` begins: its tail stops (a step still connecting ends at once; one
+   * past its connect ends before its next write, and is waited for) and does not start again until
+   * {@link StandbyTailer.release}.
    */
   async claim(partition: string): Promise<void> {
     this.#claimed.add(partition);
     const running = this.#running;
-    if (running?.partition === partition) await running.step;
+    if (running?.partition !== partition) return;
+    running.stop.abort();
+    await running.step;
   }
 
   /** The take-over of `partition` ended (held now, or failed): the rule decides again. */
@@ -96,6 +101,7 @@ export class StandbyTailer {
   /** Stops the loop; resolves once the step under way ended and its connection closed. */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#running?.stop.abort();
     this.#wake?.();
     await this.#loop;
   }
@@ -123,8 +129,9 @@ export class StandbyTailer {
         if (this.#closed) break;
         const failed = this.#failures.get(partition);
         if (this.#held(partition) || (failed !== undefined && performance.now() < failed.retryAt)) continue;
-        const step = this.#tail(partition);
-        this.#running = { partition, step };
+        const stop = new AbortController();
+        const step = this.#tail(partition, stop.signal);
+        this.#running = { partition, step, stop };
         await step;
         this.#running = undefined;
       }
@@ -141,14 +148,15 @@ export class StandbyTailer {
   }
 
   /** One step: the copy of `partition` brought to the changelog's end as it was. Never rejects. */
-  async #tail(partition: string): Promise<void> {
+  async #tail(partition: string, signal: AbortSignal): Promise<void> {
     const p = this.#byName.get(partition);
     if (p === undefined) return;
     const current = (): boolean => !this.#closed && !this.#held(partition);
     const snapshots = snapshotProducerName(this.#o.producerName);
     let client: Client | undefined;
     try {
-      client = await this.#o.connect();
+      client = await connectUnlessStopped(this.#o.connect, signal);
+      if (client === undefined) return;
       const report = await restoreWithSnapshots(
         {
           db: standbyView(this.#o.db),
@@ -191,5 +199,31 @@ export class StandbyTailer {
           'closing',
         ).catch(() => undefined);
     }
+  }
+}
+
+/**
+ * `connect()` raced against `signal` (a claim or close): a connect to a node that went away lasts up
+ * to connectTimeoutMs per endpoint, and a take-over must not wait for it. Undefined when stopped
+ * first; the connection that comes later is closed, a late failure dropped.
+ */
+async function connectUnlessStopped(
+  connect: () => Promise<Client>,
+  signal: AbortSignal,
+): Promise<Client | undefined> {
+  if (signal.aborted) return undefined;
+  const pending = connect();
+  let onAbort: (() => void) | undefined;
+  const stopped = new Promise<undefined>((resolve) => {
+    onAbort = () => resolve(undefined);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    const won = await Promise.race([pending, stopped]);
+    if (won === undefined)
+      pending.then((late) => Promise.resolve().then(() => late.close())).catch(() => undefined);
+    return won;
+  } finally {
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
   }
 }

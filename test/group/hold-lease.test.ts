@@ -215,6 +215,49 @@ describe('group partition - hold lease before each local write and commit report
     expect(t.trips).toHaveLength(1);
   });
 
+  // rev5, finding L1: the process stops after the round trip was SENT and before its answer was
+  // read. The broker answers, times the member out and moves the partition; on resume the answer
+  // is first in the socket buffer (the close comes after it), so it is read while the activation
+  // still looks current. The answer is 10 s old news: the hold it proves ended long ago.
+  it('an answer read after the lease ran out (a stop between sending the round trip and reading its answer) proves nothing: the batch is not written on it', async () => {
+    const t = setUp(4);
+    await firstBatch(t);
+    t.message(2n);
+    t.message(3n);
+    await settle();
+    t.advance(6_000);
+    t.journaled[1]!.resolve();
+    await settle();
+    expect(t.trips).toHaveLength(2); // sent now; the process stops right after
+    t.advance(10_000); // stopped 10 s: the broker moved the partition meanwhile
+    t.trips[1]!.answer(); // the answer was already in the socket buffer
+    await settle();
+    // Not written on a proof sent 10 s ago (> LEASE_MS): a fresh round trip must decide.
+    expect(t.writes).toHaveLength(1);
+  });
+
+  // rev5, finding L1 on the report path: the round trip sent AHEAD (past half the lease) before a
+  // stop during the store write is the one the report waits for after it; its answer, read first on
+  // resume, is taken as proof although it was sent 10 s before.
+  it('a round trip sent ahead before a stop during the store write does not let the batch be reported after the stop', async () => {
+    const t = setUp(4);
+    await firstBatch(t);
+    t.advance(LEASE_MS / 2 + 50); // past half the lease: the next gate sends a round trip ahead
+    t.message(2n);
+    t.message(3n);
+    await settle();
+    t.journaled[1]!.resolve();
+    await settle();
+    expect(t.trips).toHaveLength(2); // sent ahead; the write began without waiting
+    expect(t.writes).toHaveLength(2);
+    t.advance(10_000); // stopped during the LevelDB write; the partition moved meanwhile
+    t.writes[1]!.done();
+    await settle();
+    t.trips[1]!.answer(); // answered before the broker closed the connection: read first
+    await settle();
+    expect(t.reported).toEqual([1n]);
+  });
+
   it('pauseClock never goes back and counts a forward jump of the wall clock (a suspended machine)', () => {
     const realNow = Date.now;
     try {

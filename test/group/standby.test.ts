@@ -317,6 +317,92 @@ describe('warm standbys - the copy and the take-over from it (§12.3)', () => {
     expect(await contents(standbyView(db))).toEqual(await fromScratch(records));
   });
 
+  // rev5, finding S2: a take-over claims its partition and waits for the tail step under way — also
+  // when that step is still connecting. connect() is bounded only by connectTimeoutMs (10 s) per
+  // endpoint (openThroughEndpoints tries each), and a take-over happens precisely when a node went
+  // away: the partition's new holder sits behind a standby's connect to the dead node.
+  it('a take-over claiming the partition does not wait for the tail step to finish connecting', async () => {
+    const { db } = memoryDb();
+    let connecting = 0;
+    let refuse: ((err: Error) => void) | undefined;
+    const tailer = new StandbyTailer({
+      db,
+      sync: false,
+      consumerName: 'billing',
+      partitions: [{ partition: 'orders', namespace: NAMESPACE, changelog: CHANGELOG }],
+      replicas: 1,
+      producerName: OURS,
+      settings: undefined,
+      isActive: () => false,
+      // A node that does not answer: the connect attempt ends only at its time-out.
+      connect: () => {
+        connecting++;
+        return new Promise<Client>((_resolve, reject) => (refuse = reject));
+      },
+      restoreTimeoutMs: 5_000,
+      log: { debug: () => undefined, info: () => undefined, error: () => undefined, warn: () => undefined },
+      intervalMs: 5,
+    });
+    try {
+      await expect.poll(() => connecting, { timeout: 5_000 }).toBe(1);
+      const claimed = await Promise.race([
+        tailer.claim('orders').then(() => 'claimed'),
+        new Promise((resolve) => setTimeout(() => resolve('still waiting after 1 s'), 1_000)),
+      ]);
+      expect(claimed).toBe('claimed');
+    } finally {
+      refuse?.(new Error('connect timed out'));
+      await tailer.close();
+    }
+  });
+
+  // rev5, finding S3: the adopt's memory cap (STANDBY_ADOPT_MAX_BYTES, "the rename is one batch in
+  // memory") counts only the copy's keys, in UTF-16 units: the deletes of the namespace's own older
+  // state go into the same batch uncounted, and a key of non-ASCII characters is counted at a third
+  // of its UTF-8 bytes. The one batch handed to the store is bounded by nothing.
+  it('the adopt batch handed to the store stays within maxBytes (the deletes of the older state and UTF-8 bytes counted)', async () => {
+    const { db } = memoryDb();
+    // This member held the partition long ago: an older state with many keys.
+    await db.batch(
+      [
+        { type: 'put', key: offsetKey(NAMESPACE), value: encodeOffset(1n) },
+        { type: 'put', key: changelogPositionKey(NAMESPACE), value: encodeOffset(1n) },
+        ...Array.from({ length: 2_000 }, (_, i) => ({
+          type: 'put' as const,
+          key: key(`old-€€€€€€€€-${i}`),
+          value: Buffer.from([1]),
+        })),
+      ],
+      {},
+    );
+    await restore(standbyView(db), new FakeChangelog(history(30)));
+    let largest = 0;
+    const measuring: KeyValueDb = {
+      ...db,
+      batch: (ops, options) => {
+        const bytes = ops.reduce(
+          (n, op) => n + Buffer.byteLength(op.key, 'utf8') + (op.type === 'put' ? op.value.length : 0),
+          0,
+        );
+        largest = Math.max(largest, bytes);
+        return db.batch(ops, options);
+      },
+    };
+    const maxBytes = 4_096;
+    const outcome = await adoptStandbyCopy({
+      db: measuring,
+      sync: false,
+      namespace: NAMESPACE,
+      changelog: CHANGELOG,
+      client: clientOf(new FakeChangelog(history(30))),
+      timeoutMs: 2_000,
+      isCurrent: () => true,
+      maxBytes,
+    });
+    // Adopted in one batch within the cap, or refused (ignored): never a batch past the cap.
+    expect(outcome.kind === 'adopted' ? largest : 0).toBeLessThanOrEqual(maxBytes);
+  });
+
   it('options: standbyReplicas defaults to 0, an integer from 0 to 1000, checked before any I/O', () => {
     const base = {
       superStream: 'orders',
