@@ -10,7 +10,7 @@ import { CommitPipeline, type JournalEntry } from '../../src/consumer/commit-pip
 import type { ConsumerStore, StoreBatch } from '../../src/consumer/consumer-store.js';
 import type { ResolvedVerifyingConsumerOptions } from '../../src/consumer/options.js';
 import type { VerifyStats } from '../../src/consumer/types.js';
-import { HoldLease, LEASE_MS, pauseClock } from '../../src/group/hold-lease.js';
+import { HoldLease, LEASE_MS, MAX_STALE_ANSWERS, pauseClock } from '../../src/group/hold-lease.js';
 
 interface Deferred {
   readonly entry: JournalEntry;
@@ -256,6 +256,30 @@ describe('group partition - hold lease before each local write and commit report
     t.trips[1]!.answer(); // answered before the broker closed the connection: read first
     await settle();
     expect(t.reported).toEqual([1n]);
+  });
+
+  it(`a broker that answers every round trip later than the bound: after ${MAX_STALE_ANSWERS} stale answers the hold is lost, the batch dropped (the gate does not wait for ever)`, async () => {
+    const t = setUp(4);
+    await firstBatch(t);
+    t.message(2n);
+    t.message(3n);
+    await settle();
+    t.advance(6_000);
+    t.journaled[1]!.resolve();
+    await settle();
+    for (let i = 1; i <= MAX_STALE_ANSWERS; i++) {
+      expect(t.trips).toHaveLength(1 + i);
+      t.advance(LEASE_MS + 1);
+      t.trips[i]!.answer();
+      await settle();
+    }
+    expect(t.lost).toHaveLength(1); // not a fourth round trip waited for: the hold is lost
+    expect(t.trips).toHaveLength(1 + MAX_STALE_ANSWERS);
+    await t.pipeline.idle();
+    expect(t.writes.map((w) => w.lastOffset)).toEqual([1n]);
+    expect(t.reported).toEqual([1n]);
+    expect(t.lost).toHaveLength(1);
+    expect(t.stops.map((e) => e.name)).toEqual(['PartitionMoved']);
   });
 
   it('pauseClock never goes back and counts a forward jump of the wall clock (a suspended machine)', () => {
