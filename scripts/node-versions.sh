@@ -30,9 +30,22 @@ install_node() {
     return
   fi
   echo "node-versions: installing $package@$version into $dir" >&2
-  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
-  npm install --prefix "$dir.tmp" --no-save --no-package-lock --no-audit --no-fund --ignore-scripts \
-    --loglevel=error "$package@$version" >&2
+  # A download from the registry can fail for a moment on a fresh machine: three attempts, 5 s and
+  # 20 s apart, then the error.
+  local attempt
+  for attempt in 1 2 3; do
+    rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+    if npm install --prefix "$dir.tmp" --no-save --no-package-lock --no-audit --no-fund --ignore-scripts \
+      --loglevel=error "$package@$version" >&2; then
+      break
+    fi
+    if [[ $attempt -eq 3 ]]; then
+      echo "node-versions: could not install $package@$version from the npm registry (3 attempts)" >&2
+      exit 1
+    fi
+    echo "node-versions: installing $package@$version failed (attempt $attempt of 3); again in $((attempt * attempt * 5)) s" >&2
+    sleep $((attempt * attempt * 5))
+  done
   local got
   got="$("$dir.tmp/node_modules/$package/bin/node" --version)"
   if [[ "$got" != "v$version" ]]; then
@@ -72,7 +85,11 @@ case "$command" in
       engine_check "$bin"
       echo "node-versions: Node.js $version: vitest run --project unit --project property"
       # A child process started as plain `node` gets this version too.
-      PATH="$(dirname "$bin"):$PATH" "$bin" node_modules/vitest/vitest.mjs run --project unit --project property
+      # The summary reporter adds this run to test-all.sh's count and its failures to the list
+      # test-all.sh prints last (when run from there; alone it prints its own summary line).
+      STREAM_DEDUP_RUN_LABEL="unit and property, Node.js $version" PATH="$(dirname "$bin"):$PATH" "$bin" \
+        node_modules/vitest/vitest.mjs run --project unit --project property \
+        --reporter=default --reporter=./scripts/summary-reporter.js
       echo "node-versions: Node.js $version: unit and property projects passed in $((SECONDS - started)) s"
     done
     ;;
