@@ -544,6 +544,8 @@ export class PgOutboxRelay {
     this.#startChecks();
     if (this.#willNumber()) return;
     for (const [target, done] of this.#takeChecked()) {
+      // A check that failed meanwhile (another writer) ends the life: delete nothing more.
+      if (this.#failure !== undefined) return;
       await this.#db.deleteBatches(
         this.#work!,
         target,
@@ -624,6 +626,14 @@ export class PgOutboxRelay {
    * `outbox_ids` (the delete that follows is fenced).
    */
   async #checkNoOtherWriter(t: Target): Promise<void> {
+    // The mark as of the question (relay35): the broker answers a query on the producer's
+    // connection in frame order, so its answer reflects this life's frames written before the
+    // query (every ID of which was numbered, hence at or below this mark) and none written after.
+    // Compared with the mark at the answer instead, a numbering that committed meanwhile raised
+    // it: another writer's ID in between passed, and the rows this relay then sent at or below it
+    // were dropped as duplicates, confirmed, and deleted. Read before the query is written (the
+    // client writes it synchronously in the call).
+    const asked = t.lastNumbered;
     // Bounded, and ended by the life's failure: the stream client never answers nor rejects a
     // request whose connection closed, so a bare await hung the relay for good while its heartbeat
     // kept the lease (revR finding 1). The life then ends like on any broker failure.
@@ -635,18 +645,23 @@ export class PgOutboxRelay {
       ),
       this.#failed,
     ]);
+    if (brokerLast <= asked) return;
     // Another life of this outbox (a standby that took over while this relay was paused) numbers
-    // in the same table, and commits before it sends: read its numbering before crying conflict.
-    if (brokerLast > t.lastNumbered) t.lastNumbered = await this.#db.lastAssigned(this.#work!, t.name);
-    if (brokerLast > t.lastNumbered) {
-      throw new DedupError(
-        'DEDUP_NAME_CONFLICT',
-        `the broker's last publishing ID for "${this.#opts.producerName}" on stream "${t.name}" moved to ${brokerLast}, ` +
-          `above the ${t.lastNumbered} the outbox of schema "${this.#opts.schema}" numbered: another writer publishes ` +
-          'under the name (another outbox relaying it from another database or server, or a publisher). The broker ' +
-          'may have dropped rows of this outbox as duplicates of its IDs: they were kept, not deleted; the relay stopped',
+    // in the same table and sends under the name: not another writer, but this life is over (its
+    // deletes are fenced anyway): it ends, and the next one recovers from the broker's last ID.
+    const epoch = await this.#db.leaseEpoch(this.#work!);
+    if (epoch !== this.#epoch) {
+      throw new FencedError(
+        `outbox relay "${this.#opts.producerName}" was taken over by another relay (lease epoch ${epoch ?? 'gone'}, ours ${this.#epoch ?? 'none'})`,
       );
     }
+    throw new DedupError(
+      'DEDUP_NAME_CONFLICT',
+      `the broker's last publishing ID for "${this.#opts.producerName}" on stream "${t.name}" was ${brokerLast}, ` +
+        `above the ${asked} the outbox of schema "${this.#opts.schema}" had numbered when the relay asked: another writer publishes ` +
+        'under the name (another outbox relaying it from another database or server, or a publisher). The broker ' +
+        'may have dropped rows of this outbox as duplicates of its IDs: they were kept, not deleted; the relay stopped',
+    );
   }
 
   #inFlight(): number {
