@@ -98,25 +98,33 @@ async function answer(db: FakeDb, text: string, values: readonly unknown[] = [])
     );
   }
   if (/^BEGIN; SET LOCAL/.test(t)) {
-    const rows = db.outbox.map((r) => ({
+    // The read: the first LIMIT waiting rows in id order.
+    const limit = Number(/ORDER BY id LIMIT (\d+)/.exec(t)?.[1] ?? db.outbox.length);
+    const read = [...db.outbox].sort((a, b) => (a.id < b.id ? -1 : 1)).slice(0, limit);
+    const rows = read.map((r) => ({
       id: r.id.toString(),
       body: r.body,
       headers: null,
       message_key: null,
       routing_key: null,
       age_ms: 1,
-      fetched: String(db.outbox.length),
+      fetched: String(read.length),
     }));
     const empty = result([]);
     return [empty, empty, empty, empty, empty, result([{ epoch: db.epoch.toString() }]), result(rows)];
   }
   if (/INSERT INTO .*outbox_batches/s.test(t)) {
-    // The move: every waiting row into one record.
-    const ids = db.outbox.map((r) => r.id);
+    // The move: the rows the statement names (`id = ANY('{…}'::bigint[])`, one per record, in
+    // record order) into records from last_assigned + 1.
+    const ids = [...t.matchAll(/WHERE id = ANY\('\{([^}]*)\}'::bigint\[\]\)/g)].flatMap((m) =>
+      m[1]!.split(',').map((v) => BigInt(v)),
+    );
+    const moved = ids.map((id) => db.outbox.find((r) => r.id === id)!);
     const last = db.lastAssigned.get('s') ?? 0n;
-    db.records.push({ target: 's', firstId: last + 1n, rowIds: ids, bodies: db.outbox.map((r) => r.body) });
+    db.records.push({ target: 's', firstId: last + 1n, rowIds: ids, bodies: moved.map((r) => r.body) });
     db.lastAssigned.set('s', last + BigInt(ids.length));
-    db.outbox = [];
+    const gone = new Set(ids);
+    db.outbox = db.outbox.filter((r) => !gone.has(r.id));
     return result([]);
   }
   return result([]);

@@ -95,6 +95,8 @@ interface Target {
 /** Confirmed batch records to delete once their other-writer check (started after the confirms) passed. */
 interface PendingDelete {
   readonly done: ReadonlyMap<string, readonly SentBatch[]>;
+  /** The rows the records hold (this life sent). */
+  readonly rows: number;
   passed: boolean;
 }
 
@@ -562,8 +564,21 @@ export class PgOutboxRelay {
       !this.#closing &&
       this.#poison === undefined &&
       this.#failure === undefined &&
-      this.#inFlight() < this.#opts.maxInFlight
+      this.#room() > 0
     );
+  }
+
+  /**
+   * The rows the next numbering may take: `maxInFlight` bounds the rows sent and unconfirmed, and
+   * also, apart, the rows of records confirmed and not yet deleted (their other-writer check
+   * pending or passed): a slow broker answer (up to `connectTimeoutMs`) otherwise let the relay
+   * number, send and confirm on, each confirm burst one more entry there and its records kept in
+   * `outbox_batches`, as many as were committed meanwhile (relay35).
+   */
+  #room(): number {
+    let pendingRows = 0;
+    for (const p of this.#pending) pendingRows += p.rows;
+    return Math.min(this.#opts.maxInFlight - this.#inFlight(), this.#opts.maxInFlight - pendingRows);
   }
 
   /** Takes the records to delete out of every target: target → the records. */
@@ -584,7 +599,9 @@ export class PgOutboxRelay {
   #startChecks(): void {
     const done = this.#takeDone();
     if (done.size === 0) return;
-    const pending: PendingDelete = { done, passed: false };
+    let rows = 0;
+    for (const d of done.values()) for (const b of d) rows += b.sent;
+    const pending: PendingDelete = { done, rows, passed: false };
     this.#pending.push(pending);
     const current = (): boolean => this.#pending.includes(pending);
     Promise.all([...done.keys()].map((name) => this.#checkNoOtherWriter(this.#targets.get(name)!))).then(
@@ -707,7 +724,7 @@ export class PgOutboxRelay {
         await sleep(Math.min(50, Math.max(1, deadline - performance.now())), (w) => (this.#wake = w));
         continue;
       }
-      const room = this.#opts.maxInFlight - this.#inFlight();
+      const room = this.#room();
       if (this.#dirty && room > 0) {
         this.#dirty = false;
         const limit = Math.min(this.#opts.batchSize, room);
