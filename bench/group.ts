@@ -56,6 +56,11 @@ export interface GroupRates {
     readonly loads: { readonly off: readonly number[]; readonly on: readonly number[] };
     /** Which of the two ran first in each round (they alternate: drift hits both alike). */
     readonly firsts: readonly ('off' | 'on')[];
+    /**
+     * CPU time of the measured read's process per message (µs; set-up included), off and on: less
+     * sensitive than the rate to other processes on the machine.
+     */
+    readonly cpuUsPerMessage: { readonly off: readonly number[]; readonly on: readonly number[] };
   };
 }
 
@@ -296,7 +301,7 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
     mode: string,
     round: string,
     snapshots?: string,
-  ): Promise<{ rate: number; written: number; changelog: number }> =>
+  ): Promise<{ rate: number; written: number; changelog: number; cpuUsPerMessage: number }> =>
     measureInChild(import.meta.url, [mode, superStream, dir, String(perPartition), round], {
       STREAM_DEDUP_BENCH_GROUP: '1',
       ...(snapshots === undefined ? {} : { STREAM_DEDUP_BENCH_SNAPSHOTS: snapshots }),
@@ -312,6 +317,7 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
     const changelog = { off: [] as number[], on: [] as number[] };
     const loads = { off: [] as number[], on: [] as number[] };
     const firsts: ('off' | 'on')[] = [];
+    const cpuUsPerMessage = { off: [] as number[], on: [] as number[] };
     for (let i = 0; i < rounds; i++) {
       load.push(loadavg()[0]!);
       raw.push((await run('raw', String(i))).rate);
@@ -330,6 +336,7 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
           kind === 'off' ? 'off' : String(snapshotEvery),
         );
         changelog[kind].push(r.changelog);
+        cpuUsPerMessage[kind].push(r.cpuUsPerMessage);
         if (kind === 'off') group.push(r.rate);
         else {
           on.push(r.rate);
@@ -355,6 +362,7 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
               load,
               loads,
               firsts,
+              cpuUsPerMessage,
             },
           }),
     };

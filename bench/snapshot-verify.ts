@@ -106,7 +106,7 @@ export async function snapshotRows(group?: GroupRates): Promise<SnapshotRows> {
       `${`group, snapshot every ${snapshots.every}`.padEnd(30)} ${Math.round(snapshots.onPerSec).toLocaleString('en').padStart(9)} msg/s, ${(snapshots.onPerSec / rates.rawPerSec).toFixed(3)} of raw, ${onToOff.toFixed(3)} of snapshots off (rounds ${snapshots.rounds.on.map(Math.round).join(' ')}; ${snapshots.written.join('/')} snapshots a read)`,
     );
     console.log(
-      `${''.padEnd(30)} on ÷ off per round ${perRound.map((r) => r.toFixed(3)).join(' ')} (median ${onToOff.toFixed(3)}; ratio of medians ${(snapshots.onPerSec / snapshots.offPerSec).toFixed(3)}); first ${snapshots.firsts.join(' ')}; changelog messages off ${snapshots.changelog.off.join('/')}, on ${snapshots.changelog.on.join('/')}; load before off ${f(snapshots.loads.off)}, on ${f(snapshots.loads.on)}`,
+      `${''.padEnd(30)} on ÷ off per round ${perRound.map((r) => r.toFixed(3)).join(' ')} (median ${onToOff.toFixed(3)}; ratio of medians ${(snapshots.onPerSec / snapshots.offPerSec).toFixed(3)}); first ${snapshots.firsts.join(' ')}; changelog messages off ${snapshots.changelog.off.join('/')}, on ${snapshots.changelog.on.join('/')}; load before off ${f(snapshots.loads.off)}, on ${f(snapshots.loads.on)}; CPU µs a message off ${snapshots.cpuUsPerMessage.off.map((c) => c.toFixed(2)).join(' ')}, on ${snapshots.cpuUsPerMessage.on.map((c) => c.toFixed(2)).join(' ')} (medians ${median(snapshots.cpuUsPerMessage.off).toFixed(2)} / ${median(snapshots.cpuUsPerMessage.on).toFixed(2)})`,
     );
     if (snapshots.written.some((w) => w < ENOUGH_SNAPSHOTS))
       console.log(
@@ -204,6 +204,10 @@ export async function snapshotRows(group?: GroupRates): Promise<SnapshotRows> {
             onToOff: Number(onToOff.toFixed(3)),
             onToOffPerRound: perRound.map((r) => Number(r.toFixed(3))),
             firsts: snapshots.firsts,
+            cpuUsPerMessage: {
+              off: snapshots.cpuUsPerMessage.off.map((c) => Number(c.toFixed(2))),
+              on: snapshots.cpuUsPerMessage.on.map((c) => Number(c.toFixed(2))),
+            },
             changelog: snapshots.changelog,
             loads: {
               off: snapshots.loads.off.map((l) => Number(l.toFixed(2))),
