@@ -45,8 +45,22 @@ export interface GroupRates {
     readonly rounds: { readonly off: readonly number[]; readonly on: readonly number[] };
     /** Snapshots the measured read of each `on` round wrote (all partitions). */
     readonly written: readonly number[];
+    /**
+     * Messages in the measured read's changelogs (all partitions; up to the last chunk's first
+     * offset: the genesis, the entries and, in `on` rounds, the snapshots' parts and markers).
+     */
+    readonly changelog: { readonly off: readonly number[]; readonly on: readonly number[] };
     /** The 1-minute load average before each round. */
     readonly load: readonly number[];
+    /** Before each off and on read. */
+    readonly loads: { readonly off: readonly number[]; readonly on: readonly number[] };
+    /** Which of the two ran first in each round (they alternate: drift hits both alike). */
+    readonly firsts: readonly ('off' | 'on')[];
+    /**
+     * CPU time of the measured read's process per message (µs; set-up included), off and on: less
+     * sensitive than the rate to other processes on the machine.
+     */
+    readonly cpuUsPerMessage: { readonly off: readonly number[]; readonly on: readonly number[] };
   };
 }
 
@@ -109,7 +123,7 @@ async function groupRead(
   dir: string,
   perPartition: number,
   round: string,
-  written: { count: number },
+  written: { count: number; changelog: number },
 ): Promise<number> {
   const client = await connectClient();
   const consumerName = `bench-group-${round}`;
@@ -151,6 +165,11 @@ async function groupRead(
     const held = members.map((m) => m.activePartitions().length);
     if (held.includes(0)) throw new Error(`a member holds no partition (${held.join('/')})`);
     written.count = members.reduce((sum, m) => sum + m.stats.snapshotsWritten, 0);
+    written.changelog = 0;
+    for (const p of partitions) {
+      const stats = await client.streamStatsRequest(changelogStreamName(p, consumerName));
+      written.changelog += Number(stats.committedChunkId) + 1;
+    }
     return (perPartition * partitions.length) / seconds;
   } finally {
     await Promise.all(members.map((m) => m.close()));
@@ -278,7 +297,11 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
   const dir = await mkdtemp(join(tmpdir(), 'bench-group-'));
   const superStream = uniqueName('bench-group');
   const client = await connectClient();
-  const run = (mode: string, round: string, snapshots?: string): Promise<{ rate: number; written: number }> =>
+  const run = (
+    mode: string,
+    round: string,
+    snapshots?: string,
+  ): Promise<{ rate: number; written: number; changelog: number; cpuUsPerMessage: number }> =>
     measureInChild(import.meta.url, [mode, superStream, dir, String(perPartition), round], {
       STREAM_DEDUP_BENCH_GROUP: '1',
       ...(snapshots === undefined ? {} : { STREAM_DEDUP_BENCH_SNAPSHOTS: snapshots }),
@@ -291,14 +314,35 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
     const on: number[] = [];
     const written: number[] = [];
     const load: number[] = [];
+    const changelog = { off: [] as number[], on: [] as number[] };
+    const loads = { off: [] as number[], on: [] as number[] };
+    const firsts: ('off' | 'on')[] = [];
+    const cpuUsPerMessage = { off: [] as number[], on: [] as number[] };
     for (let i = 0; i < rounds; i++) {
       load.push(loadavg()[0]!);
       raw.push((await run('raw', String(i))).rate);
-      group.push((await run('group', String(i), snapshotEvery === undefined ? undefined : 'off')).rate);
-      if (snapshotEvery === undefined) continue;
-      const snapshots = await run('group', `${i}-on`, String(snapshotEvery));
-      on.push(snapshots.rate);
-      written.push(snapshots.written);
+      if (snapshotEvery === undefined) {
+        group.push((await run('group', String(i))).rate);
+        continue;
+      }
+      // Off and on alternate which runs first, so that a drifting load does not favour one.
+      const order: ('off' | 'on')[] = i % 2 === 0 ? ['off', 'on'] : ['on', 'off'];
+      firsts.push(order[0]!);
+      for (const kind of order) {
+        loads[kind].push(loadavg()[0]!);
+        const r = await run(
+          'group',
+          kind === 'off' ? String(i) : `${i}-on`,
+          kind === 'off' ? 'off' : String(snapshotEvery),
+        );
+        changelog[kind].push(r.changelog);
+        cpuUsPerMessage[kind].push(r.cpuUsPerMessage);
+        if (kind === 'off') group.push(r.rate);
+        else {
+          on.push(r.rate);
+          written.push(r.written);
+        }
+      }
     }
     return {
       messages: perPartition * PARTITIONS,
@@ -314,7 +358,11 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
               onPerSec: median(on),
               rounds: { off: group, on },
               written,
+              changelog,
               load,
+              loads,
+              firsts,
+              cpuUsPerMessage,
             },
           }),
     };
@@ -344,7 +392,7 @@ if (process.env.STREAM_DEDUP_BENCH_GROUP === '1') {
    * A warm-up read, then the measured one, with the process's CPU time over its wall time (cpuShare)
    * and per message read.
    */
-  const written = { count: 0 };
+  const written = { count: 0, changelog: 0 };
   const measured = async (read: (warm: boolean) => Promise<number>) => {
     await read(true);
     const cpu = process.cpuUsage();
@@ -354,7 +402,13 @@ if (process.env.STREAM_DEDUP_BENCH_GROUP === '1') {
     const cpuMs = (used.user + used.system) / 1000;
     // Set-up included (connections, members' open and restore): an upper bound per message.
     const cpuUsPerMessage = (cpuMs * 1000) / (Number(n) * PARTITIONS);
-    return { rate, cpuShare: cpuMs / (performance.now() - started), cpuUsPerMessage, written: written.count };
+    return {
+      rate,
+      cpuShare: cpuMs / (performance.now() - started),
+      cpuUsPerMessage,
+      written: written.count,
+      changelog: written.changelog,
+    };
   };
   const result =
     mode === 'takeover'

@@ -9,7 +9,7 @@
  * awaiting the oldest confirm, the bounded pattern a producer with backpressure uses; one context
  * row issues all 100 000 at once.
  */
-import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as amqpConnect } from 'amqplib';
@@ -32,6 +32,7 @@ import {
   uniqueName,
   type Row,
 } from './common.js';
+import { brokerStreamsDir, streamDisk } from './broker-files.js';
 import { naiveThroughput, outboxExtras, relayThroughput } from './outbox.js';
 
 const COUNT = Number(process.env.BENCH_COUNT ?? 100_000);
@@ -45,28 +46,19 @@ const UNSTAMPED_SIZE_BODY = Buffer.alloc(SIZE - 57, 0x61);
 const WINDOW = 5_000;
 
 /**
- * Where the broker keeps its streams' segment files (scripts/rabbitmq.sh's single node), to report
- * bytes on disk per message; STREAM_DEDUP_BROKER_STREAMS overrides it. Not readable: not reported.
+ * The live broker's stream folder (bench/broker-files.ts: scripts/rabbitmq.sh's running node, or
+ * STREAM_DEDUP_BROKER_STREAMS; `off` leaves the row out), to report bytes on disk per message.
+ * Found before any case runs: a folder that cannot be found throws instead of a silent empty row.
  */
-const STREAM_FILES =
-  process.env.STREAM_DEDUP_BROKER_STREAMS ??
-  '/var/cache/stream-dedup/trixie/var/lib/stream-dedup/rabbit/mnesia/rabbit@localhost/stream';
+const STREAM_FILES = await brokerStreamsDir();
 /** The bytes of the last measured case's stream on the broker's disk (set before it is deleted). */
 let diskBytes: number | undefined;
 
-/** The size of a stream's segment and index files on the broker's disk, or undefined. */
+/** The size of a stream's segment and index files on the broker's disk (undefined: the row is off). */
 async function streamBytesOnDisk(stream: string): Promise<number | undefined> {
-  try {
-    const dirs = (await readdir(STREAM_FILES)).filter((d) => d.includes(stream));
-    if (dirs.length !== 1) return undefined;
-    let bytes = 0;
-    for (const f of await readdir(join(STREAM_FILES, dirs[0]!))) {
-      bytes += (await stat(join(STREAM_FILES, dirs[0]!, f))).size;
-    }
-    return bytes;
-  } catch {
-    return undefined;
-  }
+  return STREAM_FILES === undefined
+    ? undefined
+    : (await streamDisk(STREAM_FILES, stream, CONNECTION.vhost)).bytes;
 }
 
 /** The raw client; with `stamped`, carrying the same two identity properties the library stamps. */

@@ -13,12 +13,13 @@
  *   store from the latest snapshot retention kept.
  *
  *   node --import tsx bench/snapshot-restore.ts [H ...]   (default 10000 100000; RUNS, default 3)
+ *   node --import tsx bench/snapshot-restore.ts retention [N] [maxLengthBytes]   (1000000, 64 MiB)
  *
  * Entries are published in bulk, so chunks hold many entries (a member's own appends make about
  * one per chunk): the figures favour the whole-changelog restore.
  */
-import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
-import os from 'node:os';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os, { loadavg } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Client } from 'rabbitmq-stream-js-client';
@@ -35,6 +36,7 @@ import { effectKeyPrefix, encodeOffset, offsetKey } from '../src/store/consumer-
 import { DedupStore } from '../src/store/store.js';
 import { silentLogger } from '../src/telemetry/logger.js';
 import { connectStreamClient } from '../src/transport/stream-probe.js';
+import { brokerStreamsDir, streamDisk } from './broker-files.js';
 
 const CONNECTION = {
   hostname: process.env.RABBITMQ_HOST ?? '127.0.0.1',
@@ -47,13 +49,6 @@ const GROUP = 'bench';
 const KEYS = 10_000;
 const ENTRY = changelogProducerName(GROUP);
 const SNAP = snapshotProducerName(ENTRY);
-/**
- * Where the broker keeps its streams' segment files (scripts/rabbitmq.sh's single node, as
- * bench/publish.ts reads them); STREAM_DEDUP_BROKER_STREAMS overrides it.
- */
-const STREAM_FILES =
-  process.env.STREAM_DEDUP_BROKER_STREAMS ??
-  '/var/cache/stream-dedup/trixie/var/lib/stream-dedup/rabbit/mnesia/rabbit@localhost/stream';
 
 /** One history's restore times (ms), run by run. */
 export interface SnapshotRestoreTimes {
@@ -72,8 +67,13 @@ export interface RetentionDisk {
   readonly entries: number;
   readonly maxLengthBytes: number;
   readonly segmentBytes: number;
-  /** The stream's segment and index files on the broker's disk; undefined: not readable here. */
+  /**
+   * The stream's segment and index files on the broker's disk (bench/broker-files.ts), apparent
+   * and allocated bytes; undefined only with STREAM_DEDUP_BROKER_STREAMS=off.
+   */
   readonly diskBytes: number | undefined;
+  readonly diskAllocatedBytes: number | undefined;
+  readonly diskFiles: number | undefined;
   /** Bytes of entries and snapshots appended (what the changelog holds without retention). */
   readonly appendedBytes: number;
   readonly firstOffset: bigint;
@@ -267,21 +267,6 @@ export async function measureSnapshotRestore(history: number, runs = 3): Promise
   }
 }
 
-/** The size of a stream's segment and index files on the broker's disk, or undefined. */
-async function streamBytesOnDisk(stream: string): Promise<number | undefined> {
-  try {
-    // The broker's folder is `__<stream>_<timestamp>`.
-    const dirs = (await readdir(STREAM_FILES)).filter((d) => d.startsWith(`__${stream}_`));
-    if (dirs.length !== 1) return undefined;
-    let bytes = 0;
-    for (const f of await readdir(path.join(STREAM_FILES, dirs[0]!)))
-      bytes += (await stat(path.join(STREAM_FILES, dirs[0]!, f))).size;
-    return bytes;
-  } catch {
-    return undefined;
-  }
-}
-
 /**
  * `entries` entries into a changelog with `changelogRetention: { maxLengthBytes }`, a snapshot every
  * `maxLengthBytes / 4` bytes of entries: see the file comment.
@@ -290,6 +275,8 @@ export async function measureRetentionDisk(entries: number, maxLengthBytes: numb
   const everyBytes = Math.floor(maxLengthBytes / 4);
   const retention = resolveRetention({ maxLengthBytes }, { everyEntries: 0, everyBytes })!;
   const args = retentionArguments(retention);
+  // Before any I/O: a bench that cannot find the broker's folder says so now, not after the fill.
+  const streamsDir = await brokerStreamsDir();
   const client = await connectStreamClient(CONNECTION, 10_000);
   const partition = `bench-retention-${entries}-${process.pid}-${Date.now().toString(36)}`;
   const changelog = `${partition}.${GROUP}.changelog`;
@@ -315,7 +302,8 @@ export async function measureRetentionDisk(entries: number, maxLengthBytes: numb
     }
     const fillMs = performance.now() - filled;
     // The broker applies retention as it rolls a segment over: what it keeps once the last one is written.
-    const diskBytes = await streamBytesOnDisk(changelog);
+    const disk =
+      streamsDir === undefined ? undefined : await streamDisk(streamsDir, changelog, CONNECTION.vhost);
     const stats = await client.streamStatsRequest(changelog);
     const [restoreMs, report] = await timed(async () =>
       fromSnapshot(await restoreOptions(client, dir, namespace, changelog, opened)('after')),
@@ -325,7 +313,9 @@ export async function measureRetentionDisk(entries: number, maxLengthBytes: numb
       entries,
       maxLengthBytes: retention.maxLengthBytes,
       segmentBytes: retention.segmentBytes,
-      diskBytes,
+      diskBytes: disk?.bytes,
+      diskAllocatedBytes: disk?.allocatedBytes,
+      diskFiles: disk?.files,
       appendedBytes,
       firstOffset: stats.firstChunkId,
       lastOffset: stats.committedChunkId,
@@ -344,14 +334,23 @@ export async function measureRetentionDisk(entries: number, maxLengthBytes: numb
   }
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
+if (process.argv[1] === fileURLToPath(import.meta.url) && process.argv[2] === 'retention') {
+  // node --import tsx bench/snapshot-restore.ts retention [entries] [maxLengthBytes]: one JSON line.
+  const disk = await measureRetentionDisk(
+    Number(process.argv[3] ?? 1_000_000),
+    Number(process.argv[4] ?? 64 * 1024 * 1024),
+  );
+  console.log(
+    JSON.stringify({ ...disk, firstOffset: Number(disk.firstOffset), lastOffset: Number(disk.lastOffset) }),
+  );
+} else if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const sizes = process.argv.slice(2).map(Number);
   for (const history of sizes.length > 0 ? sizes : [10_000, 100_000]) {
     const t = await measureSnapshotRestore(history, Number(process.env.RUNS ?? 3));
     const whole = t.wholeMs.map(Math.round).join('/');
     const fast = t.snapshotMs.map(Math.round).join('/');
     console.log(
-      `history ${history}: whole changelog ${whole} ms, from the snapshot ${fast} ms (snapshot written in ${Math.round(t.writeMs)} ms, ${t.snapshotBytes} bytes)`,
+      `history ${history}: whole changelog ${whole} ms, from the snapshot ${fast} ms (snapshot written in ${Math.round(t.writeMs)} ms, ${t.snapshotBytes} bytes; ${t.appliedAfter} entries after it; load ${loadavg()[0]!.toFixed(2)})`,
     );
   }
 }
