@@ -440,7 +440,13 @@ export class GroupPartition {
             hooks: this.#hooks,
           },
           {
-            journal,
+            // The hold's round trip travels with the entry, not after it (hold-lease.ts).
+            journal:
+              journal &&
+              ((entry) => {
+                lease.proveAhead();
+                return journal(entry);
+              }),
             journalDepth: this.#s.appendsInFlight,
             gate: () => lease.gate(),
             groupPartition: true,
