@@ -6,11 +6,14 @@
  * the loop stops tailing it (a step still connecting is dropped at once, its late connection closed
  * when it comes; a step past its connect abandons before its next write and is waited for), then the
  * copy is adopted. A tail that fails is logged and retried later with a backoff; it
- * never stops the member. One tail at a time, one reader connection each, closed after it.
+ * never stops the member. One tail at a time, all on one reader client kept across steps and
+ * copies (its subscription connections kept too: reader-connector.ts), replaced only after a step
+ * failed (a decode error, a closed connection, a time-out) or when its deliveries stopped decoding.
  */
 import type { Client } from 'rabbitmq-stream-js-client';
 import type { Logger } from '../telemetry/logger.js';
 import type { KeyValueDb } from '../store/store.js';
+import { deliveryDecodeFailure } from '../transport/stream-client-internals.js';
 import { errorText, withTimeout } from '../transport/util.js';
 import { RestoreAbandoned, type RestoreReport } from './restore.js';
 import { chooseStandbys } from './standby-choice.js';
@@ -45,7 +48,10 @@ export interface StandbyTailOptions {
   readonly settings: string | undefined;
   /** True while the member holds `partition` (active). */
   readonly isActive: (partition: string) => boolean;
-  /** A reader connection (closed by the tail after each step). */
+  /**
+   * Connects a reader client (its time bounded by the connector: connectTimeoutMs per endpoint). The
+   * tail keeps it across steps and copies, and closes it after a failed step and at close().
+   */
   readonly connect: () => Promise<Client>;
   readonly restoreTimeoutMs: number;
   readonly log: Logger;
@@ -66,6 +72,10 @@ export class StandbyTailer {
     { readonly partition: string; readonly step: Promise<void>; readonly stop: AbortController } | undefined;
   #chosen: readonly string[] = [];
   #closed = false;
+  /** The reader client kept across steps and copies (undefined: connect at the next step). */
+  #reader: Client | undefined;
+  /** Closings of discarded readers: close() waits for them (each bounded). */
+  readonly #closings = new Set<Promise<void>>();
   #wake: (() => void) | undefined;
   readonly #loop: Promise<void>;
 
@@ -98,12 +108,28 @@ export class StandbyTailer {
     this.#claimed.delete(partition);
   }
 
-  /** Stops the loop; resolves once the step under way ended and its connection closed. */
+  /** Stops the loop; resolves once the step under way ended and the reader client closed. */
   async close(): Promise<void> {
     this.#closed = true;
     this.#running?.stop.abort();
     this.#wake?.();
     await this.#loop;
+    this.#discardReader();
+    await Promise.all([...this.#closings]);
+  }
+
+  /** The kept reader client goes (closed in the background, within 5 s); the next step connects. */
+  #discardReader(): void {
+    const reader = this.#reader;
+    this.#reader = undefined;
+    if (reader === undefined) return;
+    const closing = withTimeout(
+      Promise.resolve().then(() => reader.close()),
+      5_000,
+      'closing',
+    ).catch(() => undefined);
+    this.#closings.add(closing);
+    void closing.then(() => this.#closings.delete(closing));
   }
 
   #held(partition: string): boolean {
@@ -153,10 +179,17 @@ export class StandbyTailer {
     if (p === undefined) return;
     const current = (): boolean => !this.#closed && !this.#held(partition);
     const snapshots = snapshotProducerName(this.#o.producerName);
-    let client: Client | undefined;
+    // A client one of whose connections delivered a frame that did not decode drops every later
+    // delivery of that connection: replaced, never read again.
+    if (this.#reader !== undefined && deliveryDecodeFailure(this.#reader) !== undefined)
+      this.#discardReader();
     try {
-      client = await connectUnlessStopped(this.#o.connect, signal);
-      if (client === undefined) return;
+      let client = this.#reader;
+      if (client === undefined) {
+        client = await connectUnlessStopped(this.#o.connect, signal);
+        if (client === undefined) return;
+        this.#reader = client;
+      }
       const report = await restoreWithSnapshots(
         {
           db: standbyView(this.#o.db),
@@ -176,7 +209,12 @@ export class StandbyTailer {
       this.#failures.delete(partition);
       if (report.read > 0) this.#o.onTailed?.(partition, report);
     } catch (err) {
-      if (err instanceof RestoreAbandoned || !current()) return;
+      // The restore closed its subscription: the client serves the next step.
+      if (err instanceof RestoreAbandoned) return;
+      // Anything else may have left the client unusable (a closed connection, a time-out, a frame
+      // that did not decode): the next step connects anew.
+      this.#discardReader();
+      if (!current()) return;
       const count = (this.#failures.get(partition)?.count ?? 0) + 1;
       const backoff = Math.min(MAX_BACKOFF_MS, (this.#o.intervalMs ?? STANDBY_INTERVAL_MS) * 2 ** count);
       this.#failures.set(partition, { count, retryAt: performance.now() + backoff });
@@ -190,14 +228,6 @@ export class StandbyTailer {
         },
         'stream-dedup: tailing a standby copy failed; the copy is kept as it is and tried again later',
       );
-    } finally {
-      const opened = client;
-      if (opened !== undefined)
-        await withTimeout(
-          Promise.resolve().then(() => opened.close()),
-          5_000,
-          'closing',
-        ).catch(() => undefined);
     }
   }
 }
