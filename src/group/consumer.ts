@@ -280,7 +280,8 @@ export class SuperStreamVerifyingConsumer {
         // A partition's activation may have stopped the member meanwhile (an invalid changelog).
         if (member.failure !== undefined) throw member.failure;
       }
-      if (standbyHook !== undefined && changelogs !== undefined && store instanceof DedupStore) {
+      // With standbyReplicas 0 too: it then only deletes the copies an earlier life left (§12.3).
+      if (changelogs !== undefined && store instanceof DedupStore) {
         member.#standby = standbyRef.tailer = new StandbyTailer({
           db: store.db,
           sync: store.sync,

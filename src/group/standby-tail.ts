@@ -17,7 +17,7 @@ import { deliveryDecodeFailure } from '../transport/stream-client-internals.js';
 import { errorText, withTimeout } from '../transport/util.js';
 import { RestoreAbandoned, type RestoreReport } from './restore.js';
 import { chooseStandbys } from './standby-choice.js';
-import { standbyMemberId, standbyView } from './standby-copy.js';
+import { deleteStandbyCopy, hasStandbyCopy, standbyMemberId, standbyView } from './standby-copy.js';
 import { snapshotProducerName } from './snapshot-entry.js';
 import { restoreWithSnapshots } from './snapshot-restore.js';
 
@@ -27,6 +27,11 @@ export const STANDBY_INTERVAL_MS = 250;
 const MAX_BACKOFF_MS = 30_000;
 /** A tail's quiet wait before it asks the end again (short: a take-over may wait for it to stop). */
 const STANDBY_STALL_MS = 1_000;
+/**
+ * How long a copy is kept while its partition is not among those this member tails (a rebalance
+ * may bring it back soon) before it is deleted. With `standbyReplicas` 0 copies go at once.
+ */
+export const STANDBY_COPY_KEEP_MS = 60_000;
 
 /** A partition a member may keep a copy of. @internal */
 export interface StandbyPartition {
@@ -41,7 +46,7 @@ export interface StandbyTailOptions {
   readonly sync: boolean;
   readonly consumerName: string;
   readonly partitions: readonly StandbyPartition[];
-  /** `standbyReplicas`: how many partitions this member tails (≥ 1). */
+  /** `standbyReplicas`: how many partitions this member tails (0: it only deletes its copies). */
   readonly replicas: number;
   /** The changelogs' producer name, and the settings header their records must carry. */
   readonly producerName: string;
@@ -57,6 +62,10 @@ export interface StandbyTailOptions {
   readonly log: Logger;
   /** Tests lower it. @defaultValue {@link STANDBY_INTERVAL_MS} */
   readonly intervalMs?: number;
+  /** Tests lower it. @defaultValue {@link STANDBY_COPY_KEEP_MS} */
+  readonly keepCopyMs?: number;
+  /** After a copy was deleted entirely (tests, diagnostics). */
+  readonly onDeleted?: (partition: string) => void;
   /** After each tail step that read something (tests, diagnostics). */
   readonly onTailed?: (partition: string, report: RestoreReport) => void;
 }
@@ -71,6 +80,9 @@ export class StandbyTailer {
   #running:
     { readonly partition: string; readonly step: Promise<void>; readonly stop: AbortController } | undefined;
   #chosen: readonly string[] = [];
+  /** Partitions whose copy (or part of one) may be in the store, and when each was last chosen. */
+  readonly #copies = new Set<string>();
+  readonly #chosenAt = new Map<string, number>();
   #closed = false;
   /** The reader client kept across steps and copies (undefined: connect at the next step). */
   #reader: Client | undefined;
@@ -137,31 +149,40 @@ export class StandbyTailer {
   }
 
   async #run(): Promise<void> {
-    let memberId: string;
+    let memberId = '';
+    const started = performance.now();
     try {
-      memberId = await standbyMemberId(this.#o.db, this.#o.sync);
+      if (this.#o.replicas > 0) memberId = await standbyMemberId(this.#o.db, this.#o.sync);
+      for (const p of this.#o.partitions)
+        if (await hasStandbyCopy(this.#o.db, p.namespace)) this.#copies.add(p.partition);
     } catch (err) {
       this.#o.log.error(
         { consumer: this.#o.consumerName, err: errorText(err) },
-        'stream-dedup: the store failed reading the standby ID; this member keeps no standby copies',
+        'stream-dedup: the store failed reading the standby ID or copies; this member keeps no standby copies',
       );
       return;
     }
     const names = this.#o.partitions.map((p) => p.partition);
     const interval = this.#o.intervalMs ?? STANDBY_INTERVAL_MS;
+    const keep = this.#o.replicas === 0 ? 0 : (this.#o.keepCopyMs ?? STANDBY_COPY_KEEP_MS);
     while (!this.#closed) {
       this.#chosen = chooseStandbys(memberId, names, (p) => this.#held(p), this.#o.replicas);
       for (const partition of this.#chosen) {
         if (this.#closed) break;
+        this.#chosenAt.set(partition, performance.now());
         const failed = this.#failures.get(partition);
         if (this.#held(partition) || (failed !== undefined && performance.now() < failed.retryAt)) continue;
-        const stop = new AbortController();
-        const step = this.#tail(partition, stop.signal);
-        this.#running = { partition, step, stop };
-        await step;
-        this.#running = undefined;
+        this.#copies.add(partition);
+        await this.#step(partition, (signal) => this.#tail(partition, signal));
       }
-      if (this.#closed) break;
+      // Copies this member has not tailed for `keep` go; never one a take-over claimed (it may adopt it).
+      for (const partition of [...this.#copies]) {
+        if (this.#closed) break;
+        if (this.#chosen.includes(partition) || this.#claimed.has(partition)) continue;
+        if (performance.now() - (this.#chosenAt.get(partition) ?? started) < keep) continue;
+        await this.#step(partition, () => this.#delete(partition));
+      }
+      if (this.#closed || (this.#o.replicas === 0 && this.#copies.size === 0)) break;
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, interval);
         this.#wake = () => {
@@ -170,6 +191,41 @@ export class StandbyTailer {
         };
       });
       this.#wake = undefined;
+    }
+  }
+
+  /** Runs one step of `partition` as the running one (a claim of it aborts it and waits for it). */
+  async #step(partition: string, run: (signal: AbortSignal) => Promise<void>): Promise<void> {
+    const stop = new AbortController();
+    const step = run(stop.signal);
+    this.#running = { partition, step, stop };
+    await step;
+    this.#running = undefined;
+  }
+
+  /** Deletes the copy of `partition` (stopped between two batches by a claim or close). Never rejects. */
+  async #delete(partition: string): Promise<void> {
+    const p = this.#byName.get(partition);
+    if (p === undefined) return;
+    try {
+      const gone = await deleteStandbyCopy(
+        this.#o.db,
+        this.#o.sync,
+        p.namespace,
+        () => !this.#closed && !this.#claimed.has(partition),
+      );
+      if (!gone) return;
+      this.#copies.delete(partition);
+      this.#o.log.info(
+        { consumer: this.#o.consumerName, partition, standbyReplicas: this.#o.replicas },
+        'stream-dedup: deleted the standby copy of a partition this member no longer tails',
+      );
+      this.#o.onDeleted?.(partition);
+    } catch (err) {
+      this.#o.log.warn(
+        { consumer: this.#o.consumerName, partition, err: errorText(err) },
+        'stream-dedup: deleting a standby copy failed; tried again at the next round',
+      );
     }
   }
 
