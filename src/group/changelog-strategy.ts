@@ -286,7 +286,7 @@ export class ChangelogStrategy implements PartitionStrategy {
         // Counted as it is handed over, not once it landed: with batches in flight the next batch's
         // `due` must see this one, or a snapshot came up to appendsInFlight − 1 entries late and a
         // take-over read that many more (consumer-group-snapshot at depth 4: 9 entries, not ≤ 6).
-        snapshots?.writer.noteEntry(encoded.length);
+        snapshots?.writer.noteEntry(encoded.length, entry);
         handed();
         await appended;
       } finally {
