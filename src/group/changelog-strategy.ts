@@ -16,7 +16,8 @@ import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from './changelog-ent
 import { ChangelogWriter, type AppendOutcome } from './changelog-writer.js';
 import { groupSettings, SETTINGS_HEADER } from './changelog-identity.js';
 import { declaredRetention, retentionArguments, snapshotBudget } from './changelog-retention.js';
-import { changelogLastId, readGenesis } from './restore.js';
+import { readGenesis } from './changelog-head.js';
+import { changelogLastId } from './restore.js';
 import { snapshotProducerName } from './snapshot-entry.js';
 import { restoreWithSnapshots } from './snapshot-restore.js';
 import { adoptStandbyCopy } from './standby-copy.js';
