@@ -16,7 +16,8 @@ import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from './changelog-ent
 import { ChangelogWriter, type AppendOutcome } from './changelog-writer.js';
 import { groupSettings, SETTINGS_HEADER } from './changelog-identity.js';
 import { declaredRetention, retentionArguments, snapshotBudget } from './changelog-retention.js';
-import { changelogLastId, readGenesis } from './restore.js';
+import { readGenesis } from './changelog-head.js';
+import { changelogLastId } from './restore.js';
 import { snapshotProducerName } from './snapshot-entry.js';
 import { restoreWithSnapshots } from './snapshot-restore.js';
 import { adoptStandbyCopy } from './standby-copy.js';
@@ -286,7 +287,7 @@ export class ChangelogStrategy implements PartitionStrategy {
         // Counted as it is handed over, not once it landed: with batches in flight the next batch's
         // `due` must see this one, or a snapshot came up to appendsInFlight − 1 entries late and a
         // take-over read that many more (consumer-group-snapshot at depth 4: 9 entries, not ≤ 6).
-        snapshots?.writer.noteEntry(encoded.length);
+        snapshots?.writer.noteEntry(encoded.length, entry);
         handed();
         await appended;
       } finally {

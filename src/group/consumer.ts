@@ -11,7 +11,7 @@ import { effectKeyPrefix } from '../store/consumer-keys.js';
 import { DedupStore } from '../store/store.js';
 import { Locator } from '../superstream/partitions.js';
 import { EndpointRotation, openThroughEndpoints } from '../transport/util.js';
-import { connectStreamClient } from '../transport/stream-probe.js';
+import { readerConnector } from '../transport/reader-connector.js';
 import {
   bounded,
   resolveCaughtUpOptions,
@@ -295,8 +295,8 @@ export class SuperStreamVerifyingConsumer {
         // A partition's activation may have stopped the member meanwhile (an invalid changelog).
         if (member.failure !== undefined) throw member.failure;
       }
-      if (standbyHook !== undefined && changelogs !== undefined && store instanceof DedupStore) {
-        const readers = new EndpointRotation(connection);
+      // With standbyReplicas 0 too: it then only deletes the copies an earlier life left (§12.3).
+      if (changelogs !== undefined && store instanceof DedupStore) {
         member.#standby = standbyRef.tailer = new StandbyTailer({
           db: store.db,
           sync: store.sync,
@@ -310,10 +310,11 @@ export class SuperStreamVerifyingConsumer {
           producerName: changelogs.producer,
           settings: groupSettings(consumer, changelogs.tenantVersion),
           isActive: (partition) => members.get(partition)?.isActive === true,
-          connect: () =>
-            openThroughEndpoints(readers.size, () =>
-              connectStreamClient(readers.next(), subscription.connectTimeoutMs),
-            ),
+          // One client for every copy, its subscription connections kept between steps.
+          connect: readerConnector(connection, {
+            connectTimeoutMs: subscription.connectTimeoutMs,
+            keepConnections: true,
+          }),
           restoreTimeoutMs: changelogs.restoreTimeoutMs,
           log: consumer.logger,
         });

@@ -11,7 +11,7 @@ import type { Client } from 'rabbitmq-stream-js-client';
 import type { Generation } from '../consumer/resubscribe.js';
 import type { Logger } from '../telemetry/logger.js';
 import { errorText, withTimeout } from '../transport/util.js';
-import { firstMessage } from './restore.js';
+import { firstMessage } from './changelog-head.js';
 import { StallWatch } from './stall-watch.js';
 import type { GroupStats } from './types.js';
 

@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { encodeEntry, encodeGenesis, entryId, GENESIS_ID } from '../../src/group/changelog-entry.js';
 import { changelogProducerName, partitionNamespace } from '../../src/group/consumer.js';
 import { groupSettings, SETTINGS_HEADER } from '../../src/group/changelog-identity.js';
-import { BYTES_PER_WRITE, INITIAL_CREDITS, readGenesis, restorePartition } from '../../src/group/restore.js';
+import { readGenesis } from '../../src/group/changelog-head.js';
+import { BYTES_PER_WRITE, INITIAL_CREDITS, restorePartition } from '../../src/group/restore.js';
 import { effectKeyPrefix } from '../../src/store/consumer-keys.js';
 import { FakeChangelog, type ChangelogRecordSpec } from '../support/changelog-client.js';
 
