@@ -41,7 +41,7 @@ vi.mock('../../src/group/snapshot-restore.js', () => ({
   restoreWithSnapshots: () =>
     Promise.resolve({ offset: undefined, start: undefined, read: 0, applied: 0, changelogLastId: 0n }),
 }));
-vi.mock('../../src/group/restore.js', async (orig) => ({
+vi.mock('../../src/group/changelog-head.js', async (orig) => ({
   ...(await orig<object>()),
   readGenesis: () => {
     h.readBacks++;
