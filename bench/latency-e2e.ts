@@ -31,7 +31,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import * as hdr from 'hdr-histogram-js';
 import type { Histogram } from 'hdr-histogram-js';
-import { connect, Offset } from 'rabbitmq-stream-js-client';
+import { Offset } from 'rabbitmq-stream-js-client';
 import {
   StreamDedupPublisher,
   StreamVerifyingConsumer,
@@ -40,7 +40,7 @@ import {
 } from 'stream-dedup/stream';
 import { changelogStreamName } from '../src/group/consumer.js';
 import { allConfirmed, CONNECTION, connectClient, measureInChild, uniqueName } from './common.js';
-import { newHistogram, runSchedule, SIZE } from './latency-schedule.js';
+import { connectRawClient, newHistogram, runSchedule, SIZE } from './latency-schedule.js';
 
 export const E2E_CASES = ['e2e-raw', 'e2e-stream', 'e2e-raw-super', 'e2e-group'] as const;
 export type E2eCase = (typeof E2E_CASES)[number];
@@ -165,7 +165,7 @@ async function consumerSide(
   const total = warmup + count;
   const ready = (): void => void process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
   if (name === 'e2e-raw' || name === 'e2e-raw-super') {
-    const client = await connectClient();
+    const client = await connectRawClient();
     const consumer =
       name === 'e2e-raw'
         ? await client.declareConsumer({ stream: target, offset: Offset.first() }, (m) =>
@@ -255,7 +255,7 @@ async function publisherSide(
 ): Promise<void> {
   const origin = performance.timeOrigin;
   if (name === 'e2e-raw') {
-    const client = await connectClient();
+    const client = await connectRawClient();
     const publisher = await client.declarePublisher({ stream: target, publisherRef: 'bench-lat-e2e-raw' });
     const all = allConfirmed(publisher, total);
     await runSchedule(rate, total, async (i, due) => {
@@ -269,14 +269,10 @@ async function publisherSide(
     let confirmed = 0;
     let done!: () => void;
     const all = new Promise<void>((resolve) => (done = resolve));
-    const client = await connect({
-      ...CONNECTION,
-      addressResolver: { enabled: false },
-      listeners: {
-        publish_confirm: ({ publishingIds }) => {
-          confirmed += publishingIds.length;
-          if (confirmed >= total) done();
-        },
+    const client = await connectRawClient({
+      publish_confirm: ({ publishingIds }) => {
+        confirmed += publishingIds.length;
+        if (confirmed >= total) done();
       },
     });
     const publisher = await client.declareSuperStreamPublisher(
