@@ -17,7 +17,8 @@
  *    (commit). When one of them did not keep up at 50 % (its p50 grew from the first second to the
  *    last), all of them run at 25 % as well, and the output says so.
  *
- * BENCH_CASES (comma-separated names) runs only those cases. Latencies go into an HDR histogram
+ * BENCH_CASES (comma-separated names) runs only those cases; BENCH_MAX_RATE (msg/s) takes that as
+ * the raw client's maximum instead of measuring it (A/B runs at the same rates). Latencies go into an HDR histogram
  * (hdr-histogram-js, µs, 3 significant digits) per case; each case runs in a fresh process and sends
  * its histogram back encoded. The bench prints p50 / p99 / p99.9 / max per case and load, writes
  * docs/latency.svg (BENCH_SVG: the percentile distributions at 50 %, raw against dedup, log scales)
@@ -41,6 +42,8 @@ const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 2);
 const LOADS = (process.env.BENCH_LOADS ?? '0.25,0.5,0.75').split(',').map(Number);
 const MAX_COUNT = Number(process.env.BENCH_MAX_COUNT ?? 100_000);
 const MAX_ROUNDS = Number(process.env.BENCH_MAX_ROUNDS ?? 3);
+/** The raw client's maximum (msg/s) to take instead of measuring it: A/B runs at the same rates. */
+const FIXED_MAX = process.env.BENCH_MAX_RATE === undefined ? undefined : Number(process.env.BENCH_MAX_RATE);
 /** The end-to-end cases' loads: the first is measured always, the others too (and 25 % when the first did not keep up). */
 const E2E_LOADS = (process.env.BENCH_E2E_LOADS ?? '0.5').split(',').map(Number);
 /** A case still running this long is stopped and reported as overloaded (75 % can be more than a mode sustains). */
@@ -258,15 +261,15 @@ async function main(): Promise<void> {
   const started = performance.now();
   const selected = selectedCases();
   const env = { STREAM_DEDUP_BENCH_LATENCY: '1' };
-  const maxRates: number[] = [];
-  for (let r = 0; r < MAX_ROUNDS; r++) {
+  const maxRates: number[] = FIXED_MAX === undefined ? [] : [FIXED_MAX];
+  for (let r = 0; FIXED_MAX === undefined && r < MAX_ROUNDS; r++) {
     maxRates.push(
       (await measureInChild<{ rate: number }>(import.meta.url, ['max', '0', String(MAX_COUNT)], env)).rate,
     );
   }
   const max = median(maxRates);
   console.log(
-    `raw client's closed-loop maximum: ${Math.round(max)} msg/s (median of ${maxRates.map(Math.round).join(', ')})`,
+    `raw client's closed-loop maximum: ${Math.round(max)} msg/s (${FIXED_MAX === undefined ? `median of ${maxRates.map(Math.round).join(', ')}` : 'BENCH_MAX_RATE'})`,
   );
   const rows: LatencyRow[] = [];
   const histograms = new Map<string, Histogram>();
