@@ -52,13 +52,21 @@ export async function runSchedule(
   rate: number,
   count: number,
   issue: (i: number, due: number) => void | Promise<void>,
-): Promise<void> {
+): Promise<ScheduleLag> {
   const t0 = performance.now() + 5;
   const period = 1000 / rate;
   let issued = 0;
+  let maxLagMs = 0;
+  let lateSlices = 0;
   while (issued < count) {
     const slice = performance.now();
     const due = Math.min(count, Math.floor((slice - t0) / period) + 1);
+    if (issued < due) {
+      // How late the oldest message due in this slice is issued: the generator's own delay.
+      const lag = slice - (t0 + issued * period);
+      if (lag > maxLagMs) maxLagMs = lag;
+      if (lag > LATE_MS) lateSlices++;
+    }
     while (issued < due) {
       const r = issue(issued, t0 + issued * period);
       if (r !== undefined) await r;
@@ -68,4 +76,18 @@ export async function runSchedule(
     if (issued < due) await new Promise((resolve) => setImmediate(resolve));
     else if (issued < count) await new Promise((resolve) => setTimeout(resolve, 1));
   }
+  return { maxLagMs, lateSlices };
+}
+
+/** A slice of the schedule whose first message is issued more than this late counts as late. */
+const LATE_MS = 10;
+
+/**
+ * How late the generator itself issued (its event loop busy or its process not scheduled): latency
+ * that no broker or consumer caused. `lateSlices`: the wake-ups whose oldest due message was over
+ * 10 ms late.
+ */
+export interface ScheduleLag {
+  readonly maxLagMs: number;
+  readonly lateSlices: number;
 }

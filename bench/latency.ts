@@ -231,6 +231,8 @@ export interface LatencyRow {
   readonly lastSecondP50?: number;
   /** End-to-end cases: whether the machine kept up (see {@link keptUp}). */
   readonly keptUp?: boolean;
+  /** End-to-end cases: how late (ms) the publisher's generator issued at worst (its process's delay). */
+  readonly publisherMaxLagMs?: number;
 }
 
 const ms = (us: number): number => Number((us / 1000).toFixed(3));
@@ -334,15 +336,25 @@ async function main(): Promise<void> {
       timedOut(name, load, rate, count);
       return false;
     }
-    const { histogram: h, perSecond, early } = measured;
+    const { histogram: h, perSecond, early, publisherLag } = measured;
     if (h.totalCount !== count) throw new Error(`${name} at ${load}: ${h.totalCount} latencies of ${count}`);
     const firstSecondP50 = ms(perSecond[0]!.getValueAtPercentile(50));
     const lastSecondP50 = ms(perSecond.at(-1)!.getValueAtPercentile(50));
     const ok = keptUp(firstSecondP50, lastSecondP50);
     report(
-      { name, load, rate, count, ...percentiles(h), firstSecondP50, lastSecondP50, keptUp: ok },
+      {
+        name,
+        load,
+        rate,
+        count,
+        ...percentiles(h),
+        firstSecondP50,
+        lastSecondP50,
+        keptUp: ok,
+        publisherMaxLagMs: ms(publisherLag.maxLagMs * 1000),
+      },
       h,
-      `  (p50 first s ${firstSecondP50.toFixed(2)} → last s ${lastSecondP50.toFixed(2)} ms${ok ? '' : ': NOT kept up, a backlog grew'}${early > 0 ? `; ${early} latencies < 1 µs` : ''})`,
+      `  (p50 first s ${firstSecondP50.toFixed(2)} → last s ${lastSecondP50.toFixed(2)} ms${ok ? '' : ': NOT kept up, a backlog grew'}${early > 0 ? `; ${early} latencies < 1 µs` : ''}; publisher issued up to ${publisherLag.maxLagMs.toFixed(1)} ms late, ${publisherLag.lateSlices} wake-ups > 10 ms late)`,
     );
     return ok;
   };
