@@ -70,9 +70,13 @@ export class DedupStore {
   /**
    * Opens (creating if needed) the LevelDB store in `path`.
    *
+   * Before it resolves it writes one warm-up batch (a put and a delete of one key of its own, not
+   * synced), so that its first commits do not pay the process's first LevelDB write; the store's
+   * contents are unchanged. Since 0.6.0.
+   *
    * @throws DedupError `DEDUP_STORE_LOCKED` when another process (or another open store object)
-   *   holds the folder's lock; `DEDUP_STORE_CORRUPT` when LevelDB reports corruption or the folder
-   *   cannot be opened.
+   *   holds the folder's lock; `DEDUP_STORE_CORRUPT` when LevelDB reports corruption, or the folder
+   *   cannot be opened or written.
    */
   static async open(path: string, options: StoreOptions = {}): Promise<DedupStore> {
     if (typeof path !== 'string' || path.length === 0)
@@ -82,6 +86,14 @@ export class DedupStore {
       await db.open();
     } catch (err) {
       throw mapOpenError(err, path);
+    }
+    try {
+      await warmUp(db as unknown as KeyValueDb);
+    } catch (err) {
+      await db.close().catch(() => undefined);
+      throw new DedupError('DEDUP_STORE_CORRUPT', `store ${path} cannot be written: ${String(err)}`, {
+        cause: err,
+      });
     }
     return new DedupStore(db as unknown as KeyValueDb, options.sync ?? false);
   }
@@ -278,6 +290,27 @@ const META_SUFFIX = '/m';
 const OUTBOX_INFIX = '/o/';
 /** The domain keys first published in one group commit, under the commit's first key's ID. */
 const KEY_SEGMENT_INFIX = '/k/';
+
+/**
+ * The key of the warm-up write, written and deleted in one batch, so no reader ever sees it. `o:` is
+ * no other record's tag (`c:`, `g:`, `p:`, `s:`, `u:`, `v:`, and `w:` the standby copies', are).
+ */
+const WARM_UP_KEY = 'o:warm-up';
+
+/**
+ * One write before `open()` resolves, so that the first commits do not pay the first write of a
+ * process (LevelDB's write path, the log file, the thread pool): measured in fresh processes on a
+ * fresh store, the first batch took 6–17 ms (median 13) without it and 0.2–12 ms (median 2) after
+ * it; in a publisher that cost lands on every send of its first group commits. The batch puts and
+ * deletes one key of its own (`o:`, used by nothing else), so the store's contents are unchanged.
+ * Not synced: it makes nothing durable, and a synced commit still syncs everything before it.
+ */
+function warmUp(db: KeyValueDb): Promise<void> {
+  return db.batch([
+    { type: 'put', key: WARM_UP_KEY, value: new Uint8Array(0) },
+    { type: 'del', key: WARM_UP_KEY },
+  ]);
+}
 
 /** `p:` + length-prefixed target and name: injective, and one producer's keys share a prefix. */
 function producerPrefix(target: string, producerName: string): string {
