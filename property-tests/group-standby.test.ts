@@ -66,6 +66,11 @@ interface World {
   readonly splitWrite: boolean;
   /** The adopt ignores a copy read from before the trim point (false: the revert). */
   readonly positionCheck: boolean;
+  /** A copy's deletion takes its keys before its offset record and position (the revert). */
+  readonly keysFirst: boolean;
+  /** Deletions that ran to the end, and take-overs that found a copy half deleted. */
+  deleted: number;
+  halfDeletedAtClaim: number;
 }
 
 const empty = (): State => ({ offset: -1, kv: new Map(), position: 0 });
@@ -144,6 +149,32 @@ async function tail(s: fc.Scheduler, world: World, m: Member, name: string, roun
   }
 }
 
+/**
+ * The deletion of a copy no longer tailed (standby-copy.ts, deleteStandbyCopy): its offset record
+ * and read position in one write (the copy is never adopted from then on), then its keys in two
+ * writes, until a claim stops it (a take-over bumps `tailEpoch`). With `keysFirst` (the revert) the
+ * keys go first and the offset record and position last.
+ */
+async function deleteCopy(s: fc.Scheduler, world: World, m: Member, name: string): Promise<void> {
+  const epoch = m.tailEpoch;
+  const current = (): boolean => m.tailEpoch === epoch;
+  await s.schedule(Promise.resolve(), `${name} deletes its copy`);
+  const copy = m.copy;
+  if (!current() || copy === undefined) return;
+  if (!world.keysFirst) m.copy = { offset: -1, position: 0, kv: copy.kv };
+  // Its keys in two batches (the real one writes a batch per 4 MiB of keys).
+  const keys = [...copy.kv.keys()];
+  for (const batch of [keys.slice(0, keys.length >> 1), keys.slice(keys.length >> 1)]) {
+    await s.schedule(Promise.resolve(), `${name} deletes ${batch.length} copy keys`);
+    if (!current()) return;
+    for (const key of batch) copy.kv.delete(key);
+  }
+  await s.schedule(Promise.resolve(), `${name} deletes the copy's offset record and position`);
+  if (!current()) return;
+  m.copy = undefined;
+  world.deleted++;
+}
+
 /** A take-over: claim, adopt, restore, then the input in batches until the end or a move. */
 async function hold(
   s: fc.Scheduler,
@@ -158,12 +189,15 @@ async function hold(
   await s.schedule(Promise.resolve(), `${name} adopts its copy?`);
   if (m.epoch !== epoch) return;
   const copy = m.copy;
+  if (copy !== undefined && copy.offset < 0 && copy.kv.size > 0) world.halfDeletedAtClaim++;
   if (
     copy !== undefined &&
     copy.offset > m.own.offset &&
     (copy.position >= world.first || !world.positionCheck)
   ) {
+    // Moved: the namespace gets the copy and the copy's keys go, in one write.
     m.own = clone(copy);
+    m.copy = undefined;
     world.adopted++;
   }
   const before = m.own.offset;
@@ -228,11 +262,12 @@ const inputArb = fc
 
 type Event =
   | { kind: 'handover'; late: number }
-  | { kind: 'crash' | 'store lost' | 'standby killed' }
+  | { kind: 'crash' | 'store lost' | 'standby killed' | 'copy deleted' }
   | { kind: 'trim'; percent: number };
 const eventArb: fc.Arbitrary<Event> = fc.oneof(
   fc.record({ kind: fc.constant('handover' as const), late: fc.integer({ min: 0, max: 12 }) }),
   fc.record({ kind: fc.constantFrom('crash' as const, 'store lost' as const, 'standby killed' as const) }),
+  fc.record({ kind: fc.constant('copy deleted' as const) }),
   fc.record({ kind: fc.constant('trim' as const), percent: fc.integer({ min: 1, max: 90 }) }),
 );
 const eventsArb = fc.array(eventArb, { minLength: 1, maxLength: 5 });
@@ -247,7 +282,7 @@ async function runModel(
   input: readonly Input[],
   events: readonly Event[],
   batches: readonly [number, number],
-  revert: { splitWrite: boolean; positionCheck: boolean },
+  revert: Revert,
 ): Promise<Outcome> {
   const member = (): Member => ({ own: empty(), copy: undefined, epoch: 0, tailEpoch: 0 });
   const world: World = {
@@ -263,6 +298,9 @@ async function runModel(
     finalApplied: -1,
     splitWrite: revert.splitWrite,
     positionCheck: revert.positionCheck,
+    keysFirst: revert.keysFirst ?? false,
+    deleted: 0,
+    halfDeletedAtClaim: 0,
   };
   let holder = 0;
   const runs: Promise<void>[] = [];
@@ -284,6 +322,15 @@ async function runModel(
         if (event.kind === 'trim') {
           // Whole segments: any index, never past the last entry.
           world.first = Math.max(world.first, Math.floor((event.percent * world.log.length) / 100));
+          return;
+        }
+        if (event.kind === 'copy deleted') {
+          // The standby stops tailing the partition (it left its set) and deletes the copy; later the
+          // partition is chosen again and a new tail begins from what is left.
+          const m = world.members[1 - old]!;
+          m.tailEpoch++;
+          await deleteCopy(s, world, m, `m${1 - old}`);
+          standby(1 - old);
           return;
         }
         if (event.kind === 'standby killed') {
@@ -339,15 +386,23 @@ function exactFold(world: World, final: Member): boolean {
   );
 }
 
+interface Revert {
+  readonly splitWrite: boolean;
+  readonly positionCheck: boolean;
+  readonly keysFirst?: boolean;
+}
+
 interface Stats {
   runs: number;
   adopted: number;
   refusedFinal: number;
   holes: number;
   tailOnly: number;
+  deleted?: number;
+  halfDeletedAtClaim?: number;
 }
 
-function property(revert: { splitWrite: boolean; positionCheck: boolean }, stats?: Stats) {
+function property(revert: Revert, stats?: Stats) {
   return fc.asyncProperty(
     fc.scheduler(),
     inputArb,
@@ -362,6 +417,8 @@ function property(revert: { splitWrite: boolean; positionCheck: boolean }, stats
         if (refusedFinal) stats.refusedFinal++;
         if (world.holes > 0) stats.holes++;
         if (world.adopted > 0) stats.adopted++;
+        if (world.deleted > 0) stats.deleted = (stats.deleted ?? 0) + 1;
+        if (world.halfDeletedAtClaim > 0) stats.halfDeletedAtClaim = (stats.halfDeletedAtClaim ?? 0) + 1;
       }
       // A refusal is allowed (a trimmed history with no usable copy), a hole is not, and anything
       // that ends is the exact fold.
@@ -379,6 +436,18 @@ describe('consumer group hand-over with warm standbys (fc.scheduler model of des
     // Copies are adopted and take-overs apply only a tail, not only the fall-backs.
     expect(stats.adopted).toBeGreaterThan(300);
     expect(stats.tailOnly).toBeGreaterThan(300);
+    // Deletions ran to the end (others were stopped by a claim; the revert below shows they matter).
+    expect(stats.deleted).toBeGreaterThan(20);
+  });
+
+  it('with a copy’s keys deleted before its offset record and position, fast-check finds a take-over with a wrong fold', async () => {
+    const result = await fc.check(property({ splitWrite: false, positionCheck: true, keysFirst: true }), {
+      numRuns: 20_000,
+    });
+    console.log(
+      `[group-standby keys deleted first] failed=${result.failed} after ${result.numRuns} runs, shrunk ${result.numShrinks}: ${JSON.stringify(result.counterexample?.slice(1))}`,
+    );
+    expect(result.failed).toBe(true);
   });
 
   it('with the copy’s position written before its keys, fast-check finds a take-over with a wrong fold', async () => {

@@ -4,7 +4,8 @@
  * intended rule with a `lease` guard of its own, not this class, so it could not see the code check
  * a proof's age at gate time while an answer read after a pause was taken as fresh (rev5 L1).
  *
- * Random sequences of: gate calls (a batch asking to be written or reported), answers to a pending
+ * Random sequences of: gate calls (a batch asking to be written or reported), round trips sent
+ * ahead as a batch is handed to the changelog (`proveAhead`, issue 39), answers to a pending
  * round trip after a random delay (up to twice the bound: a slow broker), failed round trips, small
  * clock steps, pauses (the clock jumps past the bound: SIGSTOP, frozen VM, suspend), and a loss
  * heard. Property: every gate that lets a batch through (at once, or when its promise resolves) does
@@ -18,6 +19,7 @@ import { HoldLease, LEASE_MS, MAX_STALE_ANSWERS } from '../src/group/hold-lease.
 
 type Cmd =
   | { readonly t: 'gate' }
+  | { readonly t: 'ahead' }
   | { readonly t: 'answer'; readonly i: number; readonly delay: number }
   | { readonly t: 'fail'; readonly i: number }
   | { readonly t: 'step'; readonly ms: number }
@@ -26,6 +28,7 @@ type Cmd =
 
 const cmd: fc.Arbitrary<Cmd> = fc.oneof(
   { weight: 4, arbitrary: fc.constant({ t: 'gate' } as const) },
+  { weight: 2, arbitrary: fc.constant({ t: 'ahead' } as const) },
   {
     weight: 3,
     arbitrary: fc.record({ t: fc.constant('answer' as const), i: fc.nat(7), delay: fc.nat(2 * LEASE_MS) }),
@@ -115,6 +118,10 @@ async function run(cmds: readonly Cmd[]): Promise<void> {
         }
         break;
       }
+      case 'ahead':
+        // A batch handed to the changelog (partition.ts): a round trip sent ahead, never waited for.
+        lease.proveAhead();
+        break;
       case 'answer': {
         const open = pending();
         now += c.delay;

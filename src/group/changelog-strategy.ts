@@ -286,7 +286,7 @@ export class ChangelogStrategy implements PartitionStrategy {
         // Counted as it is handed over, not once it landed: with batches in flight the next batch's
         // `due` must see this one, or a snapshot came up to appendsInFlight − 1 entries late and a
         // take-over read that many more (consumer-group-snapshot at depth 4: 9 entries, not ≤ 6).
-        snapshots?.writer.noteEntry(encoded.length);
+        snapshots?.writer.noteEntry(encoded.length, entry);
         handed();
         await appended;
       } finally {
@@ -422,15 +422,25 @@ export class ChangelogStrategy implements PartitionStrategy {
    * member takes the partition over again, and its restore starts where that genesis says.
    */
   async #appendGenesis(epoch: number, start: bigint): Promise<AppendOutcome> {
-    const outcome = await this.#writer.append(
-      encodeGenesis(start),
-      GENESIS_ID,
-      () => epoch === this.#host.epoch,
-    );
-    if (outcome !== 'landed') return outcome;
+    // The reader of the read-back connects while the genesis is appended: after it, the connect
+    // was one more step before the partition's first commit (measured on a loaded machine: 1.8 s
+    // of a 3.4 s first commit). It reads only once the genesis landed, as before; unused, it closes.
+    const reader = this.#host.connectReader();
+    // Its failure is met at the read-back, or ignored (no unhandled rejection meanwhile).
+    reader.catch(() => undefined);
+    let outcome: AppendOutcome;
+    try {
+      outcome = await this.#writer.append(encodeGenesis(start), GENESIS_ID, () => epoch === this.#host.epoch);
+    } catch (err) {
+      closeWhenOpen(reader);
+      throw err;
+    }
     // Moved meanwhile: #append drops the batch anyway; no reading back (close() would wait for it).
-    if (epoch !== this.#host.epoch) return outcome;
-    const client = await this.#host.connectReader();
+    if (outcome !== 'landed' || epoch !== this.#host.epoch) {
+      closeWhenOpen(reader);
+      return outcome;
+    }
+    const client = await reader;
     try {
       const winner = await readGenesis(
         client,
@@ -476,4 +486,12 @@ function changelogWriter(
     headers: { [SETTINGS_HEADER]: groupSettings(settings.consumer, settings.tenantVersion) },
     streamArguments: retentionArguments(settings.retention),
   });
+}
+
+/** Closes a connection that is being opened once it is open (bounded); a failed connect is ignored. */
+function closeWhenOpen(connecting: Promise<Client>): void {
+  connecting.then(
+    (client) => void withTimeout(client.close(), 5_000, 'closing').catch(() => undefined),
+    () => undefined,
+  );
 }

@@ -82,6 +82,18 @@ export class HoldLease {
   }
 
   /**
+   * Starts a round trip now, without waiting for it, unless the lease is fresh (within half the
+   * bound) or one is under way: called as a batch is handed to the changelog, so that the proof
+   * travels with the entry and the gate after the append finds it answered. Before, the first
+   * batch of an activation (and any batch after a quiet half second) waited for its append, then
+   * for a round trip. What it proves is the same: the hold at the round trip's sending.
+   */
+  proveAhead(): void {
+    if (!this.#o.isCurrent() || this.#clock() - this.#provenAt <= this.#bound / 2) return;
+    (this.#proving ??= this.#prove().finally(() => (this.#proving = undefined))).catch(() => undefined);
+  }
+
+  /**
    * Sends round trips until one is answered within the bound of its sending: an answer read later
    * (the process stopped between the send and the read, the answer first in the socket buffer)
    * proves nothing — the broker may have moved the partition since. After

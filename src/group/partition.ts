@@ -26,12 +26,11 @@ import {
   type ConsumerCreditPolicy,
   type StreamMessage,
 } from '../transport/stream-delivery.js';
-import { connectStreamClient } from '../transport/stream-probe.js';
+import { readerConnector } from '../transport/reader-connector.js';
 import { lagOf, lastChunkId, type ConsumerLag } from '../transport/stream-lag.js';
 import {
   EndpointRotation,
   errorText,
-  openThroughEndpoints,
   explainDeclareFailure,
   StreamNotAvailableError,
   withTimeout,
@@ -99,7 +98,7 @@ export class GroupPartition {
   #activations = 0;
   readonly #watch: PartitionWatch | undefined;
   /** The reads that are not the subscription's (restore, genesis, watch): their own node rotation. */
-  readonly #readers: EndpointRotation;
+  readonly #readers: () => Promise<Client>;
   /** Since when every take-over heard that the changelog does not exist (this member holding state). */
   #missingSince: number | undefined;
 
@@ -112,7 +111,9 @@ export class GroupPartition {
     };
     this.#log = settings.consumer.logger;
     this.#endpoints = new EndpointRotation(settings.connection);
-    this.#readers = new EndpointRotation(settings.connection);
+    this.#readers = readerConnector(settings.connection, {
+      connectTimeoutMs: settings.subscription.connectTimeoutMs,
+    });
     const host = this.#host();
     // The strategy is the store's: members that share a database need no changelog.
     this.#strategy = isConsumerStoreProvider(settings.store)
@@ -440,7 +441,13 @@ export class GroupPartition {
             hooks: this.#hooks,
           },
           {
-            journal,
+            // The hold's round trip travels with the entry, not after it (hold-lease.ts).
+            journal:
+              journal &&
+              ((entry) => {
+                lease.proveAhead();
+                return journal(entry);
+              }),
             journalDepth: this.#s.appendsInFlight,
             gate: () => lease.gate(),
             groupPartition: true,
@@ -528,9 +535,7 @@ export class GroupPartition {
    * watch): through the next node that answers, so that a dead node does not fail the read.
    */
   #connectReader(): Promise<Client> {
-    return openThroughEndpoints(this.#readers.size, () =>
-      connectStreamClient(this.#readers.next(), this.#s.subscription.connectTimeoutMs),
-    );
+    return this.#readers();
   }
 
   /** Subscribed through `generation` (still current), not active, no activation under way, open. */

@@ -21,7 +21,7 @@ import type { Op } from '../consumer/commit-pipeline.js';
 import { creditPolicyOf, type CreditRequest, type StreamMessage } from '../transport/stream-delivery.js';
 import {
   consumerCloseEvents,
-  decodeDeliveriesOurselves,
+  listenDecodeErrors,
   queryPublisherSequence,
 } from '../transport/stream-client-internals.js';
 import { errorText, withTimeout } from '../transport/util.js';
@@ -274,7 +274,8 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
     entriesInWrite = 0;
   };
 
-  decodeDeliveriesOurselves(o.client, (error) => {
+  // Per subscription: the client may carry other reads before or after this one (a standby tail).
+  const unlisten = listenDecodeErrors(o.client, (error) => {
     failure ??= new DedupError(
       'DEDUP_CHANGELOG_INVALID',
       `cannot read changelog "${o.changelog}": ${error.message}`,
@@ -282,35 +283,41 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
     );
     notify();
   });
-  const consumer = await withTimeout(
-    o.client.declareConsumer(
-      {
-        stream: o.changelog,
-        offset: Offset.offset(position),
-        creditPolicy: creditPolicyOf(
-          (request) => {
-            if (queue.chunkCompleted()) notify();
-            if (queue.waiting < QUEUE_HIGH && queue.waitingBytes < readAheadBytes)
-              void request(1).catch(() => undefined);
-            else {
-              requestHeld = request;
-              heldCredits++;
-            }
-            return Promise.resolve();
+  let consumer;
+  try {
+    consumer = await withTimeout(
+      o.client.declareConsumer(
+        {
+          stream: o.changelog,
+          offset: Offset.offset(position),
+          creditPolicy: creditPolicyOf(
+            (request) => {
+              if (queue.chunkCompleted()) notify();
+              if (queue.waiting < QUEUE_HIGH && queue.waitingBytes < readAheadBytes)
+                void request(1).catch(() => undefined);
+              else {
+                requestHeld = request;
+                heldCredits++;
+              }
+              return Promise.resolve();
+            },
+            INITIAL_CREDITS,
+            () => queue.chunkStarted(),
+          ),
+          connectionClosedListener: () => {
+            failure ??= new Error(`the connection reading changelog "${o.changelog}" closed`);
+            notify();
           },
-          INITIAL_CREDITS,
-          () => queue.chunkStarted(),
-        ),
-        connectionClosedListener: () => {
-          failure ??= new Error(`the connection reading changelog "${o.changelog}" closed`);
-          notify();
         },
-      },
-      (message) => queue.push(message),
-    ),
-    o.stallMs,
-    `subscribing to changelog "${o.changelog}"`,
-  );
+        (message) => queue.push(message),
+      ),
+      o.stallMs,
+      `subscribing to changelog "${o.changelog}"`,
+    );
+  } catch (err) {
+    unlisten();
+    throw err;
+  }
   // As for the stream consumer: the client's own reaction to a leader change rejects unhandled.
   consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
   const deadline = performance.now() + o.timeoutMs;
@@ -499,6 +506,7 @@ export async function restorePartition(o: RestoreOptions): Promise<RestoreReport
     await flush();
   } finally {
     await withTimeout(o.client.closeConsumer(consumer.extendedId), 5_000, 'closing').catch(() => undefined);
+    unlisten();
   }
   return { offset: local, start, read, applied, changelogLastId: lastId, snapshot: snapshots?.at };
 }
@@ -611,22 +619,26 @@ export async function firstMessage(
   let first: ((message: StreamMessage) => void) | undefined;
   const arrived = new Promise<StreamMessage>((resolve) => (first = resolve));
   let failure: Error | undefined;
-  decodeDeliveriesOurselves(client, (error) => (failure ??= error));
-  const consumer = await withTimeout(
-    client.declareConsumer({ stream, offset }, (message) => {
-      if (from !== undefined && (message.offset === undefined || message.offset < from)) return;
-      const take = first;
-      first = undefined;
-      take?.(message);
-    }),
-    timeoutMs,
-    `subscribing to "${stream}"`,
-  );
-  consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
+  const unlisten = listenDecodeErrors(client, (error) => (failure ??= error));
   try {
-    const message = await withTimeout(arrived, timeoutMs, `reading "${stream}"`).catch(() => undefined);
-    return { message, failure };
+    const consumer = await withTimeout(
+      client.declareConsumer({ stream, offset }, (message) => {
+        if (from !== undefined && (message.offset === undefined || message.offset < from)) return;
+        const take = first;
+        first = undefined;
+        take?.(message);
+      }),
+      timeoutMs,
+      `subscribing to "${stream}"`,
+    );
+    consumerCloseEvents(consumer)?.removeAllListeners(`close_consumer_${consumer.extendedId}`);
+    try {
+      const message = await withTimeout(arrived, timeoutMs, `reading "${stream}"`).catch(() => undefined);
+      return { message, failure };
+    } finally {
+      await withTimeout(client.closeConsumer(consumer.extendedId), 5_000, 'closing').catch(() => undefined);
+    }
   } finally {
-    await withTimeout(client.closeConsumer(consumer.extendedId), 5_000, 'closing').catch(() => undefined);
+    unlisten();
   }
 }

@@ -76,20 +76,49 @@ export interface SnapshotWriterOptions {
   readonly maxBytes?: number;
 }
 
+/** Where an appended entry sits in the partition's history (changelog-entry.ts). @internal */
+export interface NotedEntry {
+  /** The offset of the state it was computed on (`undefined`: the partition's first batch). */
+  readonly baseOffset: bigint | undefined;
+  readonly lastOffset: bigint;
+}
+
 /** @internal */
 export class SnapshotWriter {
   readonly #o: SnapshotWriterOptions;
   #entries = 0;
   #bytes = 0;
+  /**
+   * The state's bytes as the cap counts them, at `offset`, from the last snapshot's read of every
+   * key; `grown` the encoded bytes of the entries appended since, in a chain from `offset` to
+   * `end` (each based on the one before). An entry encodes each put as OP_OVERHEAD_BYTES + key +
+   * value, exactly what the cap counts for it, so `bytes + grown` bounds the state at `end`.
+   * `undefined` until a read, and from a break in the chain (another activation's restore).
+   */
+  #known: { readonly bytes: number; readonly offset: bigint; grown: number; end: bigint } | undefined;
 
   constructor(options: SnapshotWriterOptions) {
     this.#o = options;
   }
 
-  /** An entry of `bytes` bytes was appended. */
-  noteEntry(bytes: number): void {
+  /** An entry of `bytes` encoded bytes was appended (`entry`: where; without it the bound is dropped). */
+  noteEntry(bytes: number, entry?: NotedEntry): void {
     this.#entries++;
     this.#bytes += bytes;
+    const known = this.#known;
+    if (known === undefined) return;
+    if (entry?.baseOffset === undefined || entry.baseOffset !== known.end) {
+      this.#known = undefined;
+      return;
+    }
+    known.grown += bytes;
+    known.end = entry.lastOffset;
+  }
+
+  /** The bound on the state's bytes at `offset`, when the entries since the last read chain up to it. */
+  #boundAt(offset: bigint): number | undefined {
+    const known = this.#known;
+    return known !== undefined && known.end === offset ? known.bytes + known.grown : undefined;
   }
 
   /** Whether the entries or bytes since the last snapshot call for one. */
@@ -111,11 +140,16 @@ export class SnapshotWriter {
     const rawOffset = await o.db.get(offsetKey(o.namespace));
     if (rawOffset === undefined) return { kind: 'skipped', why: 'nothing committed yet' };
     const offset = decodeOffset(rawOffset);
-    // Counted before anything is sent: a state found past the cap while its parts went out left up
-    // to the cap's bytes of parts without a marker in the changelog each time a snapshot was due.
+    // Known under the cap before anything is sent: a state found past the cap while its parts went
+    // out left up to the cap's bytes of parts without a marker in the changelog each time a snapshot
+    // was due. From the last read and the entries since when they bound it under the cap (one read
+    // of the state), else counted first (two reads: the first snapshot, or near the cap).
     const maxBytes = o.maxBytes ?? SNAPSHOT_MAX_BYTES;
-    const counted = await stateBytes(o.db, o.namespace, maxBytes);
-    if (counted > maxBytes) return { kind: 'too-large', bytes: counted, maxBytes };
+    const bound = this.#boundAt(offset);
+    if (bound === undefined || bound > maxBytes) {
+      const counted = await stateBytes(o.db, o.namespace, maxBytes);
+      if (counted > maxBytes) return { kind: 'too-large', bytes: counted, maxBytes };
+    }
     const firstId = snapshotId(offset, 0);
     if (firstId === undefined) return { kind: 'skipped', why: `offset ${offset} is beyond snapshot IDs` };
     const lastSnapshotId = await withTimeout(
@@ -158,18 +192,24 @@ export class SnapshotWriter {
         size += opBytes;
         written += opBytes;
         keys++;
-        // Counted under the cap before (the store moved since: another activation's restore): a
-        // restore would abandon it, the parts written so far are a snapshot without a marker.
-        if (written > maxBytes)
+        // Under the cap before (the store moved since: another activation's restore): a restore
+        // would abandon it, the parts written so far are a snapshot without a marker.
+        if (written > maxBytes) {
+          this.#known = undefined;
           return { kind: 'skipped', why: `the state holds more than ${maxBytes} bytes (the snapshot cap)` };
+        }
       }
     }
     // Every write of the namespace moves its offset record (a commit's batch, a restore's): the
     // same record after the reads says they saw one state (another activation's restore of this
     // store can run while this snapshot is read).
     const after = await o.db.get(offsetKey(o.namespace));
-    if (after === undefined || !Buffer.from(after).equals(Buffer.from(rawOffset)))
+    if (after === undefined || !Buffer.from(after).equals(Buffer.from(rawOffset))) {
+      this.#known = undefined;
       return { kind: 'skipped', why: 'the store moved while the snapshot was read' };
+    }
+    // Every key was read, of one state: its bytes are known at this offset.
+    this.#known = { bytes: written, offset, grown: 0, end: offset };
     if (!isCurrent()) return { kind: 'skipped', why: 'the partition moved' };
     if (part.length > 0 && !(await send()))
       return { kind: 'skipped', why: 'another snapshot was written past this one' };

@@ -106,7 +106,8 @@ export type AdoptOutcome =
  * has an offset record and a read position (a restore wrote both in one batch: the state of an
  * entry of the changelog), its offset lies past the namespace's own, and its position is not before
  * the changelog's first offset (trimmed: today's restore decides, from a snapshot). Anything else
- * leaves the namespace as it is (`ignored`, with why). The copy stays: a later tail resumes from it.
+ * leaves the namespace as it is (`ignored`, with why). An adopted copy is moved: its keys are
+ * deleted in the same batch (it would only take disk; a later tail begins a new copy).
  *
  * @throws RestoreAbandoned when the activation ended before the write; RestoreStoreError when the
  *   store fails.
@@ -154,7 +155,8 @@ export async function adoptStandbyCopy(o: AdoptOptions): Promise<AdoptOutcome> {
   const maxBytes = o.maxBytes ?? STANDBY_ADOPT_MAX_BYTES;
   // Every op of the one batch counts, in the UTF-8 bytes the store gets: the deletes of the
   // namespace's own older state too (it may be far larger than the copy), and the position put.
-  bytes += Buffer.byteLength(changelogPositionKey(namespace), 'utf8') + positionRaw.length;
+  const positionKey = changelogPositionKey(namespace);
+  bytes += Buffer.byteLength(positionKey, 'utf8') * 2 + STANDBY_TAG.length + positionRaw.length;
   await read(async () => {
     for (const range of namespaceRanges(namespace)) {
       for await (const [key] of db.iterator(range)) {
@@ -165,8 +167,9 @@ export async function adoptStandbyCopy(o: AdoptOptions): Promise<AdoptOutcome> {
     }
     for (const range of namespaceRanges(namespace)) {
       for await (const [key, value] of view.iterator(range)) {
-        ops.push({ type: 'put', key, value });
-        bytes += Buffer.byteLength(key, 'utf8') + value.length;
+        // Moved, not copied: the copy's key goes in the same batch (§12.3, copies deleted).
+        ops.push({ type: 'put', key, value }, { type: 'del', key: standbyKey(key) });
+        bytes += Buffer.byteLength(key, 'utf8') * 2 + STANDBY_TAG.length + value.length;
         keys++;
         if (bytes > maxBytes) return;
       }
@@ -181,8 +184,77 @@ export async function adoptStandbyCopy(o: AdoptOptions): Promise<AdoptOutcome> {
   const again = await read(() => view.get(offsetKey(namespace)));
   if (again === undefined || Buffer.compare(Buffer.from(again), Buffer.from(copyRaw)) !== 0)
     return { kind: 'ignored', why: 'the copy moved while it was read' };
-  ops.push({ type: 'put', key: changelogPositionKey(namespace), value: positionRaw });
+  ops.push(
+    { type: 'put', key: positionKey, value: positionRaw },
+    { type: 'del', key: standbyKey(positionKey) },
+  );
   if (!o.isCurrent()) throw new RestoreAbandoned();
   await read(() => db.batch(ops, { sync: o.sync }));
   return { kind: 'adopted', offset: copy, position, keys };
+}
+
+/** UTF-8 bytes of keys per batch when a copy is deleted (a copy may be as large as the state). */
+const DELETE_BATCH_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Whether `db` holds anything of `namespace`'s standby copy (also what an interrupted deletion
+ * left: keys without an offset record).
+ *
+ * @internal
+ */
+export async function hasStandbyCopy(db: KeyValueDb, namespace: string): Promise<boolean> {
+  const view = standbyView(db);
+  if ((await view.get(changelogPositionKey(namespace))) !== undefined) return true;
+  for (const range of namespaceRanges(namespace)) {
+    for await (const entry of view.iterator(range)) if (entry !== undefined) return true;
+  }
+  return false;
+}
+
+/**
+ * Deletes `namespace`'s standby copy. Its offset record and read position go first, in one batch:
+ * from then on the copy is never adopted (no offset record: `none`), and a tail that begins it again
+ * restores it as an empty copy (restore.ts: the history replayed over what is left gives the same
+ * state, and a snapshot clears the namespace before it is applied). Then its other keys, in batches
+ * of at most 4 MiB of keys, while `proceed()` holds (a take-over's claim stops it between two
+ * batches; a later deletion finishes it). Returns whether the copy is gone entirely. `batchBytes`:
+ * tests lower it.
+ *
+ * @throws what the store throws.
+ * @internal
+ */
+export async function deleteStandbyCopy(
+  db: KeyValueDb,
+  sync: boolean,
+  namespace: string,
+  proceed: () => boolean,
+  batchBytes: number = DELETE_BATCH_BYTES,
+): Promise<boolean> {
+  const view = standbyView(db);
+  if (!proceed()) return false;
+  await view.batch(
+    [
+      { type: 'del', key: offsetKey(namespace) },
+      { type: 'del', key: changelogPositionKey(namespace) },
+    ],
+    { sync },
+  );
+  let ops: Array<{ type: 'del'; key: string }> = [];
+  let bytes = 0;
+  for (const range of namespaceRanges(namespace)) {
+    for await (const [key] of view.iterator(range)) {
+      ops.push({ type: 'del', key });
+      bytes += Buffer.byteLength(key, 'utf8') + STANDBY_TAG.length;
+      if (bytes < batchBytes) continue;
+      if (!proceed()) return false;
+      await view.batch(ops, { sync });
+      ops = [];
+      bytes = 0;
+    }
+  }
+  if (ops.length > 0) {
+    if (!proceed()) return false;
+    await view.batch(ops, { sync });
+  }
+  return true;
 }

@@ -17,6 +17,7 @@ import {
   context,
   isSpanContextValid,
   propagation,
+  ProxyTracerProvider,
   trace,
   SpanKind,
   SpanStatusCode,
@@ -44,6 +45,20 @@ function getTracer(): Tracer {
 }
 
 const SYSTEM = 'rabbitmq';
+
+/** The API's no-op provider: the delegate of its global proxy until an SDK registers a provider. */
+const NOOP_PROVIDER = new ProxyTracerProvider().getDelegate();
+
+/**
+ * True while no SDK is registered (the global provider is the API's proxy, without a delegate):
+ * every span would be a non-recording one. The `process` span is asked for per message, and making
+ * that span cost ~250 ns a message (a loaded machine; issue 39, the group against the raw super
+ * stream consumer). A provider of another copy of the API is not recognised: spans are then made.
+ */
+function noSdk(): boolean {
+  const provider = trace.getTracerProvider();
+  return provider instanceof ProxyTracerProvider && provider.getDelegate() === NOOP_PROVIDER;
+}
 
 /** Where a `send` goes: the stream (or AMQP queue), and for a super stream its partition. */
 export interface SendTarget {
@@ -144,6 +159,7 @@ export function traceProcess<T>(
   message: ProcessedMessage,
   handler: () => T,
 ): T {
+  if (noSdk()) return handler();
   const span = getTracer().startSpan(`process ${destination ?? consumer}`, {
     kind: SpanKind.CONSUMER,
   });

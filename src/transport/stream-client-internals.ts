@@ -132,6 +132,53 @@ export function decodeDeliveriesOurselves(
   };
 }
 
+/** A client's decode-error listeners ({@link listenDecodeErrors}). */
+interface DecodeRoute {
+  readonly listeners: Set<(error: ChunkDecodeError) => void>;
+  /** The first Deliver frame of the client's connections that did not decode, if one did not. */
+  failure: ChunkDecodeError | undefined;
+}
+
+const decodeRoutes = new WeakMap<object, DecodeRoute>();
+
+/**
+ * {@link decodeDeliveriesOurselves} for a client that carries several reads, one after another or
+ * together (a standby tail's reader kept across copies, a take-over's restore and then its genesis
+ * read): each read listens while its subscription lives, and a Deliver frame that does not decode is
+ * told to every read listening at that moment (the frame's connection drops every later Deliver
+ * frame, so each of them would otherwise wait for deliveries that never come). A listener that
+ * begins after such a failure hears it at once, synchronously. Returns the function that stops
+ * `listener`. {@link deliveryDecodeFailure} says whether a failure happened: such a client is
+ * replaced, not read again.
+ *
+ * @throws Error when `client` was hooked by {@link decodeDeliveriesOurselves} with a callback of its
+ *   own (its errors would not reach the listeners); what that function throws.
+ */
+export function listenDecodeErrors(client: Client, listener: (error: ChunkDecodeError) => void): () => void {
+  let route = decodeRoutes.get(client);
+  if (route === undefined) {
+    if (hookedClients.has(client))
+      throw new Error('listenDecodeErrors: this client already reports decode errors to one callback');
+    const created: DecodeRoute = { listeners: new Set(), failure: undefined };
+    decodeDeliveriesOurselves(client, (error) => {
+      created.failure ??= error;
+      for (const each of [...created.listeners]) each(error);
+    });
+    decodeRoutes.set(client, created);
+    route = created;
+  }
+  const own = (error: ChunkDecodeError): void => listener(error);
+  const listening = route;
+  listening.listeners.add(own);
+  if (listening.failure !== undefined) own(listening.failure);
+  return () => listening.listeners.delete(own);
+}
+
+/** The first Deliver frame of `client` that did not decode ({@link listenDecodeErrors}), if any. */
+export function deliveryDecodeFailure(client: Client): ChunkDecodeError | undefined {
+  return decodeRoutes.get(client)?.failure;
+}
+
 function hookDecoder(
   connection: unknown,
   onDecodeError: (error: ChunkDecodeError) => void,

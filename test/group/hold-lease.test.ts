@@ -23,7 +23,8 @@ interface Trip {
   fail(error: Error): void;
 }
 
-function setUp(journalDepth: number) {
+/** `ahead`: each batch's journal sends the round trip ahead, as a group partition's does (partition.ts). */
+function setUp(journalDepth: number, ahead = false) {
   let now = 0;
   const journaled: Deferred[] = [];
   /** Store writes begun, and the ones the test completes by hand (a LevelDB write under way). */
@@ -68,7 +69,10 @@ function setUp(journalDepth: number) {
     } as unknown as ResolvedVerifyingConsumerOptions,
     stats: { commits: 0 } as VerifyStats,
     onStop: (error) => stops.push(error),
-    journal: (entry) => new Promise<void>((resolve) => journaled.push({ entry, resolve })),
+    journal: (entry) => {
+      if (ahead) lease.proveAhead();
+      return new Promise<void>((resolve) => journaled.push({ entry, resolve }));
+    },
     journalDepth,
     gate: () => lease.gate(),
   });
@@ -79,6 +83,7 @@ function setUp(journalDepth: number) {
   };
   return {
     pipeline,
+    lease,
     journaled,
     writes,
     reported,
@@ -280,6 +285,54 @@ describe('group partition - hold lease before each local write and commit report
     expect(t.reported).toEqual([1n]);
     expect(t.lost).toHaveLength(1);
     expect(t.stops.map((e) => e.name)).toEqual(['PartitionMoved']);
+  });
+
+  it('a round trip sent as the batch is journaled: the write waits for its append only, not for a round trip after it', async () => {
+    const t = setUp(4, true);
+    t.message(0n);
+    t.message(1n);
+    await settle();
+    // Sent with the entry (an activation's first batch: nothing proven yet), answered before the append.
+    expect(t.trips).toHaveLength(1);
+    t.trips[0]!.answer();
+    await settle();
+    t.journaled[0]!.resolve();
+    await settle();
+    expect(t.writes.map((w) => w.lastOffset)).toEqual([1n]);
+    expect(t.trips).toHaveLength(1);
+    t.writes[0]!.done();
+    await settle();
+    expect(t.reported).toEqual([1n]);
+    // Within half the lease the next batch sends none; later one goes with its entry again.
+    t.message(2n);
+    t.message(3n);
+    await settle();
+    expect(t.trips).toHaveLength(1);
+    t.advance(LEASE_MS);
+    t.message(4n);
+    t.message(5n);
+    await settle();
+    expect(t.trips).toHaveLength(2);
+  });
+
+  it('a round trip sent ahead and answered after a stop proves nothing: the batch waits for a fresh one', async () => {
+    const t = setUp(1, true);
+    t.message(0n);
+    t.message(1n);
+    await settle();
+    expect(t.trips).toHaveLength(1);
+    // Stopped between the send and the read of its answer, past the bound.
+    t.advance(6_000);
+    t.trips[0]!.answer();
+    t.journaled[0]!.resolve();
+    await settle();
+    expect(t.writes).toEqual([]);
+    expect(t.trips).toHaveLength(2);
+    t.trips[1]!.fail(new Error('connection closed'));
+    await t.pipeline.idle();
+    expect(t.writes).toEqual([]);
+    expect(t.reported).toEqual([]);
+    expect(t.lost).toHaveLength(1);
   });
 
   it('pauseClock never goes back and counts a forward jump of the wall clock (a suspended machine)', () => {

@@ -12,6 +12,8 @@ const h = vi.hoisted(() => ({
   listeners: [] as Array<() => Promise<unknown>>,
   updates: [] as Array<(active: boolean) => void>,
   lastChunkId: -1n,
+  /** Reader clients connected (readerConnector → connectStreamClient): the check reads through one. */
+  readers: 0,
 }));
 
 vi.mock('../../src/transport/stream-client-internals.js', async (orig) => ({
@@ -30,16 +32,21 @@ vi.mock('../../src/transport/stream-delivery.js', async (orig) => ({
     },
   }),
 }));
+// The one reader connector (src/transport/reader-connector.ts) connects through this export: a
+// reader made any other way would reach for the broker at port 1 and the test would fail.
 vi.mock('../../src/transport/stream-probe.js', async (orig) => ({
   ...(await orig<object>()),
-  connectStreamClient: async () => ({
-    close: async () => undefined,
-    streamStatsRequest: async () => ({
-      firstChunkId: 0n,
-      committedChunkId: h.lastChunkId,
-      lastChunkId: h.lastChunkId,
-    }),
-  }),
+  connectStreamClient: async () => {
+    h.readers++;
+    return {
+      close: async () => undefined,
+      streamStatsRequest: async () => ({
+        firstChunkId: 0n,
+        committedChunkId: h.lastChunkId,
+        lastChunkId: h.lastChunkId,
+      }),
+    };
+  },
 }));
 vi.mock('../../src/group/restore.js', async (orig) => {
   const actual = await orig<Record<string, unknown>>();
@@ -101,6 +108,7 @@ describe('group partition - a partition recreated under the same name', () => {
     h.updates.at(-1)!(true);
     await h.listeners.at(-1)!();
     expect(failures.map((e) => (e as { code?: string }).code)).toEqual(['DEDUP_STREAM_REGRESSION']);
+    expect(h.readers).toBeGreaterThanOrEqual(1);
     expect(failures[0]!.message).toMatch(/partition "orders-0" is empty, but .*offset 41/);
     await partition.close();
   });

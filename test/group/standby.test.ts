@@ -206,8 +206,8 @@ describe('warm standbys - the copy and the take-over from it (§12.3)', () => {
     const report = await restore(db, later);
     expect(report).toMatchObject({ read: 12, applied: 12, offset: 41n });
     expect(await contents(db)).toEqual(await fromScratch(history(42)));
-    // The copy stays (a later tail resumes from it), unchanged by the take-over.
-    expect(await contents(standbyView(db))).toEqual(await fromScratch(history(30)));
+    // The copy was moved into the namespace: nothing of it is left (it would only take disk).
+    expect(await contents(standbyView(db))).toEqual({});
   });
 
   it('replaces an older state of the namespace (this member held the partition before), never a newer one', async () => {
@@ -216,9 +216,13 @@ describe('warm standbys - the copy and the take-over from it (§12.3)', () => {
     await restore(standbyView(db), new FakeChangelog(history(25)));
     expect(await adopt(db, new FakeChangelog(history(30)))).toMatchObject({ kind: 'adopted', offset: 24n });
     expect(await contents(db)).toEqual(await fromScratch(history(25)));
-    // Now the namespace is as new as the copy: left alone.
-    expect(await adopt(db, new FakeChangelog(history(30)))).toMatchObject({ kind: 'ignored' });
+    // The copy was moved: none is left to adopt.
+    expect(await adopt(db, new FakeChangelog(history(30)))).toEqual({ kind: 'none' });
     await restore(db, new FakeChangelog(history(30)));
+    expect(await contents(db)).toEqual(await fromScratch(history(30)));
+    // A copy older than the namespace: left alone, the namespace unchanged.
+    await restore(standbyView(db), new FakeChangelog(history(25)));
+    expect(await adopt(db, new FakeChangelog(history(30)))).toMatchObject({ kind: 'ignored' });
     expect(await contents(db)).toEqual(await fromScratch(history(30)));
   });
 
