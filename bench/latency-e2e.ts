@@ -31,7 +31,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import * as hdr from 'hdr-histogram-js';
 import type { Histogram } from 'hdr-histogram-js';
-import { connect, Offset } from 'rabbitmq-stream-js-client';
+import { Offset } from 'rabbitmq-stream-js-client';
 import {
   StreamDedupPublisher,
   StreamVerifyingConsumer,
@@ -40,7 +40,7 @@ import {
 } from 'stream-dedup/stream';
 import { changelogStreamName } from '../src/group/consumer.js';
 import { allConfirmed, CONNECTION, connectClient, measureInChild, uniqueName } from './common.js';
-import { newHistogram, runSchedule, SIZE } from './latency-schedule.js';
+import { connectRawClient, newHistogram, runSchedule, SIZE, type ScheduleLag } from './latency-schedule.js';
 
 export const E2E_CASES = ['e2e-raw', 'e2e-stream', 'e2e-raw-super', 'e2e-group'] as const;
 export type E2eCase = (typeof E2E_CASES)[number];
@@ -165,7 +165,7 @@ async function consumerSide(
   const total = warmup + count;
   const ready = (): void => void process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
   if (name === 'e2e-raw' || name === 'e2e-raw-super') {
-    const client = await connectClient();
+    const client = await connectRawClient();
     const consumer =
       name === 'e2e-raw'
         ? await client.declareConsumer({ stream: target, offset: Offset.first() }, (m) =>
@@ -254,11 +254,12 @@ async function publisherSide(
   total: number,
 ): Promise<void> {
   const origin = performance.timeOrigin;
+  let lag: ScheduleLag;
   if (name === 'e2e-raw') {
-    const client = await connectClient();
+    const client = await connectRawClient();
     const publisher = await client.declarePublisher({ stream: target, publisherRef: 'bench-lat-e2e-raw' });
     const all = allConfirmed(publisher, total);
-    await runSchedule(rate, total, async (i, due) => {
+    lag = await runSchedule(rate, total, async (i, due) => {
       await publisher.send(bodyOf(i, origin + due));
     });
     await publisher.flush();
@@ -269,21 +270,17 @@ async function publisherSide(
     let confirmed = 0;
     let done!: () => void;
     const all = new Promise<void>((resolve) => (done = resolve));
-    const client = await connect({
-      ...CONNECTION,
-      addressResolver: { enabled: false },
-      listeners: {
-        publish_confirm: ({ publishingIds }) => {
-          confirmed += publishingIds.length;
-          if (confirmed >= total) done();
-        },
+    const client = await connectRawClient({
+      publish_confirm: ({ publishingIds }) => {
+        confirmed += publishingIds.length;
+        if (confirmed >= total) done();
       },
     });
     const publisher = await client.declareSuperStreamPublisher(
       { superStream: target, publisherRef: 'bench-lat-e2e-raw-super', routingStrategy: 'hash' },
       (_content, opts) => opts.messageProperties?.messageId,
     );
-    await runSchedule(rate, total, async (i, due) => {
+    lag = await runSchedule(rate, total, async (i, due) => {
       await publisher.send(bodyOf(i, origin + due), { messageProperties: { messageId: `order-${i}` } });
     });
     await all;
@@ -299,7 +296,7 @@ async function publisherSide(
         store: join(dir, 'producer'),
         durability: 'outbox',
       });
-      await runSchedule(rate, total, (i, due) => sends.add(pub.send(bodyOf(i, origin + due))));
+      lag = await runSchedule(rate, total, (i, due) => sends.add(pub.send(bodyOf(i, origin + due))));
       await sends.all;
       await pub.close();
     } else {
@@ -311,14 +308,14 @@ async function publisherSide(
         durability: 'outbox',
         routing: { kind: 'hash', key: (_body, headers) => String(headers?.order) },
       });
-      await runSchedule(rate, total, (i, due) =>
+      lag = await runSchedule(rate, total, (i, due) =>
         sends.add(pub.send(bodyOf(i, origin + due), { headers: { order: `order-${i}` } })),
       );
       await sends.all;
       await pub.close();
     }
   }
-  process.stdout.write(`${JSON.stringify({ published: total })}\n`);
+  process.stdout.write(`${JSON.stringify({ published: total, ...lag })}\n`);
 }
 
 export interface E2eMeasurement {
@@ -328,6 +325,8 @@ export interface E2eMeasurement {
   readonly perSecond: readonly Histogram[];
   /** Latencies below 1 µs (the two processes' clocks disagreeing by more than the latency). */
   readonly early: number;
+  /** How late the publisher's generator issued (warm-up included): delay of the publisher's process. */
+  readonly publisherLag: ScheduleLag;
 }
 
 /**
@@ -383,9 +382,12 @@ export async function measureE2e(
   );
   try {
     if ((await Promise.race([consumer.next(), timedOut])) === 'timeout') return 'timeout';
-    const published = await measureInChild(import.meta.url, args('publisher', warmup + count), CHILD_ENV, {
-      signal: deadline,
-    }).catch((e: unknown) => {
+    const published = await measureInChild<ScheduleLag>(
+      import.meta.url,
+      args('publisher', warmup + count),
+      CHILD_ENV,
+      { signal: deadline },
+    ).catch((e: unknown) => {
       if (deadline.aborted) return 'timeout' as const;
       throw e;
     });
@@ -395,7 +397,7 @@ export async function measureE2e(
     const perSecond = (result.histograms as string[]).map((s) => hdr.decodeFromCompressedBase64(s));
     const histogram = newHistogram();
     for (const h of perSecond) histogram.add(h);
-    return { histogram, perSecond, early: result.early as number };
+    return { histogram, perSecond, early: result.early as number, publisherLag: published };
   } finally {
     consumer.kill();
     if (isSuper(name)) {

@@ -47,7 +47,10 @@ async function live(script: readonly Answer[]): Promise<void> {
     rows++;
     db.outbox.push({ id: BigInt(rows), body: Buffer.from(`r${rows}`) });
     if (answer === 'answer') return Promise.resolve(broker.lastId);
-    if (answer === 'late') return new Promise((r) => setTimeout(() => r(broker.lastId), 30));
+    // The broker's state at the question (it answers in frame order on the producer's connection:
+    // frames written after the question are not in the answer; relay35).
+    const atQuestion = broker.lastId;
+    if (answer === 'late') return new Promise((r) => setTimeout(() => r(atQuestion), 30));
     unanswered.push(performance.now());
     if (answer === 'hangLost') setImmediate(() => t.handlers?.disconnected(new Error('connection closed')));
     return new Promise<bigint>(() => undefined);

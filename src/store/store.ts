@@ -83,6 +83,14 @@ export class DedupStore {
     } catch (err) {
       throw mapOpenError(err, path);
     }
+    try {
+      await warmUp(db as unknown as KeyValueDb);
+    } catch (err) {
+      await db.close().catch(() => undefined);
+      throw new DedupError('DEDUP_STORE_CORRUPT', `store ${path} cannot be written: ${String(err)}`, {
+        cause: err,
+      });
+    }
     return new DedupStore(db as unknown as KeyValueDb, options.sync ?? false);
   }
 
@@ -278,6 +286,27 @@ const META_SUFFIX = '/m';
 const OUTBOX_INFIX = '/o/';
 /** The domain keys first published in one group commit, under the commit's first key's ID. */
 const KEY_SEGMENT_INFIX = '/k/';
+
+/**
+ * The key of the warm-up write, written and deleted in one batch, so no reader ever sees it. `o:` is
+ * no other record's tag (`c:`, `g:`, `p:`, `s:`, `u:`, `v:`, and `w:` the standby copies', are).
+ */
+const WARM_UP_KEY = 'o:warm-up';
+
+/**
+ * One write before `open()` resolves, so that the first commits do not pay the first write of a
+ * process (LevelDB's write path, the log file, the thread pool): measured in fresh processes on a
+ * fresh store, the first batch took 6–17 ms (median 13) without it and 0.2–12 ms (median 2) after
+ * it; in a publisher that cost lands on every send of its first group commits. The batch puts and
+ * deletes one key of its own (`o:`, used by nothing else), so the store's contents are unchanged.
+ * Not synced: it makes nothing durable, and a synced commit still syncs everything before it.
+ */
+function warmUp(db: KeyValueDb): Promise<void> {
+  return db.batch([
+    { type: 'put', key: WARM_UP_KEY, value: new Uint8Array(0) },
+    { type: 'del', key: WARM_UP_KEY },
+  ]);
+}
 
 /** `p:` + length-prefixed target and name: injective, and one producer's keys share a prefix. */
 function producerPrefix(target: string, producerName: string): string {

@@ -23,6 +23,8 @@ export class FakeDb {
   records: FakeRecord[] = [];
   lastAssigned = new Map<string, bigint>();
   epoch = 0n;
+  /** Batch records deleted (by a confirm's delete, a numbering's, or recovery's), in order. */
+  deleted: FakeRecord[] = [];
   statements: string[] = [];
   /** Called before each statement; may throw or return a promise that never settles. */
   before: (text: string) => Promise<void> | void = () => undefined;
@@ -32,11 +34,25 @@ function result(rows: unknown[]): { rows: unknown[]; rowCount: number } {
   return { rows, rowCount: rows.length };
 }
 
+/** Deletes the records `gone` picks (moved to `db.deleted`); the rows they held. */
+function deleteRecords(db: FakeDb, gone: (r: FakeRecord) => boolean): number {
+  const picked = db.records.filter(gone);
+  db.deleted.push(...picked);
+  db.records = db.records.filter((r) => !gone(r));
+  return picked.reduce((n, r) => n + r.rowIds.length, 0);
+}
+
 /** Answers one (possibly multi-statement) simple-query string. */
 async function answer(db: FakeDb, text: string, values: readonly unknown[] = []): Promise<unknown> {
   db.statements.push(text);
   await db.before(text);
   const t = text.trim();
+  // A numbering's (or a lone) delete of confirmed records: `USING unnest(ARRAY[…]::text[], '{…}'::bigint[])`.
+  const inlined = /USING unnest\(ARRAY\[[^\]]*\]::text\[\], '\{([^}]*)\}'::bigint\[\]\)/.exec(t);
+  if (inlined !== null && inlined[1] !== '') {
+    const firsts = new Set(inlined[1]!.split(',').map((v) => BigInt(v)));
+    deleteRecords(db, (r) => firsts.has(r.firstId));
+  }
   if (/SELECT version FROM/.test(t)) return result([{ version: 1 }]);
   if (/server_version_num/.test(t)) return result([{ v: 160000 }]);
   if (/pg_try_advisory_lock/.test(t)) return result([{ name: true, outbox: true }]);
@@ -46,6 +62,7 @@ async function answer(db: FakeDb, text: string, values: readonly unknown[] = [])
     return result([{ epoch: db.epoch.toString(), partitions: null }]);
   }
   if (/sum\(cardinality\(row_ids\)\) AS rows/.test(t)) return result([]);
+  if (/^SELECT epoch FROM/.test(t)) return result([{ epoch: db.epoch.toString() }]);
   if (/SELECT last_assigned FROM/.test(t)) {
     const v = db.lastAssigned.get('s');
     return result(v === undefined ? [] : [{ last_assigned: v.toString() }]);
@@ -54,8 +71,17 @@ async function answer(db: FakeDb, text: string, values: readonly unknown[] = [])
     return result([...db.lastAssigned].map(([target, v]) => ({ target, last_assigned: v.toString() })));
   }
   if (/^WITH lease AS/.test(t)) {
-    // #fencedDelete: first_id = ANY or the stored bound; the fake deletes by the where clause kind.
-    return result([{ epoch: db.epoch.toString(), deleted: 0 }]);
+    // #fencedDelete: first_id = ANY($3) (confirmed records) or records ending at or below $3 (stored).
+    let deleted = 0;
+    const bound = values[2];
+    if (Array.isArray(bound)) {
+      const firsts = new Set(bound.map((v) => BigInt(v as string)));
+      deleted = deleteRecords(db, (r) => firsts.has(r.firstId));
+    } else if (bound !== undefined) {
+      const upTo = BigInt(bound as string);
+      deleted = deleteRecords(db, (r) => r.firstId + BigInt(r.rowIds.length) - 1n <= upTo);
+    }
+    return result([{ epoch: db.epoch.toString(), deleted }]);
   }
   if (/SELECT first_id, row_ids/.test(t)) {
     // batchesAfter: first_id > $3 (recovery pages on).
@@ -72,25 +98,33 @@ async function answer(db: FakeDb, text: string, values: readonly unknown[] = [])
     );
   }
   if (/^BEGIN; SET LOCAL/.test(t)) {
-    const rows = db.outbox.map((r) => ({
+    // The read: the first LIMIT waiting rows in id order.
+    const limit = Number(/ORDER BY id LIMIT (\d+)/.exec(t)?.[1] ?? db.outbox.length);
+    const read = [...db.outbox].sort((a, b) => (a.id < b.id ? -1 : 1)).slice(0, limit);
+    const rows = read.map((r) => ({
       id: r.id.toString(),
       body: r.body,
       headers: null,
       message_key: null,
       routing_key: null,
       age_ms: 1,
-      fetched: String(db.outbox.length),
+      fetched: String(read.length),
     }));
     const empty = result([]);
     return [empty, empty, empty, empty, empty, result([{ epoch: db.epoch.toString() }]), result(rows)];
   }
   if (/INSERT INTO .*outbox_batches/s.test(t)) {
-    // The move: every waiting row into one record.
-    const ids = db.outbox.map((r) => r.id);
+    // The move: the rows the statement names (`id = ANY('{…}'::bigint[])`, one per record, in
+    // record order) into records from last_assigned + 1.
+    const ids = [...t.matchAll(/WHERE id = ANY\('\{([^}]*)\}'::bigint\[\]\)/g)].flatMap((m) =>
+      m[1]!.split(',').map((v) => BigInt(v)),
+    );
+    const moved = ids.map((id) => db.outbox.find((r) => r.id === id)!);
     const last = db.lastAssigned.get('s') ?? 0n;
-    db.records.push({ target: 's', firstId: last + 1n, rowIds: ids, bodies: db.outbox.map((r) => r.body) });
+    db.records.push({ target: 's', firstId: last + 1n, rowIds: ids, bodies: moved.map((r) => r.body) });
     db.lastAssigned.set('s', last + BigInt(ids.length));
-    db.outbox = [];
+    const gone = new Set(ids);
+    db.outbox = db.outbox.filter((r) => !gone.has(r.id));
     return result([]);
   }
   return result([]);
@@ -119,6 +153,8 @@ export interface FakeBroker {
   /** Confirms every published ID at once (setImmediate) when true. */
   autoConfirm: boolean;
   published: OutgoingMessage[];
+  /** IDs published at or below the broker's last ID at their arrival: dropped (and confirmed). */
+  dropped: bigint[];
   /** How long connect() takes (a leader election, a slow node), ms. */
   connectDelayMs: number;
 }
@@ -134,6 +170,7 @@ export const broker: FakeBroker = {
   queryLastId: () => Promise.resolve(broker.lastId),
   autoConfirm: true,
   published: [],
+  dropped: [],
   connectDelayMs: 0,
 };
 
@@ -151,7 +188,10 @@ export class FakeTransport implements FakeTransportLike {
   }
   publish(messages: readonly OutgoingMessage[]): Promise<void> {
     broker.published.push(...messages);
-    for (const m of messages) if (m.publishingId > broker.lastId) broker.lastId = m.publishingId;
+    for (const m of messages) {
+      if (m.publishingId > broker.lastId) broker.lastId = m.publishingId;
+      else broker.dropped.push(m.publishingId);
+    }
     if (broker.autoConfirm) {
       const ids = messages.map((m) => m.publishingId);
       setImmediate(() => {

@@ -181,6 +181,17 @@ export class RelayDb {
     return row === undefined ? 0n : BigInt(row.last_assigned);
   }
 
+  /** The lease epoch of the producer name (undefined when no relay ever took it). */
+  async leaseEpoch(client: PoolClient): Promise<bigint | undefined> {
+    const found = await this.run<{ epoch: string }>(
+      client,
+      `SELECT epoch FROM ${this.tables.relays} WHERE producer_name = $1`,
+      [this.producerName],
+    );
+    const row = found.rows[0];
+    return row === undefined ? undefined : BigInt(row.epoch);
+  }
+
   /**
    * Deletes the batch records of `target` whose every ID the broker holds (at or below `upTo`);
    * the number of rows they held.

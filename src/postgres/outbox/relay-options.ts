@@ -101,7 +101,12 @@ export interface PgOutboxRelayCommonOptions {
    * where 500 relayed 35 000–41 000 (bench:outbox, loaded 2-core machine). @defaultValue 2000
    */
   readonly batchSize?: number;
-  /** Most rows sent and not yet confirmed, per target. @defaultValue 5000 */
+  /**
+   * Most rows sent and not yet confirmed (all targets together); apart from those, most rows of
+   * confirmed batch records not yet deleted (their other-writer check is one broker round trip,
+   * up to `connectTimeoutMs`): past either the relay numbers nothing more until they drain.
+   * @defaultValue 5000
+   */
   readonly maxInFlight?: number;
   /**
    * The polling fallback, in ms: the relay looks for rows this often even without a notification

@@ -7,7 +7,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Notification, PoolClient } from 'pg';
 import { DedupError } from '../../errors.js';
-import { isPermanentFailure } from '../../publisher/errors.js';
 import { assertFits, stampBytesOf, validateHeaders } from '../../publisher/message.js';
 import type { OutgoingMessage } from '../../publisher/types.js';
 import { Locator } from '../../superstream/partitions.js';
@@ -15,7 +14,7 @@ import { partitionForKey } from '../../superstream/routing.js';
 import { StreamTransport } from '../../transport/stream-transport.js';
 import { withTimeout } from '../../transport/util.js';
 import { Backoff, sleep } from '../../util/backoff.js';
-import { errorCode, refusal } from '../refusal.js';
+import { refusal } from '../refusal.js';
 import { checkSchema } from '../schema.js';
 import { isStoreFailure, markStore, RelayLock, storeMarked } from './relay-lock.js';
 import {
@@ -34,51 +33,9 @@ import {
 } from './relay-options.js';
 import { outboxChannel } from '../outbox-tables.js';
 import { SentBatches, type SentBatch } from './relay-batches.js';
+import { asReported, isPermanent, OutboxPoisonRowError, type OutboxRelayStats } from './relay-errors.js';
 
-/**
- * A row the relay cannot publish (a message over the broker's limit, headers the stream cannot
- * carry, no routing key on a super stream): the relay stops at it, never skips it. Fix or delete
- * the row (`DELETE FROM <schema>.outbox WHERE id = …`) and reopen the relay.
- *
- * @remarks Since 0.6.0
- */
-export class OutboxPoisonRowError extends DedupError {
-  /** The row's `outbox.id`. */
-  readonly rowId: bigint;
-
-  /** `rowId`: the row's `outbox.id`; `reason`: why it cannot be published. */
-  constructor(rowId: bigint, reason: string) {
-    super(
-      'DEDUP_BROKER_REFUSED',
-      `outbox row ${rowId} cannot be published: ${reason}; the relay stopped at it`,
-    );
-    this.rowId = rowId;
-  }
-}
-
-/**
- * The relay's counters since `open()`.
- *
- * @remarks Since 0.6.0
- */
-export interface OutboxRelayStats {
-  /** Whether this relay holds the producer name (false: a standby, or stopped). */
-  readonly isActive: boolean;
-  /** Rows numbered and sent for the first time. */
-  readonly published: number;
-  /** Rows numbered by an earlier life and re-sent under their IDs on recovery. */
-  readonly resent: number;
-  /** Rows numbered by an earlier life that the broker already held: deleted, not re-sent. */
-  readonly alreadyStored: number;
-  /** Rows the broker confirmed, deleted. */
-  readonly confirmed: number;
-  /** Rows sent and not yet confirmed. */
-  readonly inFlight: number;
-  /** Age of the oldest waiting row at the last numbering, in ms (0 when none waited). */
-  readonly lagMs: number;
-  /** Times this relay took the name over (its first activation included). */
-  readonly takeovers: number;
-}
+export { OutboxPoisonRowError, type OutboxRelayStats } from './relay-errors.js';
 
 /** A target stream's producer and what it has in flight. */
 interface Target {
@@ -95,34 +52,9 @@ interface Target {
 /** Confirmed batch records to delete once their other-writer check (started after the confirms) passed. */
 interface PendingDelete {
   readonly done: ReadonlyMap<string, readonly SentBatch[]>;
+  /** The rows the records hold (this life sent). */
+  readonly rows: number;
   passed: boolean;
-}
-
-/** SQLSTATEs no retry fixes (see refusal.ts). */
-const PERMANENT_SQLSTATES = new Set(['28P01', '28000', '3D000', '3F000', '42P01', '42501', '25006', '42703']);
-
-function isPermanent(err: unknown): boolean {
-  if (isPermanentFailure(err)) return true;
-  if (err instanceof DedupError) {
-    return (
-      err.code === 'DEDUP_STORE_REFUSED' ||
-      err.code === 'DEDUP_PARTITIONS_CHANGED' ||
-      err.code === 'DEDUP_SEQUENCE_REGRESSION' ||
-      err.code === 'DEDUP_UNSAFE_OPTIONS' ||
-      err.code === 'DEDUP_NAME_CONFLICT' ||
-      err instanceof OutboxPoisonRowError
-    );
-  }
-  const code = errorCode(err);
-  return code !== undefined && PERMANENT_SQLSTATES.has(code);
-}
-
-/** A database error as the relay reports it. */
-function asReported(err: unknown, what: string): Error {
-  if (err instanceof DedupError) return err;
-  const code = errorCode(err);
-  if (code !== undefined && PERMANENT_SQLSTATES.has(code)) return refusal(err, what);
-  return err instanceof Error ? err : new Error(String(err));
 }
 
 /**
@@ -544,6 +476,8 @@ export class PgOutboxRelay {
     this.#startChecks();
     if (this.#willNumber()) return;
     for (const [target, done] of this.#takeChecked()) {
+      // A check that failed meanwhile (another writer) ends the life: delete nothing more.
+      if (this.#failure !== undefined) return;
       await this.#db.deleteBatches(
         this.#work!,
         target,
@@ -560,8 +494,21 @@ export class PgOutboxRelay {
       !this.#closing &&
       this.#poison === undefined &&
       this.#failure === undefined &&
-      this.#inFlight() < this.#opts.maxInFlight
+      this.#room() > 0
     );
+  }
+
+  /**
+   * The rows the next numbering may take: `maxInFlight` bounds the rows sent and unconfirmed, and
+   * also, apart, the rows of records confirmed and not yet deleted (their other-writer check
+   * pending or passed): a slow broker answer (up to `connectTimeoutMs`) otherwise let the relay
+   * number, send and confirm on, each confirm burst one more entry there and its records kept in
+   * `outbox_batches`, as many as were committed meanwhile (relay35).
+   */
+  #room(): number {
+    let pendingRows = 0;
+    for (const p of this.#pending) pendingRows += p.rows;
+    return Math.min(this.#opts.maxInFlight - this.#inFlight(), this.#opts.maxInFlight - pendingRows);
   }
 
   /** Takes the records to delete out of every target: target → the records. */
@@ -582,7 +529,9 @@ export class PgOutboxRelay {
   #startChecks(): void {
     const done = this.#takeDone();
     if (done.size === 0) return;
-    const pending: PendingDelete = { done, passed: false };
+    let rows = 0;
+    for (const d of done.values()) for (const b of d) rows += b.sent;
+    const pending: PendingDelete = { done, rows, passed: false };
     this.#pending.push(pending);
     const current = (): boolean => this.#pending.includes(pending);
     Promise.all([...done.keys()].map((name) => this.#checkNoOtherWriter(this.#targets.get(name)!))).then(
@@ -624,6 +573,14 @@ export class PgOutboxRelay {
    * `outbox_ids` (the delete that follows is fenced).
    */
   async #checkNoOtherWriter(t: Target): Promise<void> {
+    // The mark as of the question (relay35): the broker answers a query on the producer's
+    // connection in frame order, so its answer reflects this life's frames written before the
+    // query (every ID of which was numbered, hence at or below this mark) and none written after.
+    // Compared with the mark at the answer instead, a numbering that committed meanwhile raised
+    // it: another writer's ID in between passed, and the rows this relay then sent at or below it
+    // were dropped as duplicates, confirmed, and deleted. Read before the query is written (the
+    // client writes it synchronously in the call).
+    const asked = t.lastNumbered;
     // Bounded, and ended by the life's failure: the stream client never answers nor rejects a
     // request whose connection closed, so a bare await hung the relay for good while its heartbeat
     // kept the lease (revR finding 1). The life then ends like on any broker failure.
@@ -635,18 +592,23 @@ export class PgOutboxRelay {
       ),
       this.#failed,
     ]);
+    if (brokerLast <= asked) return;
     // Another life of this outbox (a standby that took over while this relay was paused) numbers
-    // in the same table, and commits before it sends: read its numbering before crying conflict.
-    if (brokerLast > t.lastNumbered) t.lastNumbered = await this.#db.lastAssigned(this.#work!, t.name);
-    if (brokerLast > t.lastNumbered) {
-      throw new DedupError(
-        'DEDUP_NAME_CONFLICT',
-        `the broker's last publishing ID for "${this.#opts.producerName}" on stream "${t.name}" moved to ${brokerLast}, ` +
-          `above the ${t.lastNumbered} the outbox of schema "${this.#opts.schema}" numbered: another writer publishes ` +
-          'under the name (another outbox relaying it from another database or server, or a publisher). The broker ' +
-          'may have dropped rows of this outbox as duplicates of its IDs: they were kept, not deleted; the relay stopped',
+    // in the same table and sends under the name: not another writer, but this life is over (its
+    // deletes are fenced anyway): it ends, and the next one recovers from the broker's last ID.
+    const epoch = await this.#db.leaseEpoch(this.#work!);
+    if (epoch !== this.#epoch) {
+      throw new FencedError(
+        `outbox relay "${this.#opts.producerName}" was taken over by another relay (lease epoch ${epoch ?? 'gone'}, ours ${this.#epoch ?? 'none'})`,
       );
     }
+    throw new DedupError(
+      'DEDUP_NAME_CONFLICT',
+      `the broker's last publishing ID for "${this.#opts.producerName}" on stream "${t.name}" was ${brokerLast}, ` +
+        `above the ${asked} the outbox of schema "${this.#opts.schema}" had numbered when the relay asked: another writer publishes ` +
+        'under the name (another outbox relaying it from another database or server, or a publisher). The broker ' +
+        'may have dropped rows of this outbox as duplicates of its IDs: they were kept, not deleted; the relay stopped',
+    );
   }
 
   #inFlight(): number {
@@ -692,7 +654,7 @@ export class PgOutboxRelay {
         await sleep(Math.min(50, Math.max(1, deadline - performance.now())), (w) => (this.#wake = w));
         continue;
       }
-      const room = this.#opts.maxInFlight - this.#inFlight();
+      const room = this.#room();
       if (this.#dirty && room > 0) {
         this.#dirty = false;
         const limit = Math.min(this.#opts.batchSize, room);
