@@ -99,6 +99,8 @@ export class ChangelogStrategy implements PartitionStrategy {
 
   async close(): Promise<void> {
     await Promise.all([this.#writer.close(), this.#snapshots?.appender.close()]);
+    // After the writers: a genesis append they ended drops its reader first.
+    while (this.#strayReaders.size > 0) await Promise.all([...this.#strayReaders]);
   }
 
   /**
@@ -124,6 +126,9 @@ export class ChangelogStrategy implements PartitionStrategy {
   async activate({ epoch, current, openCore }: ActivationContext): Promise<ActivationPlan> {
     // A standby copy of the partition is no longer tailed from here on (§12.3), and may be adopted.
     const standby = this.#s.standby;
+    // The restore below (or an adopted copy) writes entries the snapshot writer never noted: its
+    // running bound on the state's bytes no longer holds (revG finding 1).
+    this.#snapshots?.writer.forgetBound();
     await standby?.claim(this.#s.partition);
     let client: Client;
     try {
@@ -157,6 +162,7 @@ export class ChangelogStrategy implements PartitionStrategy {
         },
         (fields, message) => this.#host.log.warn({ ...fields, partition: this.#s.partition }, message),
       );
+      this.#snapshots?.writer.forgetBound();
       if (report.snapshot !== undefined) this.#host.stats.snapshotRestores++;
       histogramRecorder('restoreDuration', { group: this.#s.consumerName, partition: this.#s.partition })(
         performance.now() - started,
@@ -287,7 +293,9 @@ export class ChangelogStrategy implements PartitionStrategy {
         // Counted as it is handed over, not once it landed: with batches in flight the next batch's
         // `due` must see this one, or a snapshot came up to appendsInFlight − 1 entries late and a
         // take-over read that many more (consumer-group-snapshot at depth 4: 9 entries, not ≤ 6).
-        snapshots?.writer.noteEntry(encoded.length, entry);
+        // An entry of an activation that ended counts toward `due` but breaks the bound's chain: it
+        // may never land, and the next activation restores another member's entry at its offsets.
+        snapshots?.writer.noteEntry(encoded.length, epoch === this.#host.epoch ? entry : undefined);
         handed();
         await appended;
       } finally {
@@ -422,6 +430,19 @@ export class ChangelogStrategy implements PartitionStrategy {
    * with the last ID at 1, the genesis itself says whose it is. Another member's is a fence: this
    * member takes the partition over again, and its restore starts where that genesis says.
    */
+  /**
+   * Read-back readers connected for a genesis that was not read back (the append failed, was fenced
+   * or the partition moved): each settles once its connect ended and, if it opened, the client is
+   * closed; `close()` waits for them (bounded by the connect's own time-outs and 5 s to close), so
+   * no connection is opened after it returned (revG finding 2).
+   */
+  readonly #strayReaders = new Set<Promise<void>>();
+
+  #dropReader(connecting: Promise<Client>): void {
+    const settled = closeWhenOpen(connecting).finally(() => this.#strayReaders.delete(settled));
+    this.#strayReaders.add(settled);
+  }
+
   async #appendGenesis(epoch: number, start: bigint): Promise<AppendOutcome> {
     // The reader of the read-back connects while the genesis is appended: after it, the connect
     // was one more step before the partition's first commit (measured on a loaded machine: 1.8 s
@@ -433,12 +454,12 @@ export class ChangelogStrategy implements PartitionStrategy {
     try {
       outcome = await this.#writer.append(encodeGenesis(start), GENESIS_ID, () => epoch === this.#host.epoch);
     } catch (err) {
-      closeWhenOpen(reader);
+      this.#dropReader(reader);
       throw err;
     }
     // Moved meanwhile: #append drops the batch anyway; no reading back (close() would wait for it).
     if (outcome !== 'landed' || epoch !== this.#host.epoch) {
-      closeWhenOpen(reader);
+      this.#dropReader(reader);
       return outcome;
     }
     const client = await reader;
@@ -489,10 +510,13 @@ function changelogWriter(
   });
 }
 
-/** Closes a connection that is being opened once it is open (bounded); a failed connect is ignored. */
-function closeWhenOpen(connecting: Promise<Client>): void {
-  connecting.then(
-    (client) => void withTimeout(client.close(), 5_000, 'closing').catch(() => undefined),
+/**
+ * Closes a connection that is being opened once it is open (bounded); a failed connect is ignored.
+ * Settles (never rejects) once the connect failed or the client closed (or 5 s passed closing it).
+ */
+function closeWhenOpen(connecting: Promise<Client>): Promise<void> {
+  return connecting.then(
+    (client) => withTimeout(client.close(), 5_000, 'closing').catch(() => undefined),
     () => undefined,
   );
 }

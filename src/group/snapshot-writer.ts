@@ -115,6 +115,16 @@ export class SnapshotWriter {
     known.end = entry.lastOffset;
   }
 
+  /**
+   * Drops the running bound: the store's state of the partition changed other than through the
+   * entries noted here (an activation's restore or adopted standby copy wrote another member's
+   * entries, which may share a noted entry's offsets but not its bytes). The next snapshot counts
+   * the state before it sends anything.
+   */
+  forgetBound(): void {
+    this.#known = undefined;
+  }
+
   /** The bound on the state's bytes at `offset`, when the entries since the last read chain up to it. */
   #boundAt(offset: bigint): number | undefined {
     const known = this.#known;

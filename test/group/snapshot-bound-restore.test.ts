@@ -1,5 +1,5 @@
 /**
- * RED (revG review of mend37): the snapshot writer's one-read bound (src/group/snapshot-writer.ts,
+ * revG's review of mend37: the snapshot writer's one-read bound (src/group/snapshot-writer.ts,
  * `#known`) survives a take-over of the same partition. The writer lives as long as the partition's
  * strategy (changelog-strategy.ts: one per GroupPartition, across activations), and `noteEntry` is
  * called when an entry is *handed* to the changelog, before it landed. An entry handed and never
@@ -10,7 +10,9 @@
  * lost small entry, not the larger one in the store. The snapshot then skips counting, sends its
  * parts, and finds the state past the cap only while reading: parts without a marker go out —
  * exactly what the count-first rule was there to prevent (REVIEW.md §1/§7: every writer of the
- * store through the same gate; an estimate must be an upper bound).
+ * store through the same gate; an estimate must be an upper bound). The strategy now calls
+ * `forgetBound()` as an activation begins and after its restore; this test makes those calls where
+ * changelog-strategy.ts does.
  */
 import type { Client } from 'rabbitmq-stream-js-client';
 import { describe, expect, it } from 'vitest';
@@ -28,7 +30,7 @@ const CAP = 4_000;
 
 type Put = { type: 'put'; key: string; value: Uint8Array };
 
-describe('revG red: snapshot bound after a take-over of the same partition', () => {
+describe('snapshot bound after a take-over of the same partition (revG)', () => {
   it('a state over the cap after a restore at the noted offset sends no part', async () => {
     const db = new FakeChangelog([]).db(NAMESPACE);
     let offset = 0n;
@@ -80,8 +82,10 @@ describe('revG red: snapshot bound after a take-over of the same partition', () 
       { type: 'put', key: `${effectKeyPrefix(NAMESPACE)}e`, value: Buffer.alloc(5_000, 0x62) },
       { type: 'put', key: offsetKey(NAMESPACE), value: encodeOffset(1n) },
     ];
+    writer.forgetBound(); // activation 2 begins (changelog-strategy.ts `activate`)
     await db.batch(theirs);
     offset = 1n;
+    writer.forgetBound(); // after its restore
 
     // Activation 2's first batch, 1 → 2, chains onto the noted (lost) entry.
     const next: Put[] = [{ type: 'put', key: offsetKey(NAMESPACE), value: encodeOffset(2n) }];

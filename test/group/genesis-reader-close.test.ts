@@ -1,11 +1,12 @@
 /**
- * RED (revG review of grp39, b8a7626): the genesis read-back's reader is now connected while the
+ * revG's review of grp39 (b8a7626): the genesis read-back's reader is now connected while the
  * genesis is appended. When the partition moves meanwhile (epoch changed: a close, a loss), the
  * connect is left running in the background (`closeWhenOpen`): nothing waits for it, so the
  * strategy's close() returns while a reader connection is still being opened, and that connection
  * is opened — and only then closed, in the background, within 5 s — after close() returned.
  * Before, a moved partition never connected the read-back ("close() would wait for it").
- * REVIEW.md §4 (close() must leave nothing running) / §6 (resources on error paths).
+ * REVIEW.md §4 (close() must leave nothing running) / §6 (resources on error paths). Now close()
+ * waits for such a connect to end and its client to close.
  */
 import { describe, expect, it, vi } from 'vitest';
 import type { Client } from 'rabbitmq-stream-js-client';
@@ -42,7 +43,7 @@ vi.mock('../../src/group/snapshot-restore.js', () => ({
   restoreWithSnapshots: () =>
     Promise.resolve({ offset: undefined, start: undefined, read: 0, applied: 0, changelogLastId: 0n }),
 }));
-vi.mock('../../src/group/restore.js', async (orig) => ({
+vi.mock('../../src/group/changelog-head.js', async (orig) => ({
   ...(await orig<object>()),
   readGenesis: () => {
     h.readBacks++;
@@ -56,7 +57,7 @@ import type { JournalEntry } from '../../src/consumer/commit-pipeline.js';
 
 const NAMESPACE = partitionNamespace('billing', 'orders-0');
 
-describe('revG red: the genesis read-back reader after the partition moved', () => {
+describe('the genesis read-back reader after the partition moved (revG)', () => {
   it('no reader connection is opened or left open after close() returned', async () => {
     let connecting = 0;
     /** Read-back connects started and not yet resolved. */
