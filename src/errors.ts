@@ -94,7 +94,8 @@ export type DedupErrorCode =
    * The PostgreSQL store (`stream-dedup/postgres`) refused: a wrong password, an unknown database,
    * an unreachable server, a missing schema or one of another version (run `migrate`), a role
    * without the rights the store needs (read-only), or a batch the server would not commit. The
-   * server's error is the `cause`. Since 0.6.0.
+   * server's error is the `cause`. Also a LevelDB store that opened but cannot be written (a full
+   * disk, read-only files), refused by `DedupStore.open`. Since 0.6.0.
    */
   | 'DEDUP_STORE_REFUSED'
   /**

@@ -76,7 +76,8 @@ export class DedupStore {
    *
    * @throws DedupError `DEDUP_STORE_LOCKED` when another process (or another open store object)
    *   holds the folder's lock; `DEDUP_STORE_CORRUPT` when LevelDB reports corruption, or the folder
-   *   cannot be opened or written.
+   *   cannot be opened; `DEDUP_STORE_REFUSED` when it opened but cannot be written (a full disk,
+   *   read-only files: nothing says its contents are damaged, so do not delete it).
    */
   static async open(path: string, options: StoreOptions = {}): Promise<DedupStore> {
     if (typeof path !== 'string' || path.length === 0)
@@ -91,9 +92,13 @@ export class DedupStore {
       await warmUp(db as unknown as KeyValueDb);
     } catch (err) {
       await db.close().catch(() => undefined);
-      throw new DedupError('DEDUP_STORE_CORRUPT', `store ${path} cannot be written: ${String(err)}`, {
-        cause: err,
-      });
+      // Not CORRUPT: that invites deleting the store (and with it what the broker's dedup relies
+      // on) for a full disk or read-only files (revP S1).
+      throw new DedupError(
+        'DEDUP_STORE_REFUSED',
+        `store ${path} opened but cannot be written (a full disk, read-only files?); its contents were not found damaged: ${String(err)}`,
+        { cause: err },
+      );
     }
     return new DedupStore(db as unknown as KeyValueDb, options.sync ?? false);
   }
