@@ -98,6 +98,8 @@ export class ChangelogStrategy implements PartitionStrategy {
     changelogLastId(client, this.#s.changelog, this.#s.changelogProducer, timeoutMs, true);
 
   async close(): Promise<void> {
+    this.#closed = true;
+    this.#dropSnapshotClient();
     await Promise.all([this.#writer.close(), this.#snapshots?.appender.close()]);
     // After the writers: a genesis append they ended drops its reader first.
     while (this.#strayReaders.size > 0) await Promise.all([...this.#strayReaders]);
@@ -187,7 +189,13 @@ export class ChangelogStrategy implements PartitionStrategy {
     // one, and a restore of another member asking for the last ID of a stream being created got no
     // answer for 5 s (measured; it then retried the take-over). A new changelog is created by its
     // first append, as before.
-    if (report.changelogLastId > 0n) this.#writer.warmUp();
+    if (report.changelogLastId > 0n) {
+      this.#writer.warmUp();
+      // The snapshots' appender too: a partition's first snapshot waited 170–640 ms for its
+      // connect inside the commit path (bench37b: the first snapshot of a read 308–525 ms median,
+      // the later ones 137). Same stream, so the same rule: only to a changelog that exists.
+      this.#snapshots?.appender.warmUp();
+    }
     const core = await openCore((entry) => this.#journal(epoch, entry));
     const lineage: Lineage = {
       epoch,
@@ -335,13 +343,31 @@ export class ChangelogStrategy implements PartitionStrategy {
    * Writes a snapshot of the partition's state (§12.1). Snapshots only speed take-overs up: one
    * that fails is logged and the batch goes on.
    */
+  /**
+   * The snapshots' reader client, kept from one snapshot to the next (a connect per snapshot was
+   * ~50 ms of the commit path's wait, each time); dropped and closed after a snapshot that failed,
+   * and by `close()`. Only the writer's locator-connection requests use it (last IDs, stats, the
+   * reference's offset), each bounded by its own time-out.
+   */
+  #snapshotClient: Promise<Client> | undefined;
+  #closed = false;
+
+  #dropSnapshotClient(): void {
+    const client = this.#snapshotClient;
+    this.#snapshotClient = undefined;
+    if (client !== undefined) this.#dropReader(client);
+  }
+
   async #writeSnapshot(epoch: number, writer: SnapshotWriter): Promise<void> {
     const current = (): boolean => epoch === this.#host.epoch;
     const started = performance.now();
-    let client: Client | undefined;
+    let failed = true;
     try {
-      client = await this.#host.connectReader();
+      if (this.#closed) return;
+      this.#snapshotClient ??= this.#host.connectReader();
+      const client = await this.#snapshotClient;
       const outcome = await writer.write(client, current);
+      failed = false;
       const fields = {
         consumer: this.#s.consumerName,
         partition: this.#s.partition,
@@ -385,7 +411,7 @@ export class ChangelogStrategy implements PartitionStrategy {
           'stream-dedup: writing a changelog snapshot failed; the partition goes on without it',
         );
     } finally {
-      if (client !== undefined) await withTimeout(client.close(), 5_000, 'closing').catch(() => undefined);
+      if (failed || this.#closed) this.#dropSnapshotClient();
     }
   }
 

@@ -72,8 +72,10 @@ describe('changelog snapshots with appendsInFlight 4', () => {
       },
       streamStatsRequest: () =>
         Promise.resolve({ firstChunkId: 0n, committedChunkId: BigInt(h.sent.length), lastChunkId: 0n }),
-      close: () => Promise.resolve(),
+      close: () => Promise.resolve(void readersClosed++),
     } as unknown as Client;
+    let readers = 0;
+    let readersClosed = 0;
     const stats = { snapshotsWritten: 0, snapshotRestores: 0, fenced: 0 };
     const skipped: unknown[] = [];
     const log = {
@@ -92,7 +94,10 @@ describe('changelog snapshots with appendsInFlight 4', () => {
       epoch: 1,
       restart: () => expect.fail('restarted'),
       fail: (err: Error) => expect.fail(err.message),
-      connectReader: () => Promise.resolve(client),
+      connectReader: () => {
+        readers++;
+        return Promise.resolve(client);
+      },
     };
     const settings = {
       partition: 'orders-0',
@@ -171,5 +176,11 @@ describe('changelog snapshots with appendsInFlight 4', () => {
     const entries = h.sent.filter((r) => r.producer === OURS).map((r) => r.id);
     expect(entries).toEqual(Array.from({ length: BATCHES }, (_, o) => entryId(BigInt(o))));
     expect(lastId(SNAP)).toBeGreaterThan(0n);
+    // One reader client for every snapshot (a connect each was ~50 ms of the commit path's wait),
+    // closed by close(); the activation's restore reader is the other one.
+    expect(stats.snapshotsWritten).toBeGreaterThan(1);
+    expect(readers).toBe(2);
+    await strategy.close();
+    expect(readersClosed).toBe(2);
   });
 });
