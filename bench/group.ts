@@ -61,6 +61,12 @@ export interface GroupRates {
      * sensitive than the rate to other processes on the machine.
      */
     readonly cpuUsPerMessage: { readonly off: readonly number[]; readonly on: readonly number[] };
+    /**
+     * Each `on` read's snapshot writes as the library logs them (`ms`: the wall time the partition's
+     * commit path waited for the write, its appender's first connect included), in the order
+     * written; `first` marks a partition's first snapshot of the read.
+     */
+    readonly snapshotMs: readonly (readonly { readonly ms: number; readonly first: boolean }[])[];
   };
 }
 
@@ -123,12 +129,22 @@ async function groupRead(
   dir: string,
   perPartition: number,
   round: string,
-  written: { count: number; changelog: number },
+  written: { count: number; changelog: number; snapshotMs: { ms: number; first: boolean }[] },
 ): Promise<number> {
   const client = await connectClient();
   const consumerName = `bench-group-${round}`;
   let t0 = 0;
   let applied = 0;
+  const snapshotted = new Set<string>();
+  written.snapshotMs = [];
+  // The library's own log line of each snapshot written carries the time its commit path waited.
+  const info = (obj: object, msg?: string): void => {
+    if (msg !== 'stream-dedup: changelog snapshot written') return;
+    const { partition, ms } = obj as { partition: string; ms: number };
+    written.snapshotMs.push({ ms, first: !snapshotted.has(partition) });
+    snapshotted.add(partition);
+  };
+  const logger = { debug: () => undefined, info, warn: () => undefined, error: () => undefined };
   const open = (member: string) =>
     SuperStreamVerifyingConsumer.open({
       connection: CONNECTION,
@@ -137,6 +153,7 @@ async function groupRead(
       store: join(dir, `${consumerName}-${member}`),
       startFrom: 'first',
       commitEvery: 1_000,
+      logger,
       // Another depth than the default (bench/group-depths.ts compares them in one run).
       ...(APPENDS_IN_FLIGHT === undefined ? {} : { appendsInFlight: APPENDS_IN_FLIGHT }),
       ...(SNAPSHOTS === undefined
@@ -301,7 +318,13 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
     mode: string,
     round: string,
     snapshots?: string,
-  ): Promise<{ rate: number; written: number; changelog: number; cpuUsPerMessage: number }> =>
+  ): Promise<{
+    rate: number;
+    written: number;
+    changelog: number;
+    cpuUsPerMessage: number;
+    snapshotMs: { ms: number; first: boolean }[];
+  }> =>
     measureInChild(import.meta.url, [mode, superStream, dir, String(perPartition), round], {
       STREAM_DEDUP_BENCH_GROUP: '1',
       ...(snapshots === undefined ? {} : { STREAM_DEDUP_BENCH_SNAPSHOTS: snapshots }),
@@ -318,6 +341,7 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
     const loads = { off: [] as number[], on: [] as number[] };
     const firsts: ('off' | 'on')[] = [];
     const cpuUsPerMessage = { off: [] as number[], on: [] as number[] };
+    const snapshotMs: { ms: number; first: boolean }[][] = [];
     for (let i = 0; i < rounds; i++) {
       load.push(loadavg()[0]!);
       raw.push((await run('raw', String(i))).rate);
@@ -341,6 +365,7 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
         else {
           on.push(r.rate);
           written.push(r.written);
+          snapshotMs.push(r.snapshotMs);
         }
       }
     }
@@ -363,6 +388,7 @@ export async function measureGroup(count = 99_999, rounds = 5, snapshotEvery?: n
               loads,
               firsts,
               cpuUsPerMessage,
+              snapshotMs,
             },
           }),
     };
@@ -392,7 +418,7 @@ if (process.env.STREAM_DEDUP_BENCH_GROUP === '1') {
    * A warm-up read, then the measured one, with the process's CPU time over its wall time (cpuShare)
    * and per message read.
    */
-  const written = { count: 0, changelog: 0 };
+  const written = { count: 0, changelog: 0, snapshotMs: [] as { ms: number; first: boolean }[] };
   const measured = async (read: (warm: boolean) => Promise<number>) => {
     await read(true);
     const cpu = process.cpuUsage();
@@ -408,6 +434,7 @@ if (process.env.STREAM_DEDUP_BENCH_GROUP === '1') {
       cpuUsPerMessage,
       written: written.count,
       changelog: written.changelog,
+      snapshotMs: written.snapshotMs,
     };
   };
   const result =

@@ -10,10 +10,13 @@
  *   0: no disk row) with `changelogRetention: { maxLengthBytes }` of STREAM_DEDUP_BENCH_RETENTION_BYTES
  *   (default 64 MiB), read in the live broker's folder (bench/broker-files.ts).
  * - The group's throughput with a snapshot every STREAM_DEDUP_BENCH_SNAPSHOT_EVERY entries (default
- *   5: a read of 300 000 messages writes 25–40 entries a partition, so 10–20 snapshots a read; at 25
- *   it wrote 2–3, too few to cost anything measurable) against snapshots off, both against the raw
- *   super stream consumer in the same rounds (bench/group.ts); off and on alternate which reads
- *   first; STREAM_DEDUP_BENCH_GROUP_ROUNDS rounds (default 3; 0: no group row) when run alone.
+ *   5: a read of 300 000 messages writes 50–70 entries a partition, 23–24 snapshots a read; 20: 5;
+ *   50: 2; 10000, the library's default: none) against snapshots off, both against the raw super
+ *   stream consumer in the same rounds (bench/group.ts); off and on alternate which reads first;
+ *   STREAM_DEDUP_BENCH_GROUP_ROUNDS rounds (default 3; 0: no group row) when run alone. Each
+ *   snapshot's write time (the library's log line) is printed: a partition's commit path waits for
+ *   it, a read's first one opening the snapshot appender (~300 ms against ~140 ms later, load 3–7),
+ *   so in a 1–3 s read even 2 snapshots cost more than 5 %.
  */
 import { loadavg } from 'node:os';
 import { median } from './common.js';
@@ -107,6 +110,16 @@ export async function snapshotRows(group?: GroupRates): Promise<SnapshotRows> {
     );
     console.log(
       `${''.padEnd(30)} on ÷ off per round ${perRound.map((r) => r.toFixed(3)).join(' ')} (median ${onToOff.toFixed(3)}; ratio of medians ${(snapshots.onPerSec / snapshots.offPerSec).toFixed(3)}); first ${snapshots.firsts.join(' ')}; changelog messages off ${snapshots.changelog.off.join('/')}, on ${snapshots.changelog.on.join('/')}; load before off ${f(snapshots.loads.off)}, on ${f(snapshots.loads.on)}; CPU µs a message off ${snapshots.cpuUsPerMessage.off.map((c) => c.toFixed(2)).join(' ')}, on ${snapshots.cpuUsPerMessage.on.map((c) => c.toFixed(2)).join(' ')} (medians ${median(snapshots.cpuUsPerMessage.off).toFixed(2)} / ${median(snapshots.cpuUsPerMessage.on).toFixed(2)})`,
+    );
+    const writes = snapshots.snapshotMs.flat();
+    const firstMs = writes.filter((w) => w.first).map((w) => w.ms);
+    const laterMs = writes.filter((w) => !w.first).map((w) => w.ms);
+    const spread = (xs: readonly number[]): string =>
+      xs.length === 0
+        ? 'none'
+        : `median ${median(xs)} ms (${Math.min(...xs)}–${Math.max(...xs)}, ${xs.length})`;
+    console.log(
+      `${''.padEnd(30)} snapshot writes (the commit path waits for each): a partition's first in the read ${spread(firstMs)}, later ones ${spread(laterMs)}; per read in all ${snapshots.snapshotMs.map((r) => r.reduce((sum, w) => sum + w.ms, 0)).join(' ')} ms`,
     );
     if (snapshots.written.some((w) => w < ENOUGH_SNAPSHOTS))
       console.log(
@@ -219,6 +232,7 @@ export async function snapshotRows(group?: GroupRates): Promise<SnapshotRows> {
               on: snapshots.rounds.on.map(Math.round),
             },
             written: snapshots.written,
+            snapshotMs: snapshots.snapshotMs.map((r) => r.map((w) => (w.first ? -w.ms : w.ms))),
             load: snapshots.load.map((l) => Number(l.toFixed(2))),
           },
   };
