@@ -441,8 +441,9 @@ describe('consumer group hand-over with warm standbys (fc.scheduler model of des
   });
 
   it('with a copy’s keys deleted before its offset record and position, fast-check finds a take-over with a wrong fold', async () => {
+    // Found after 79–4 024 runs (20 seeds, mean 1 190); 100 000 (84× the mean) stops at the first.
     const result = await fc.check(property({ splitWrite: false, positionCheck: true, keysFirst: true }), {
-      numRuns: 20_000,
+      numRuns: 100_000,
     });
     console.log(
       `[group-standby keys deleted first] failed=${result.failed} after ${result.numRuns} runs, shrunk ${result.numShrinks}: ${JSON.stringify(result.counterexample?.slice(1))}`,
