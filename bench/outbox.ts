@@ -281,16 +281,16 @@ async function countCopies(
 }
 
 /**
- * `rows` pre-filled rows relayed by processes SIGKILLed `kills` times (each 0–150 ms after it said
- * it was publishing), then one last process to the end; counts the copies in the stream.
- */
-/**
  * Each life is killed at a random time up to this many ms after it began publishing. With 150 ms
  * the exactly-once relay, at 82 500 rows/s on a quiet machine, emptied the 150 000 rows after 15 kills
  * of the 20 asked (2026-12-04): 20 lives of up to 50 ms publish about 40 000 rows at that rate.
  */
 const KILL_WINDOW_MS = Number(process.env.BENCH_OUTBOX_KILL_WINDOW_MS ?? 50);
 
+/**
+ * `rows` pre-filled rows relayed by processes SIGKILLed `kills` times (each 0–KILL_WINDOW_MS ms after it said
+ * it was publishing), then one last process to the end; counts the copies in the stream.
+ */
 export async function duplicatesAfterKills(
   relay: KillResult['relay'],
   rows: number,
