@@ -287,6 +287,9 @@ async function countCopies(
  */
 const KILL_WINDOW_MS = Number(process.env.BENCH_OUTBOX_KILL_WINDOW_MS ?? 50);
 
+/** SIGKILLs per relay in the duplicates row (issue 35: 20). */
+const KILLS = 20;
+
 /**
  * `rows` pre-filled rows relayed by processes SIGKILLed `kills` times (each 0–KILL_WINDOW_MS ms after it said
  * it was publishing), then one last process to the end; counts the copies in the stream.
@@ -360,14 +363,14 @@ export async function outboxExtras(): Promise<{ latency: LatencyResult[]; kills:
   }
   const rows = Number(process.env.BENCH_OUTBOX_KILL_ROWS ?? 150_000);
   const kills = [
-    await duplicatesAfterKills('at-least-once', rows, 20),
-    await duplicatesAfterKills('exactly-once', rows, 20),
+    await duplicatesAfterKills('at-least-once', rows, KILLS),
+    await duplicatesAfterKills('exactly-once', rows, KILLS),
   ];
   for (const k of kills) {
     console.log(
       `${k.relay} relay, ${k.kills} SIGKILLs over ${k.rows} rows: ${k.duplicates} duplicates, ${k.lost} lost (${k.inStream} in the stream)` +
-        (k.kills < 20
-          ? ` — fewer than the 20 asked: the relay emptied the table first (BENCH_OUTBOX_KILL_WINDOW_MS, BENCH_OUTBOX_KILL_ROWS)`
+        (k.kills < KILLS
+          ? ` — fewer than the ${KILLS} asked: the relay emptied the table first (BENCH_OUTBOX_KILL_WINDOW_MS, BENCH_OUTBOX_KILL_ROWS)`
           : ''),
     );
   }
