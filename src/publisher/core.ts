@@ -497,7 +497,7 @@ export class DedupPublisherCore {
     const id = e.publishingId;
     if (id > this.#highestConfirmed) this.#highestConfirmed = id;
     this.#commits.confirmed(e);
-    if (e.key !== undefined) KeyedIds.settled(e, id);
+    if (e.key !== undefined) this.#keyed?.settled(e, id);
     this.#skip.confirmed(id);
     this.counters.confirmed++;
     e.settle({ publishingId: id, outcome: 'published' });
@@ -586,7 +586,7 @@ export class DedupPublisherCore {
       { producer: this.producerName, target: this.#transport.target, err: error },
       'stream-dedup: publisher stopped',
     );
-    letGoAll(this.#queue, this.#commits, error, extra);
+    letGoAll(this.#queue, this.#commits, this.#keyed, error, extra);
     void this.close();
     for (const listener of this.#failureListeners.splice(0)) listener(error);
   }

@@ -2,7 +2,7 @@
  * What the publisher core keeps per message and per key between `send()` and the confirm: the
  * entry itself, its rare extras, the in-memory key records and the store segments they belong to.
  */
-import type { Headers, KeyEntry } from '../store/codec.js';
+import type { Headers } from '../store/codec.js';
 import type { OutgoingMessage, SendResult } from './types.js';
 
 /**
@@ -20,8 +20,13 @@ export class Entry implements OutgoingMessage {
   batch: readonly Entry[] | undefined = undefined;
   /** When it was last handed to the transport (whole ms, monotonic); 0 when not yet sent on this connection. */
   sentAt = 0;
-  /** Keyed sends: the key's record in the index (no map lookup when the message settles). */
-  keyRecord: LiveKey | undefined = undefined;
+  /**
+   * Keyed sends: the seq of the key's record in the key table (no lookup when the message
+   * settles), or -1 for none.
+   */
+  keySeq = -1;
+  /** Keyed sends: when the key was accepted (ms since the epoch), its record's age. */
+  keyCreatedAtMs = 0;
   /** Rare parts: an abort signal, repeats of the key waiting for this message. */
   extra: EntryExtra | undefined = undefined;
 
@@ -91,6 +96,12 @@ export interface EntryExtra {
   abortGroup?: { leave(entry: Entry): void } | undefined;
   /** Repeats of the key that arrived while this message was in flight: settled with it. */
   keyWaiters?: KeyWaiter[] | undefined;
+  /**
+   * The uncommitted send of the same key this one took over (it was past the retention then): it
+   * holds the key again if this one is aborted unwritten, since the abort lowers the last ID and
+   * can bring it back inside the retention.
+   */
+  keyPrev?: Entry | undefined;
   /** The last ID handed out before this one: restored when this one, the last, is aborted unsent. */
   prevAssigned?: bigint | undefined;
   /** It waits for room under `maxInFlight` (set for entries with a signal: only they abort). */
@@ -99,23 +110,13 @@ export interface EntryExtra {
   dropped?: boolean | undefined;
 }
 
-/**
- * A key in the in-memory index (and, as a `KeyEntry`, its record for the key segment: no copy per
- * key at commit); `inFlight` is its first send while that is unconfirmed.
- */
-export interface LiveKey extends KeyEntry {
-  /** Mutable only while its first send waits for room (renumbered after an abort). */
-  publishingId: bigint;
-  inFlight: Entry | undefined;
-}
-
 /** A key segment in the store: one group commit's keys, dropped whole when past the retention. */
 export interface KeySegment {
   readonly firstId: bigint;
   readonly lastId: bigint;
   readonly newestMs: number;
-  /** Its keys' records, to drop them from the index without a scan of the index. */
-  readonly records: readonly LiveKey[];
+  /** The key table's seq after its last record: dropping it drops every record below. */
+  readonly end: number;
 }
 
 /** A repeat of a key that waits for the first send of the key. */

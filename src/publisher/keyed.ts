@@ -4,10 +4,10 @@
  * settles, is aborted or is dropped. The core asks it whether a key is known and tells it what it
  * committed; it never touches the store itself (its records ride the core's group commits).
  */
-import type { KeyEntry, KeyRecord } from '../store/codec.js';
+import type { KeyEntry } from '../store/codec.js';
 import type { ProducerState } from '../store/store.js';
-import type { Entry, KeySegment, LiveKey } from './entry.js';
-import { KeyIndex } from './key-index.js';
+import type { Entry, KeySegment } from './entry.js';
+import { KeyTable, NO_RECORD } from './key-table.js';
 import type { SendResult } from './types.js';
 
 /** Key segments as the store returns them. */
@@ -17,8 +17,17 @@ export type StoredKeySegments = ReadonlyArray<{
 }>;
 
 export class KeyedIds {
-  /** Every retained key and the ID it was first published with; loaded on open. */
-  readonly #index = new KeyIndex<LiveKey>();
+  /**
+   * Every committed key still retained, the ID it was first published with and when; loaded on
+   * open. Only committed records enter it, in commit order, so nothing but retention drops them.
+   */
+  readonly #table = new KeyTable();
+  /**
+   * Keys accepted and not yet committed, each with its send (the entry holds its ID, renumbered
+   * while it waits for room, and when it was accepted). Newer than any record of the key in the
+   * table. A short-lived map: a send leaves it at its group commit, or when it is aborted unwritten.
+   */
+  readonly #uncommitted = new Map<string, Entry>();
   /** The key segments in the store, oldest first, for retention. */
   readonly #segments: KeySegment[] = [];
   /** Segments past the retention, deleted by the next group commit. */
@@ -29,36 +38,53 @@ export class KeyedIds {
     this.#retention = retention;
   }
 
-  /** Keys in the index (retained, or accepted and not yet committed). */
+  /** Keys in the index (retained, or accepted and not yet committed; a key in both counts twice). */
   get size(): number {
-    return this.#index.size;
+    return this.#table.size + this.#uncommitted.size;
+  }
+
+  /** Records the key table holds, dead ones included (tests bound its memory). @internal */
+  get records(): number {
+    return this.#table.records;
   }
 
   /** Fills the index from the store's key segments (later ones win). */
   load(segments: StoredKeySegments): void {
     for (const { firstId, entries } of segments) {
-      const records = entries.map((e): LiveKey => ({
-        key: e.key,
-        publishingId: e.publishingId,
-        createdAtMs: e.createdAtMs,
-        inFlight: undefined,
-      }));
-      for (const record of records) this.#index.set(record);
-      const last = records[records.length - 1]!;
-      this.#segments.push({ firstId, lastId: last.publishingId, newestMs: last.createdAtMs, records });
+      for (const e of entries) this.#table.add(e.key, e.publishingId, e.createdAtMs, undefined);
+      const last = entries[entries.length - 1]!;
+      this.#segments.push({
+        firstId,
+        lastId: last.publishingId,
+        newestMs: last.createdAtMs,
+        end: this.#table.nextSeq,
+      });
     }
   }
 
-  /** The key's record, if it has one (retained or not). */
-  get(key: string): LiveKey | undefined {
-    return this.#index.get(key);
+  /**
+   * Resuming: `entry`, re-sent from the outbox, is its key's first send again while the key's
+   * record is the one it was written with (same ID): repeats of the key wait for its confirm.
+   */
+  adopt(entry: Entry): void {
+    if (entry.key === undefined) return;
+    const seq = this.#table.find(entry.key);
+    if (seq !== NO_RECORD && this.#table.publishingId(seq) === entry.publishingId) {
+      this.#table.setInFlight(seq, entry);
+      entry.keySeq = seq;
+    }
   }
 
-  /** Whether a record is inside the retention (by count of later IDs, and by age). */
-  retained(record: KeyRecord, lastAssigned: bigint): boolean {
+  /** Whether record `seq` is inside the retention. */
+  #retained(seq: number, lastAssigned: bigint): boolean {
+    return this.#inRetention(this.#table.publishingId(seq), this.#table.createdAtMs(seq), lastAssigned);
+  }
+
+  /** Whether a key first published with `publishingId` at `createdAtMs` is inside the retention (by count of later IDs, and by age). */
+  #inRetention(publishingId: bigint, createdAtMs: number, lastAssigned: bigint): boolean {
     return (
-      lastAssigned - record.publishingId < BigInt(this.#retention.maxKeys) &&
-      Date.now() - record.createdAtMs <= this.#retention.maxAgeMs
+      lastAssigned - publishingId < BigInt(this.#retention.maxKeys) &&
+      Date.now() - createdAtMs <= this.#retention.maxAgeMs
     );
   }
 
@@ -68,11 +94,21 @@ export class KeyedIds {
    * retained: it is published as new.
    */
   duplicate(key: string, lastAssigned: bigint): Promise<SendResult> | undefined {
-    const known = this.#index.get(key);
-    if (known === undefined || !this.retained(known, lastAssigned)) return undefined;
-    const inFlight = known.inFlight;
+    const first = this.#uncommitted.get(key);
+    if (first !== undefined) {
+      if (!this.#inRetention(first.publishingId, first.keyCreatedAtMs, lastAssigned)) return undefined;
+      return KeyedIds.#waitFor(first);
+    }
+    const seq = this.#table.find(key);
+    if (seq === NO_RECORD || !this.#retained(seq, lastAssigned)) return undefined;
+    const inFlight = this.#table.inFlight(seq);
     if (inFlight === undefined)
-      return Promise.resolve({ publishingId: known.publishingId, outcome: 'duplicate' });
+      return Promise.resolve({ publishingId: this.#table.publishingId(seq), outcome: 'duplicate' });
+    return KeyedIds.#waitFor(inFlight);
+  }
+
+  /** A repeat of the key of `inFlight`, settled when it is. */
+  static #waitFor(inFlight: Entry): Promise<SendResult> {
     return new Promise<SendResult>((resolve, reject) => {
       ((inFlight.extra ??= {}).keyWaiters ??= []).push({
         resolve: (publishingId) => resolve({ publishingId, outcome: 'duplicate' }),
@@ -81,30 +117,56 @@ export class KeyedIds {
     });
   }
 
-  /** A new key's record, for its first send `entry` (which points back to it). */
+  /** A new key, for its first send `entry`: uncommitted until the entry's group commit. */
   add(key: string, entry: Entry): void {
-    const record: LiveKey = {
-      key,
-      publishingId: entry.publishingId,
-      createdAtMs: Date.now(),
-      inFlight: entry,
-    };
-    this.#index.set(record);
-    entry.keyRecord = record;
+    entry.keyCreatedAtMs = Date.now();
+    const prev = this.#uncommitted.get(key);
+    if (prev !== undefined) (entry.extra ??= {}).keyPrev = prev;
+    this.#uncommitted.set(key, entry);
+  }
+
+  /**
+   * `entry` no longer holds its key uncommitted (committed, aborted, settled by a fatal error):
+   * the key goes back to the newest earlier send of it still waiting uncommitted, if any.
+   */
+  #release(key: string, entry: Entry): void {
+    const prev = entry.extra?.keyPrev;
+    if (prev !== undefined) entry.extra!.keyPrev = undefined;
+    if (this.#uncommitted.get(key) !== entry) return;
+    let back = prev;
+    while (back !== undefined && !KeyedIds.#holdsUncommitted(back)) back = back.extra?.keyPrev;
+    if (back === undefined) this.#uncommitted.delete(key);
+    else this.#uncommitted.set(key, back);
+  }
+
+  /** Whether a send still waits uncommitted with its key (not committed, aborted or settled). */
+  static #holdsUncommitted(entry: Entry): boolean {
+    return entry.keySeq === NO_RECORD && entry.keyCreatedAtMs !== 0;
   }
 
   /** A keyed message that will never be written (aborted, closed): its key is free again. */
   forget(entry: Entry, error: Error): void {
     if (entry.key === undefined) return;
-    if (entry.keyRecord !== undefined) this.#index.delete(entry.key, entry.keyRecord);
-    KeyedIds.settled(entry, error);
+    entry.keyCreatedAtMs = 0;
+    this.#release(entry.key, entry);
+    const seq = entry.keySeq;
+    // Committed after all (a close whose last write failed): its record leaves the index. Only
+    // while the record is still this entry's: its seq may name another record by now.
+    if (seq !== NO_RECORD && this.#table.inFlight(seq) === entry) this.#table.kill(seq);
+    entry.keySeq = NO_RECORD;
+    this.settled(entry, error);
   }
 
   /** The first send of a key settled: so do the repeats that waited for it. */
-  static settled(entry: Entry, outcome: bigint | Error): void {
+  settled(entry: Entry, outcome: bigint | Error): void {
     if (entry.key === undefined) return;
-    const record = entry.keyRecord;
-    if (record?.inFlight === entry) record.inFlight = undefined;
+    // Settled before its commit (a fatal error): the key is not held for it any longer.
+    if (entry.keySeq === NO_RECORD) {
+      entry.keyCreatedAtMs = 0;
+      this.#release(entry.key, entry);
+    }
+    const seq = entry.keySeq;
+    if (seq !== NO_RECORD && this.#table.inFlight(seq) === entry) this.#table.setInFlight(seq, undefined);
     const waiters = entry.extra?.keyWaiters;
     if (waiters !== undefined) entry.extra!.keyWaiters = undefined;
     for (const w of waiters ?? []) {
@@ -130,10 +192,9 @@ export class KeyedIds {
       n++;
     }
     if (n === 0) return false;
-    for (const seg of this.#segments.splice(0, n)) {
-      // A key published again after it expired has a newer record: that one stays.
-      for (const record of seg.records) this.#index.delete(record.key, record);
-    }
+    // A key published again after it expired has a newer record: that one stays.
+    this.#table.dropBefore(this.#segments[n - 1]!.end);
+    this.#segments.splice(0, n);
     return true;
   }
 
@@ -146,18 +207,27 @@ export class KeyedIds {
    * What the next group commit writes for keys: the records of `batch` (every keyed entry got its
    * record when it was accepted) as a new segment, and the segments to delete.
    */
-  takeCommit(batch: readonly Entry[]): { keys: LiveKey[]; deleteKeySegments: bigint[] } {
+  takeCommit(batch: readonly Entry[]): { keys: KeyEntry[]; deleteKeySegments: bigint[] } {
     const deleteKeySegments = this.#toDelete;
     this.#toDelete = [];
-    const keys: LiveKey[] = [];
-    for (const e of batch) if (e.keyRecord !== undefined) keys.push(e.keyRecord);
+    const keys: KeyEntry[] = [];
+    for (const e of batch) {
+      const key = e.key;
+      if (key === undefined) continue;
+      // A later send may have taken the key over while this one waited (this one was past the
+      // retention already): the later one stays uncommitted, and answers for the key until its
+      // own record, added after this one's, is the newest in the table.
+      keys.push({ key, publishingId: e.publishingId, createdAtMs: e.keyCreatedAtMs });
+      e.keySeq = this.#table.add(key, e.publishingId, e.keyCreatedAtMs, e);
+      this.#release(key, e);
+    }
     if (keys.length > 0) {
       const last = keys[keys.length - 1]!;
       this.#segments.push({
         firstId: keys[0]!.publishingId,
         lastId: last.publishingId,
         newestMs: last.createdAtMs,
-        records: keys,
+        end: this.#table.nextSeq,
       });
     }
     return { keys, deleteKeySegments };

@@ -34,8 +34,10 @@ export class SendAborts {
 
   /** `entry` (whose ID followed `prevAssigned`) waits on `signal`. */
   join(entry: Entry, signal: AbortSignal, prevAssigned: bigint): void {
-    entry.extra = { abortGroup: undefined, prevAssigned };
-    entry.extra.abortGroup = this.#groups.join(signal, entry);
+    // Its extra may hold the send of its key it took over (set when its key was accepted).
+    const extra = (entry.extra ??= {});
+    extra.prevAssigned = prevAssigned;
+    extra.abortGroup = this.#groups.join(signal, entry);
   }
 
   /** A signal aborted: its waiting sends, in ID order, with one error for them all. */

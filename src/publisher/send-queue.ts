@@ -155,7 +155,6 @@ export class SendQueue {
   #assign(e: Entry, id: bigint): void {
     if (e.publishingId === id) return;
     e.publishingId = id;
-    if (e.keyRecord !== undefined && e.keyRecord.inFlight === e) e.keyRecord.publishingId = id;
   }
 
   /** Whether an entry (one with a signal: its `extra` says) waits for room. */

@@ -7,7 +7,7 @@ import type { DedupError } from '../errors.js';
 import type { GroupCommitter } from './commit.js';
 import type { Entry } from './entry.js';
 import { closedUnconfirmedError, closedUnwrittenError } from './errors.js';
-import { KeyedIds } from './keyed.js';
+import type { KeyedIds } from './keyed.js';
 import type { SendQueue } from './send-queue.js';
 import type { Durability } from './types.js';
 
@@ -15,12 +15,13 @@ import type { Durability } from './types.js';
 export function letGoAll(
   queue: SendQueue,
   commits: GroupCommitter,
+  keyed: KeyedIds | undefined,
   error: DedupError,
   extra: readonly Entry[],
 ): void {
   for (const e of [...extra, ...queue.takeParked(), ...queue.takeBatch(), ...queue.pending.values()]) {
     commits.letGo(e);
-    KeyedIds.settled(e, error);
+    keyed?.settled(e, error);
     e.settle(error);
   }
   queue.pending.clear();
@@ -61,7 +62,7 @@ export async function settleAtClose(
   }
   const unconfirmed = life.fatal() ?? closedUnconfirmedError(producerName, durability);
   for (const e of queue.pending.values()) {
-    KeyedIds.settled(e, unconfirmed);
+    keyed?.settled(e, unconfirmed);
     e.settle(unconfirmed);
   }
   // The next open re-sends less (a reserve life that recovered an outbox has segments too).

@@ -132,11 +132,7 @@ export function recoveredEntries(
     for (const e of s.entries) {
       const entry = new Entry(e.publishingId, e.body, e.headers, e.key);
       entry.segment = segment;
-      const record = e.key === undefined ? undefined : keyed?.get(e.key);
-      if (record !== undefined && record.publishingId === e.publishingId) {
-        record.inFlight = entry;
-        entry.keyRecord = record;
-      }
+      keyed?.adopt(entry);
       entries.push(entry);
     }
     // The batches the segment was first sent in, whatever the options now (docs/design.md §10).

@@ -28,6 +28,43 @@ afterEach(() => {
 });
 
 describe('keyed sends', () => {
+  it('keyed sends - a key taken over past the retention goes back to its first send when the taker-over is aborted', async () => {
+    // Found by a hostile review (present before the key table too): with maxKeys 3, a repeat of K
+    // at ID 6 is new (6 - 2 >= 3) and takes K over; aborting it and the sends between lowers the
+    // last ID to 2, K's first send (ID 2, still waiting) is inside the retention again, and a third
+    // send of K was published as new: K twice on the stream.
+    const broker = new ModelBroker();
+    const { transport, core } = await life(broker, memoryDisk(), {
+      maxInFlight: 1,
+      keyRetention: { maxKeys: 3, maxAgeMs: 60_000 },
+    });
+    transport.faults.holdConfirms = true;
+    const x = core.send(body('x'), { key: 'x' });
+    const first = core.send(body('K1'), { key: 'K' });
+    const abort = new AbortController();
+    const aborted = ['o3', 'o4', 'o5'].map((k) =>
+      core.send(body(k), { key: k, signal: abort.signal }).then(
+        () => 'sent',
+        () => 'aborted',
+      ),
+    );
+    const takeover = core.send(body('K2'), { key: 'K', signal: abort.signal }).then(
+      () => 'sent',
+      () => 'aborted',
+    );
+    abort.abort();
+    expect(await Promise.all([...aborted, takeover])).toEqual(['aborted', 'aborted', 'aborted', 'aborted']);
+    expect(core.lastPublishingId).toBe(2n);
+    const repeat = core.send(body('K3'), { key: 'K' });
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    await expect(x).resolves.toEqual({ publishingId: 1n, outcome: 'published' });
+    await expect(first).resolves.toEqual({ publishingId: 2n, outcome: 'published' });
+    await expect(repeat).resolves.toEqual({ publishingId: 2n, outcome: 'duplicate' });
+    expect(transport.published.map((m) => Buffer.from(m.body).toString())).toEqual(['x', 'K1']);
+    await core.close();
+  });
+
   it('a key publishes once: repeats, concurrent or later, resolve with the first id as duplicates', async () => {
     const broker = new ModelBroker();
     const { transport, core } = await life(broker, memoryDisk());
