@@ -130,9 +130,11 @@ export class KeyedIds {
    * the key goes back to the newest earlier send of it still waiting uncommitted, if any.
    */
   #release(key: string, entry: Entry): void {
+    // A send taken over itself keeps its link: the send that took it over may be aborted later and
+    // walk through it to an earlier one still waiting.
+    if (this.#uncommitted.get(key) !== entry) return;
     const prev = entry.extra?.keyPrev;
     if (prev !== undefined) entry.extra!.keyPrev = undefined;
-    if (this.#uncommitted.get(key) !== entry) return;
     let back = prev;
     while (back !== undefined && !KeyedIds.#holdsUncommitted(back)) back = back.extra?.keyPrev;
     if (back === undefined) this.#uncommitted.delete(key);

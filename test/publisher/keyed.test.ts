@@ -65,6 +65,42 @@ describe('keyed sends', () => {
     await core.close();
   });
 
+  it('keyed sends - a key taken over twice goes back to its waiting first send when both taker-overs are aborted, the first one first', async () => {
+    const broker = new ModelBroker();
+    const { transport, core } = await life(broker, memoryDisk(), {
+      maxInFlight: 1,
+      keyRetention: { maxKeys: 2, maxAgeMs: 60_000 },
+    });
+    transport.faults.holdConfirms = true;
+    const outcome = (p: Promise<unknown>): Promise<string> =>
+      p.then(
+        () => 'sent',
+        () => 'aborted',
+      );
+    const x = core.send(body('x'), { key: 'x' });
+    const first = core.send(body('K1'), { key: 'K' }); // ID 2, waits for room
+    const a = new AbortController();
+    const b = new AbortController();
+    const between = [outcome(core.send(body('a3'), { key: 'a3', signal: a.signal }))];
+    between.push(outcome(core.send(body('a4'), { key: 'a4', signal: a.signal })));
+    const second = outcome(core.send(body('K2'), { key: 'K', signal: a.signal })); // ID 5: 5 - 2 >= 2, takes K over
+    between.push(outcome(core.send(body('b6'), { key: 'b6', signal: b.signal })));
+    between.push(outcome(core.send(body('b7'), { key: 'b7', signal: b.signal })));
+    const third = outcome(core.send(body('K3'), { key: 'K', signal: b.signal })); // ID 8: takes K over from K2
+    a.abort(); // K2 first: it no longer holds K (K3 does), and K3 must still lead back to K1
+    b.abort();
+    expect(await Promise.all([...between, second, third])).toEqual(Array(6).fill('aborted'));
+    expect(core.lastPublishingId).toBe(2n);
+    const repeat = core.send(body('K4'), { key: 'K' });
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    await expect(x).resolves.toEqual({ publishingId: 1n, outcome: 'published' });
+    await expect(first).resolves.toEqual({ publishingId: 2n, outcome: 'published' });
+    await expect(repeat).resolves.toEqual({ publishingId: 2n, outcome: 'duplicate' });
+    expect(transport.published.map((m) => Buffer.from(m.body).toString())).toEqual(['x', 'K1']);
+    await core.close();
+  });
+
   it('a key publishes once: repeats, concurrent or later, resolve with the first id as duplicates', async () => {
     const broker = new ModelBroker();
     const { transport, core } = await life(broker, memoryDisk());
