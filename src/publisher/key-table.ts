@@ -80,8 +80,6 @@ export class KeyTable {
   #lengths = new Int32Array(MIN_RECORDS);
   /** The key's hash (to find its slot when the record is dropped, without rebuilding the key). */
   #keyHashes = new Int32Array(MIN_RECORDS);
-  /** 1 while the record may still be its key's newest; 0 once killed. */
-  #alive = new Uint8Array(MIN_RECORDS);
   /** The first send of the record's key while it is unconfirmed (one array: no object per key). */
   #inFlight: Array<Entry | undefined> = new Array<Entry | undefined>(MIN_RECORDS).fill(undefined);
   #head = 0;
@@ -146,7 +144,6 @@ export class KeyTable {
     const hash = this.#hash(key);
     this.#lengths[r] = key.length;
     this.#keyHashes[r] = hash;
-    this.#alive[r] = 1;
     this.#inFlight[r] = inFlight;
 
     const slot = this.#findSlot(key, hash);
@@ -184,7 +181,7 @@ export class KeyTable {
     this.#inFlight[seq % this.#ids.length] = entry;
   }
 
-  /** The record's key, as a string (key segments rewrite, tests). */
+  /** The record's key, as a string (tests). */
   keyOf(seq: number): string {
     const r = seq % this.#ids.length;
     const at = this.#starts[r]! % this.#chars.length;
@@ -196,24 +193,19 @@ export class KeyTable {
    * leaves the table if this is its newest record. The record stays until its segment is dropped.
    */
   kill(seq: number): void {
-    const r = seq % this.#ids.length;
-    if (this.#alive[r] === 0) return;
     this.#unindex(seq);
-    this.#alive[r] = 0;
-    this.#inFlight[r] = undefined;
+    this.#inFlight[seq % this.#ids.length] = undefined;
   }
 
   /**
-   * Drops every record below `end` (those of pruned key segments, and dead ones among them): a
-   * key leaves the table unless a later record of it is its newest.
+   * Drops every record below `end` (those of pruned key segments): a key leaves the table unless
+   * a later record of it is its newest (or it left already: a killed record's key).
    */
   dropBefore(end: number): void {
     if (end <= this.#head) return;
     for (let seq = this.#head; seq < end; seq++) {
-      const r = seq % this.#ids.length;
-      if (this.#alive[r] !== 0) this.#unindex(seq);
-      this.#alive[r] = 0;
-      this.#inFlight[r] = undefined;
+      this.#unindex(seq);
+      this.#inFlight[seq % this.#ids.length] = undefined;
     }
     this.#head = end;
     this.#charHead = end < this.#tail ? this.#starts[end % this.#ids.length]! : this.#charTail;
@@ -327,7 +319,6 @@ export class KeyTable {
     this.#starts = copyRing(this.#starts, new Float64Array(capacity), head, tail);
     this.#lengths = copyRing(this.#lengths, new Int32Array(capacity), head, tail);
     this.#keyHashes = copyRing(this.#keyHashes, new Int32Array(capacity), head, tail);
-    this.#alive = copyRing(this.#alive, new Uint8Array(capacity), head, tail);
     const inFlight = new Array<Entry | undefined>(capacity).fill(undefined);
     for (let seq = head; seq < tail; seq++)
       inFlight[seq % capacity] = this.#inFlight[seq % this.#inFlight.length];

@@ -153,7 +153,6 @@ export class SendQueue {
 
   /** A renumbered parked send's ID (unwritten, unsent, unseen by any caller). */
   #assign(e: Entry, id: bigint): void {
-    if (e.publishingId === id) return;
     e.publishingId = id;
   }
 

@@ -8,6 +8,36 @@ import { ModelBroker, ModelTransport } from '../support/model-broker.js';
 
 const body = (s: string): Buffer => Buffer.from(s);
 
+/** 'sent' or 'aborted': how a send that may be aborted ended. */
+const outcome = (sent: Promise<unknown>): Promise<string> =>
+  sent.then(
+    () => 'sent',
+    () => 'aborted',
+  );
+
+/**
+ * After `aborted` (sends given an abort signal, aborted by the caller) the last ID is 2 again and
+ * key K's first send (ID 2) waits: a repeat of K is its duplicate, and the stream holds x and K1.
+ */
+async function expectKBackToFirst(
+  core: DedupPublisherCore,
+  transport: ModelTransport,
+  x: Promise<unknown>,
+  first: Promise<unknown>,
+  aborted: ReadonlyArray<Promise<string>>,
+): Promise<void> {
+  expect(await Promise.all(aborted)).toEqual(Array(aborted.length).fill('aborted'));
+  expect(core.lastPublishingId).toBe(2n);
+  const repeat = core.send(body('K-again'), { key: 'K' });
+  transport.faults.holdConfirms = false;
+  transport.releaseConfirms();
+  await expect(x).resolves.toEqual({ publishingId: 1n, outcome: 'published' });
+  await expect(first).resolves.toEqual({ publishingId: 2n, outcome: 'published' });
+  await expect(repeat).resolves.toEqual({ publishingId: 2n, outcome: 'duplicate' });
+  expect(transport.published.map((m) => Buffer.from(m.body).toString())).toEqual(['x', 'K1']);
+  await core.close();
+}
+
 async function life(
   broker: ModelBroker,
   disk: ReturnType<typeof memoryDisk>,
@@ -43,26 +73,11 @@ describe('keyed sends', () => {
     const first = core.send(body('K1'), { key: 'K' });
     const abort = new AbortController();
     const aborted = ['o3', 'o4', 'o5'].map((k) =>
-      core.send(body(k), { key: k, signal: abort.signal }).then(
-        () => 'sent',
-        () => 'aborted',
-      ),
+      outcome(core.send(body(k), { key: k, signal: abort.signal })),
     );
-    const takeover = core.send(body('K2'), { key: 'K', signal: abort.signal }).then(
-      () => 'sent',
-      () => 'aborted',
-    );
+    aborted.push(outcome(core.send(body('K2'), { key: 'K', signal: abort.signal }))); // takes K over
     abort.abort();
-    expect(await Promise.all([...aborted, takeover])).toEqual(['aborted', 'aborted', 'aborted', 'aborted']);
-    expect(core.lastPublishingId).toBe(2n);
-    const repeat = core.send(body('K3'), { key: 'K' });
-    transport.faults.holdConfirms = false;
-    transport.releaseConfirms();
-    await expect(x).resolves.toEqual({ publishingId: 1n, outcome: 'published' });
-    await expect(first).resolves.toEqual({ publishingId: 2n, outcome: 'published' });
-    await expect(repeat).resolves.toEqual({ publishingId: 2n, outcome: 'duplicate' });
-    expect(transport.published.map((m) => Buffer.from(m.body).toString())).toEqual(['x', 'K1']);
-    await core.close();
+    await expectKBackToFirst(core, transport, x, first, aborted);
   });
 
   it('keyed sends - a key taken over twice goes back to its waiting first send when both taker-overs are aborted, the first one first', async () => {
@@ -72,11 +87,6 @@ describe('keyed sends', () => {
       keyRetention: { maxKeys: 2, maxAgeMs: 60_000 },
     });
     transport.faults.holdConfirms = true;
-    const outcome = (p: Promise<unknown>): Promise<string> =>
-      p.then(
-        () => 'sent',
-        () => 'aborted',
-      );
     const x = core.send(body('x'), { key: 'x' });
     const first = core.send(body('K1'), { key: 'K' }); // ID 2, waits for room
     const a = new AbortController();
@@ -89,16 +99,7 @@ describe('keyed sends', () => {
     const third = outcome(core.send(body('K3'), { key: 'K', signal: b.signal })); // ID 8: takes K over from K2
     a.abort(); // K2 first: it no longer holds K (K3 does), and K3 must still lead back to K1
     b.abort();
-    expect(await Promise.all([...between, second, third])).toEqual(Array(6).fill('aborted'));
-    expect(core.lastPublishingId).toBe(2n);
-    const repeat = core.send(body('K4'), { key: 'K' });
-    transport.faults.holdConfirms = false;
-    transport.releaseConfirms();
-    await expect(x).resolves.toEqual({ publishingId: 1n, outcome: 'published' });
-    await expect(first).resolves.toEqual({ publishingId: 2n, outcome: 'published' });
-    await expect(repeat).resolves.toEqual({ publishingId: 2n, outcome: 'duplicate' });
-    expect(transport.published.map((m) => Buffer.from(m.body).toString())).toEqual(['x', 'K1']);
-    await core.close();
+    await expectKBackToFirst(core, transport, x, first, [...between, second, third]);
   });
 
   it('a key publishes once: repeats, concurrent or later, resolve with the first id as duplicates', async () => {
