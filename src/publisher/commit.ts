@@ -47,6 +47,11 @@ export class GroupCommitter {
     this.#outboxHigh = plan.outboxHigh;
   }
 
+  /** The highest ID the store holds as written (where key retention is counted from). */
+  get lastDurable(): bigint {
+    return this.#lastDurable;
+  }
+
   /** The end of the reserved block (0n in outbox durability until a reserve life wrote one). */
   get reservedUpTo(): bigint {
     return this.#reservedUpTo;
@@ -89,16 +94,16 @@ export class GroupCommitter {
    * Writes one group commit. `asOutbox` writes the batch as an outbox segment whatever the
    * durability (the messages `open()` re-assigns: their old segments go in the same write).
    */
-  async write(
-    batch: readonly Entry[],
-    lastAssigned: bigint,
-    asOutbox: boolean = this.opts.durability === 'outbox',
-  ): Promise<void> {
-    this.keyed?.prune(lastAssigned);
+  async write(batch: readonly Entry[], asOutbox: boolean = this.opts.durability === 'outbox'): Promise<void> {
+    const last = batch.length > 0 ? batch[batch.length - 1]!.publishingId : this.#lastDurable;
+    // Retention is counted back from what this write makes durable, not from the last ID handed
+    // out: IDs accepted and not yet written are taken back by an abort (waiting sends) or lost in a
+    // crash, and the last ID with them. Counted from them, a key inside the retention of that lower
+    // last ID lost its record: its next repeat was published again (the publisher model, issue 39).
+    this.keyed?.prune(last);
     const deleteSegments = this.#segmentsToDelete;
     this.#segmentsToDelete = [];
     const { keys, deleteKeySegments } = this.keyed?.takeCommit(batch) ?? NO_KEYS;
-    const last = batch.length > 0 ? batch[batch.length - 1]!.publishingId : this.#lastDurable;
     // Decided before the write and recorded by it: a re-send, in this life or the next, rebuilds
     // the same entries (docs/design.md §10).
     const batches = batch.length > 1 ? this.cutBatches?.(batch) : undefined;

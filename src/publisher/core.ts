@@ -271,7 +271,7 @@ export class DedupPublisherCore {
     }
     if (reassigned.length === 0) return;
     this.#commits.replaceSegments(segments.map((s) => s.firstId));
-    await storeWrite(this.#commits.write(reassigned, this.#lastAssigned, true));
+    await storeWrite(this.#commits.write(reassigned, true));
     for (const e of reassigned) this.#pending.push(e);
     this.#resendAll = true;
   }
@@ -429,7 +429,7 @@ export class DedupPublisherCore {
         if (!this.#queue.hasBatch && !this.#commits.hasWork) break;
         batch = this.#queue.beginCommit(this.#opts.maxBatch);
         try {
-          await this.#commits.write(batch, this.#lastAssigned);
+          await this.#commits.write(batch);
         } catch (err) {
           this.#queue.endCommit(batch, false);
           this.#fail(asDedupError(err, 'DEDUP_STORE_CORRUPT', 'writing the store failed'), batch);
@@ -573,9 +573,9 @@ export class DedupPublisherCore {
     this.#schedulePump();
   }
 
-  /** Keyed mode: drops keys past the retention; their deletes ride the next commit. */
+  /** Keyed mode: drops keys past the retention (counted from the store's last ID); their deletes ride the next commit. */
   #pruneKeys(): void {
-    if (this.#keyed?.prune(this.#lastAssigned) === true) this.#schedulePump();
+    if (this.#keyed?.prune(this.#commits.lastDurable) === true) this.#schedulePump();
   }
 
   /** Stops for good: every waiting send rejects with `error`; the outbox keeps unconfirmed messages. */
@@ -629,7 +629,6 @@ export class DedupPublisherCore {
     await settleAtClose(this.#queue, this.#commits, this.#keyed, {
       producerName: this.producerName,
       durability: this.durability,
-      lastAssigned: this.#lastAssigned,
       fatal: () => this.#fatal,
     });
     // A reconnect attempt in progress may still open a connection: let it finish, then close it.

@@ -178,13 +178,16 @@ export class KeyedIds {
   }
 
   /**
-   * Drops key segments (and their keys) wholly past the retention; their deletes ride the next
-   * commit. Runs before every keyed commit, so that memory holds about `maxKeys` keys (plus one
-   * group commit's, and those accepted but not yet committed) at any rate, and every minute for the
-   * age limit of an idle publisher. Returns true when something is to be deleted.
+   * Drops key segments (and their keys) wholly past the retention counted back from `lastDurable`,
+   * the highest ID the store will hold once the commit carrying the deletes is written; their
+   * deletes ride that commit. Never from the last ID handed out: an abort or a crash takes back
+   * what was not written, and a record dropped by that count could be inside the retention again.
+   * Runs before every keyed commit, so that memory holds about `maxKeys` keys (plus one group
+   * commit's, and those accepted but not yet committed) at any rate, and every minute for the age
+   * limit of an idle publisher. Returns true when something is to be deleted.
    */
-  prune(lastAssigned: bigint): boolean {
-    const oldestKept = lastAssigned - BigInt(this.#retention.maxKeys);
+  prune(lastDurable: bigint): boolean {
+    const oldestKept = lastDurable - BigInt(this.#retention.maxKeys);
     const expiredBefore = Date.now() - this.#retention.maxAgeMs;
     let n = 0;
     while (n < this.#segments.length) {

@@ -39,16 +39,15 @@ export async function settleAtClose(
   life: {
     readonly producerName: string;
     readonly durability: Durability;
-    readonly lastAssigned: bigint;
     /** The error that stopped the publisher, if any: read after each await (a reconnect may fail meanwhile). */
     fatal(): DedupError | undefined;
   },
 ): Promise<void> {
-  const { producerName, durability, lastAssigned } = life;
+  const { producerName, durability } = life;
   let unsent = [...queue.takeBatch(), ...queue.takeParked()];
   if (unsent.length > 0 && durability === 'outbox' && life.fatal() === undefined) {
     try {
-      await commits.write(unsent, lastAssigned);
+      await commits.write(unsent);
       queue.endCommit(unsent, true);
       unsent = [];
     } catch {
@@ -66,5 +65,5 @@ export async function settleAtClose(
     e.settle(unconfirmed);
   }
   // The next open re-sends less (a reserve life that recovered an outbox has segments too).
-  if (commits.hasConfirmWork) await commits.write([], lastAssigned).catch(() => undefined);
+  if (commits.hasConfirmWork) await commits.write([]).catch(() => undefined);
 }

@@ -102,6 +102,39 @@ describe('keyed sends', () => {
     await expectKBackToFirst(core, transport, x, first, [...between, second, third]);
   });
 
+  it('keyed sends - retention is counted from what the store holds: IDs an abort takes back do not push a key out', async () => {
+    // Found by the publisher model once it had a small key retention (issue 39 session 4): K is
+    // committed as 1; a and b wait for room as 2 and 3. Committing a pruned K's segment counting
+    // from the last ID handed out (3 - 1 >= 2); b is then aborted, the last ID is 2 again and K is
+    // inside the retention (2 - 1 < 2), but its record was gone from memory and from the store: a
+    // repeat of K was published again, K twice on the stream. A crash that loses uncommitted IDs
+    // does the same through the next open().
+    const broker = new ModelBroker();
+    const { transport, core } = await life(broker, memoryDisk(), {
+      maxInFlight: 1,
+      keyRetention: { maxKeys: 2, maxAgeMs: 60_000 },
+    });
+    transport.faults.holdConfirms = true;
+    const k = core.send(body('K'), { key: 'K' });
+    const a = core.send(body('a'), { key: 'a' });
+    const abort = new AbortController();
+    const b = outcome(core.send(body('b'), { key: 'b', signal: abort.signal }));
+    while (transport.published.length < 1) await new Promise((r) => setImmediate(r));
+    transport.releaseConfirms(); // K confirmed: a is committed and sent, b still waits
+    while (transport.published.length < 2) await new Promise((r) => setImmediate(r));
+    abort.abort();
+    expect(await b).toBe('aborted');
+    expect(core.lastPublishingId).toBe(2n);
+    const repeat = core.send(body('K-again'), { key: 'K' });
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    await expect(k).resolves.toEqual({ publishingId: 1n, outcome: 'published' });
+    await expect(a).resolves.toEqual({ publishingId: 2n, outcome: 'published' });
+    await expect(repeat).resolves.toEqual({ publishingId: 1n, outcome: 'duplicate' });
+    expect(transport.published.map((m) => Buffer.from(m.body).toString())).toEqual(['K', 'a']);
+    await core.close();
+  });
+
   it('a key publishes once: repeats, concurrent or later, resolve with the first id as duplicates', async () => {
     const broker = new ModelBroker();
     const { transport, core } = await life(broker, memoryDisk());
