@@ -70,6 +70,11 @@ export interface ProducerSpec {
    * without being in the stream (debugging only). @defaultValue false
    */
   readonly tolerateKeyedRestoredRecords?: boolean;
+  /**
+   * Keyed mode: `keyRetention.maxKeys` (the age limit is a year: fake time never reaches it). A
+   * repeat past it is published again. @defaultValue the library's (100 000)
+   */
+  readonly keyRetentionMaxKeys?: number;
 }
 
 /** What a send passes as headers: none, a fresh object, or one object shared and mutated between sends. */
@@ -153,6 +158,9 @@ interface SendCall {
   readonly kind: 'new' | 'replay' | 'retry' | 'repeat';
 }
 
+/** A year: a key retention's age limit that fake time never reaches. */
+const YEAR_MS = 365 * 24 * 3_600_000;
+
 /** What the application knows of an aborted explicit-ID send. */
 interface AbortInfo {
   readonly life: number;
@@ -167,6 +175,8 @@ export interface Ack {
   readonly label: string;
   readonly publishingId: bigint;
   readonly outcome: SendResult['outcome'];
+  /** Keyed: the core's last assigned ID when `send()` was called (what its retention was measured from). */
+  readonly lastAtCall?: bigint | undefined;
 }
 
 /** A message of a store's outbox at an adopting `open()`: it must reach the stream above `above`. */
@@ -209,6 +219,8 @@ export class ProducerHarness {
   readonly acknowledged = new Map<string, bigint>();
   /** Every resolved send, in order. */
   readonly acks: Ack[] = [];
+  /** Keyed: how many `send()` calls each key had, in every life (resolved or not). */
+  readonly keyedCalls = new Map<string, number>();
   /**
    * Explicit-mode labels replayed after a crash and refused with `DEDUP_ID_REGRESSION`: they must
    * end up in the stream. In outbox durability their ID is at or below the store's last ID, so the
@@ -336,6 +348,9 @@ export class ProducerHarness {
       onBrokerAhead,
       confirmTimeoutMs: this.spec.confirmTimeoutMs ?? 30_000,
       reconnect: { initialDelayMs: 1, maxDelayMs: 2 },
+      ...(this.spec.keyRetentionMaxKeys === undefined
+        ? {}
+        : { keyRetention: { maxKeys: this.spec.keyRetentionMaxKeys, maxAgeMs: YEAR_MS } }),
     };
   }
 
@@ -647,7 +662,10 @@ export class ProducerHarness {
    * Sends `count` new messages, each with its own abort signal; `abortNow` aborts them all in the
    * same tick (those that waited for room then never reach the store or the wire). Keyed: each key
    * is repeated at once without a signal (`withRepeats`): the repeat waits on the first send, and
-   * must be published even if the first sender gives up.
+   * must be published even if the first sender gives up. Keyed, `retryBefore`: then the key sent
+   * last before them again, under a signal of its own aborted with theirs (a request with a deadline
+   * that also retries a recent key: past a small retention it takes the key over from a first send
+   * still waiting, and the abort gives it back).
    */
   sendAbortable(
     count: number,
@@ -655,9 +673,11 @@ export class ProducerHarness {
     abortNow: boolean,
     withRepeats: boolean,
     headers: HeadersMode,
+    retryBefore = false,
   ): void {
     const life = this.life;
     if (life === undefined) return;
+    const before = this.#keys[this.#keys.length - 1];
     const shared: Record<string, string | number> = { app: 'shared' };
     const controllers: AbortController[] = [];
     const labels: Array<{ label: string; waited: boolean; call: number }> = [];
@@ -672,6 +692,11 @@ export class ProducerHarness {
     }
     if (withRepeats && this.spec.idMode === 'keyed') {
       for (const { label } of labels) this.#send(this.#repeatCall(label));
+    }
+    if (retryBefore && before !== undefined && this.spec.idMode === 'keyed') {
+      const controller = new AbortController();
+      this.#send(this.#repeatCall(before, controller));
+      controllers.push(controller);
     }
     if (headers === 'shared') this.#scribble(shared);
     for (const { label, waited, call } of labels) {
@@ -689,16 +714,24 @@ export class ProducerHarness {
     return all.length;
   }
 
-  /** Keyed: re-sends `count` known keys from `index` on (acknowledged or not), without a signal. */
-  repeat(index: number, count: number): void {
+  /**
+   * Keyed: re-sends `count` known keys from `index` on (acknowledged or not; a negative index
+   * counts from the newest key), without a signal or each with its own (`abortable`:
+   * {@link abortAll} may abort them, a repeat that took its key over from a send still waiting
+   * included).
+   */
+  repeat(index: number, count: number, abortable = false): void {
     if (this.spec.idMode !== 'keyed' || this.#keys.length === 0 || this.life === undefined) return;
-    for (let i = 0; i < count && i < this.#keys.length; i++) {
-      this.#send(this.#repeatCall(this.#keys[(index + i) % this.#keys.length]!));
+    const n = this.#keys.length;
+    const from = index < 0 ? Math.max(0, n + index) : index;
+    for (let i = 0; i < count && i < n; i++) {
+      const key = this.#keys[(from + i) % n]!;
+      this.#send(this.#repeatCall(key, abortable ? new AbortController() : undefined));
     }
   }
 
-  #repeatCall(key: string): SendCall {
-    return { label: key, body: this.#bodyFor(key), key, kind: 'repeat' };
+  #repeatCall(key: string, controller?: AbortController): SendCall {
+    return { label: key, body: this.#bodyFor(key), key, kind: 'repeat', controller };
   }
 
   /**
@@ -799,6 +832,8 @@ export class ProducerHarness {
       ...(call.key === undefined ? {} : { key: call.key }),
       ...(call.controller === undefined ? {} : { signal: call.controller.signal }),
     };
+    const lastAtCall = call.key === undefined ? undefined : life.core.lastPublishingId;
+    if (call.key !== undefined) this.keyedCalls.set(call.label, (this.keyedCalls.get(call.label) ?? 0) + 1);
     let sending: Promise<SendResult>;
     try {
       sending = life.core.send(Buffer.from(call.body), options);
@@ -823,7 +858,12 @@ export class ProducerHarness {
           this.violations.push(`${call.label} resolved as a duplicate outside keyed mode`);
         }
         this.acknowledged.set(call.label, result.publishingId);
-        this.acks.push({ label: call.label, publishingId: result.publishingId, outcome: result.outcome });
+        this.acks.push({
+          label: call.label,
+          publishingId: result.publishingId,
+          outcome: result.outcome,
+          lastAtCall,
+        });
       },
       (err: unknown) => {
         life.unsettled--;
