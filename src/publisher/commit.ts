@@ -103,6 +103,7 @@ export class GroupCommitter {
     this.keyed?.prune(last);
     const deleteSegments = this.#segmentsToDelete;
     this.#segmentsToDelete = [];
+    const skipDirty = this.skip.metaDirty;
     const { keys, deleteKeySegments } = this.keyed?.takeCommit(batch) ?? NO_KEYS;
     // Decided before the write and recorded by it: a re-send, in this life or the next, rebuilds
     // the same entries (docs/design.md §10).
@@ -113,9 +114,17 @@ export class GroupCommitter {
         segment = { firstId: batch[0]!.publishingId, remaining: batch.length };
         for (const e of batch) e.segment = segment;
       }
-      if (last > this.#outboxHigh) this.#outboxHigh = last;
-      const meta = this.#meta(last, this.#reservedUpTo);
-      await this.state.commit({ meta, segment: batch, batches, deleteSegments, keys, deleteKeySegments });
+      // Raised once the store holds it: a failed write followed by another (close's clean-up) recorded
+      // an outbox high-water mark above IDs never stored, and the next life refused them
+      // (DEDUP_ID_REGRESSION) although their senders were told they were never written.
+      const outboxHigh = last > this.#outboxHigh ? last : this.#outboxHigh;
+      const meta = this.#meta(last, this.#reservedUpTo, outboxHigh);
+      await this.#commit(
+        { meta, segment: batch, batches, deleteSegments, keys, deleteKeySegments },
+        deleteSegments,
+        skipDirty,
+      );
+      this.#outboxHigh = outboxHigh;
       this.#lastDurable = last;
     } else if (
       last > this.#reservedUpTo ||
@@ -141,21 +150,44 @@ export class GroupCommitter {
       }
       const lastId =
         this.opts.idMode === 'explicit' || lowest === undefined || lowest > last ? last : lowest - 1n;
-      await this.state.commit({ meta: this.#meta(lastId, capped), deleteSegments, keys, deleteKeySegments });
+      await this.#commit(
+        { meta: this.#meta(lastId, capped, this.#outboxHigh), deleteSegments, keys, deleteKeySegments },
+        deleteSegments,
+        skipDirty,
+      );
       this.#reservedUpTo = capped;
       this.#lastDurable = last;
     }
   }
 
   /** The meta record; the skip it carries is then written (or forgotten). */
-  #meta(lastId: bigint, reservedUpTo: bigint): ProducerMeta {
+  #meta(lastId: bigint, reservedUpTo: bigint, outboxHigh: bigint): ProducerMeta {
     this.skip.metaDirty = false;
     return {
       idMode: this.opts.idMode,
       lastId,
       reservedUpTo,
       skipFrom: this.skip.persisted,
-      outboxHigh: this.#outboxHigh,
+      outboxHigh,
     };
+  }
+
+  /**
+   * One store write. When it fails, what it was to clear stays to clear: the confirmed segments it
+   * was to delete go back (a later write, close's clean-up, deletes them; lost, the next life would
+   * re-send them) and a skip declaration it carried is still to be written.
+   */
+  async #commit(
+    write: Parameters<ProducerState['commit']>[0],
+    deleteSegments: readonly bigint[],
+    skipDirty: boolean,
+  ): Promise<void> {
+    try {
+      await this.state.commit(write);
+    } catch (err) {
+      this.#segmentsToDelete.unshift(...deleteSegments);
+      if (skipDirty) this.skip.metaDirty = true;
+      throw err;
+    }
   }
 }

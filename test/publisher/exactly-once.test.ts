@@ -48,7 +48,10 @@ class ControlledDb implements KeyValueDb {
     if (this.batches >= this.crashAfter) throw new Error('the process died here');
     this.batches++;
     if (this.hold) await new Promise<void>((resolve) => this.#held.push(resolve));
-    if (this.#failing) throw new Error('no space left on device');
+    if (this.#failing || this.#failOnce) {
+      this.#failOnce = false;
+      throw new Error('no space left on device');
+    }
     await this.disk.batch(ops);
   }
   get waiting(): number {
@@ -62,7 +65,13 @@ class ControlledDb implements KeyValueDb {
     this.#failing = true;
     this.#held.shift()?.();
   }
+  /** The oldest held write fails, the later ones do not (a disk that was full for a moment). */
+  failHeldOnce(): void {
+    this.#failOnce = true;
+    this.#held.shift()?.();
+  }
   #failing = false;
+  #failOnce = false;
 }
 
 async function open(
@@ -500,5 +509,46 @@ describe('hostile review of the fixes', () => {
     await b.close();
     expect(await b.closed()).toBeUndefined();
     expect(bodies(broker)).toEqual(['m1', 'm2']);
+  });
+});
+
+describe('a store write that fails once, the process living on', () => {
+  it("explicit, outbox: close()'s failed write records no outbox high-water mark, so the next life accepts the unwritten ID again", async () => {
+    // Found by a hostile review (issue 39 session 4): the mark was raised before the write was
+    // awaited, so close's clean-up write after the failed one recorded 2, never stored, and the
+    // next life refused the application's re-send of 2 with DEDUP_ID_REGRESSION: message 2 lost,
+    // although its send was rejected as closed and never written.
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const db = new ControlledDb(disk);
+    const transport = new ModelTransport(broker, 'orders', 'p');
+    const core = await open(transport, await DedupStore.wrap(db), {
+      idMode: 'explicit',
+      maxInFlight: 1,
+      closeTimeoutMs: 0,
+    });
+    transport.faults.holdConfirms = true;
+    const one = core.send(body('m1'), { publishingId: 1n });
+    while (broker.messages('orders').length < 1) await tick();
+    const two = core.send(body('m2'), { publishingId: 2n }); // waits for room
+    one.catch(() => undefined);
+    db.hold = true;
+    const closing = core.close();
+    while (db.waiting < 1) await tick(); // close's write of 2, held
+    transport.releaseConfirms(); // 1 confirmed meanwhile: its segment is left to clear
+    await tick();
+    db.hold = false;
+    db.failHeldOnce(); // that write fails; the clean-up write that follows succeeds
+    await closing;
+    await expect(two).rejects.toMatchObject({ code: 'DEDUP_PUBLISHER_CLOSED' });
+    const next = await open(new ModelTransport(broker, 'orders', 'p'), await memoryStore(disk), {
+      idMode: 'explicit',
+    });
+    await expect(next.send(body('m2'), { publishingId: 2n })).resolves.toEqual({
+      publishingId: 2n,
+      outcome: 'published',
+    });
+    expect(bodies(broker)).toEqual(['m1', 'm2']);
+    await next.close();
   });
 });
