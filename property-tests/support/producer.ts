@@ -175,8 +175,6 @@ export interface Ack {
   readonly label: string;
   readonly publishingId: bigint;
   readonly outcome: SendResult['outcome'];
-  /** Keyed: the core's last assigned ID when `send()` was called (what its retention was measured from). */
-  readonly lastAtCall?: bigint | undefined;
 }
 
 /** A message of a store's outbox at an adopting `open()`: it must reach the stream above `above`. */
@@ -219,8 +217,12 @@ export class ProducerHarness {
   readonly acknowledged = new Map<string, bigint>();
   /** Every resolved send, in order. */
   readonly acks: Ack[] = [];
-  /** Keyed: how many `send()` calls each key had, in every life (resolved or not). */
-  readonly keyedCalls = new Map<string, number>();
+  /**
+   * Keyed: each call by its body (unique per call, so each copy in the stream maps to its call):
+   * the core's last ID at the call (what its retention counted from), and whether it certainly
+   * never left (aborted in the tick it was made, waiting for room, no repeat waiting on it).
+   */
+  readonly keyedCalls = new Map<string, { readonly lastAtCall: bigint; neverWritten: boolean }>();
   /**
    * Explicit-mode labels replayed after a crash and refused with `DEDUP_ID_REGRESSION`: they must
    * end up in the stream. In outbox durability their ID is at or below the store's last ID, so the
@@ -678,6 +680,9 @@ export class ProducerHarness {
     const life = this.life;
     if (life === undefined) return;
     const before = this.#keys[this.#keys.length - 1];
+    const full = (): boolean => life.core.inFlight >= (this.spec.maxInFlight ?? 10_000);
+    /** Bodies of this command's calls that waited for room when made. */
+    const parked: string[] = [];
     const shared: Record<string, string | number> = { app: 'shared' };
     const controllers: AbortController[] = [];
     const labels: Array<{ label: string; waited: boolean; call: number }> = [];
@@ -685,8 +690,10 @@ export class ProducerHarness {
       const label = this.#newLabel();
       const controller = new AbortController();
       // It waits for room if the core is full when it arrives; aborted in this tick, it still waits.
-      const waited = life.core.inFlight >= (this.spec.maxInFlight ?? 10_000);
-      this.#send(this.#newCall(label, gap, this.#headersFor(headers, i, shared), 'new', controller));
+      const waited = full();
+      const call = this.#newCall(label, gap, this.#headersFor(headers, i, shared), 'new', controller);
+      this.#send(call);
+      if (waited) parked.push(call.body);
       controllers.push(controller);
       labels.push({ label, waited, call: life.calls });
     }
@@ -695,14 +702,25 @@ export class ProducerHarness {
     }
     if (retryBefore && before !== undefined && this.spec.idMode === 'keyed') {
       const controller = new AbortController();
-      this.#send(this.#repeatCall(before, controller));
+      const waited = full();
+      const call = this.#repeatCall(before, controller);
+      this.#send(call);
       controllers.push(controller);
+      // Inside the retention it waits on the first send instead, never written itself either way.
+      if (waited) parked.push(call.body);
     }
     if (headers === 'shared') this.#scribble(shared);
     for (const { label, waited, call } of labels) {
       this.#abortInfo.set(label, { life: life.index, call, waited: waited && abortNow });
     }
     if (abortNow) for (const c of controllers) c.abort(new Error('the application gave up'));
+    // Aborted while they waited for room, with no repeat waiting on them: never written, never sent.
+    if (abortNow && !withRepeats) {
+      for (const b of parked) {
+        const info = this.keyedCalls.get(b);
+        if (info !== undefined) info.neverWritten = true;
+      }
+    }
   }
 
   /** Aborts every signal of this life's sends that have not settled. */
@@ -832,8 +850,9 @@ export class ProducerHarness {
       ...(call.key === undefined ? {} : { key: call.key }),
       ...(call.controller === undefined ? {} : { signal: call.controller.signal }),
     };
-    const lastAtCall = call.key === undefined ? undefined : life.core.lastPublishingId;
-    if (call.key !== undefined) this.keyedCalls.set(call.label, (this.keyedCalls.get(call.label) ?? 0) + 1);
+    if (call.key !== undefined) {
+      this.keyedCalls.set(call.body, { lastAtCall: life.core.lastPublishingId, neverWritten: false });
+    }
     let sending: Promise<SendResult>;
     try {
       sending = life.core.send(Buffer.from(call.body), options);
@@ -862,7 +881,6 @@ export class ProducerHarness {
           label: call.label,
           publishingId: result.publishingId,
           outcome: result.outcome,
-          lastAtCall,
         });
       },
       (err: unknown) => {

@@ -135,6 +135,59 @@ describe('keyed sends', () => {
     await core.close();
   });
 
+  it('keyed sends - the minute prune counts from the store too: IDs an abort takes back do not push a key out', async () => {
+    // A hostile review of the fix above: the age prune (every minute, for an idle publisher) also
+    // counted from the last ID handed out; reverting that half alone passed every other test.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    const broker = new ModelBroker();
+    const { transport, core } = await life(broker, memoryDisk(), {
+      maxInFlight: 1,
+      keyRetention: { maxKeys: 2, maxAgeMs: 3_600_000 },
+    });
+    transport.faults.holdConfirms = true;
+    const k = core.send(body('K'), { key: 'K' });
+    const a = core.send(body('a'), { key: 'a' });
+    const abort = new AbortController();
+    const b = outcome(core.send(body('b'), { key: 'b', signal: abort.signal }));
+    while (transport.published.length < 1) await new Promise((r) => setImmediate(r));
+    transport.releaseConfirms();
+    while (transport.published.length < 2) await new Promise((r) => setImmediate(r)); // a is 2, b waits as 3
+    vi.advanceTimersByTime(60_000); // the minute prune
+    await new Promise((r) => setImmediate(r));
+    abort.abort();
+    expect(await b).toBe('aborted');
+    expect(core.lastPublishingId).toBe(2n);
+    const repeat = core.send(body('K-again'), { key: 'K' });
+    transport.faults.holdConfirms = false;
+    transport.releaseConfirms();
+    await expect(k).resolves.toEqual({ publishingId: 1n, outcome: 'published' });
+    await expect(a).resolves.toEqual({ publishingId: 2n, outcome: 'published' });
+    await expect(repeat).resolves.toEqual({ publishingId: 1n, outcome: 'duplicate' });
+    await core.close();
+  });
+
+  it('keyed sends - IDs a crash loses do not push a key out of the store', async () => {
+    // The crash form of the same defect: b (3) is never written, the next life's last ID is 2 and
+    // K (1) is inside its retention; the old code had deleted K's record when it committed a.
+    const broker = new ModelBroker();
+    const disk = memoryDisk();
+    const options = { maxInFlight: 1, keyRetention: { maxKeys: 2, maxAgeMs: 60_000 } };
+    const first = await life(broker, disk, options);
+    first.transport.faults.holdConfirms = true;
+    for (const k of ['K', 'a', 'b']) first.core.send(body(k), { key: k }).catch(() => undefined);
+    while (first.transport.published.length < 1) await new Promise((r) => setImmediate(r));
+    first.transport.releaseConfirms(); // a is committed as 2, b waits as 3
+    while (first.transport.published.length < 2) await new Promise((r) => setImmediate(r));
+    // A crash: the first life is abandoned, b never written.
+    const second = await life(broker, disk, options);
+    expect(second.core.lastPublishingId).toBe(2n);
+    await expect(second.core.send(body('K-again'), { key: 'K' })).resolves.toEqual({
+      publishingId: 1n,
+      outcome: 'duplicate',
+    });
+    await second.core.close();
+  });
+
   it('a key publishes once: repeats, concurrent or later, resolve with the first id as duplicates', async () => {
     const broker = new ModelBroker();
     const { transport, core } = await life(broker, memoryDisk());
