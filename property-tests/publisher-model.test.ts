@@ -31,7 +31,8 @@ import { settle, turn } from './support/turns.js';
 // network (support/network.ts: frames delayed until delivered, lost or left to land late after a
 // cut, duplicated; confirms reordered, duplicated, lost; connects that complete after close()),
 // and up to three crashable producer processes over memory-level disks that outlive them
-// (support/producer.ts, support/disk.ts), whose stores may be lost or restored from a backup.
+// (support/producer.ts, support/disk.ts), whose stores may be lost or restored from a backup, and
+// whose disks may fail one write (full for a moment: the publisher stops, the next life goes on).
 // Each run draws the options a user can set: durability (one for every life, or one per life: a
 // switch between opens of one store), onBrokerAhead, maxBatch, maxInFlight, closeTimeoutMs, and a
 // transport that reports the broker's last ID or not (AMQP 0-9-1), and keyed, `keyRetention.maxKeys`
@@ -252,7 +253,8 @@ class World {
       const life = p.life;
       const c = life?.transport.connection;
       // close() stops the confirm-timeout checks (once it stopped waiting): no replacement then.
-      if (life === undefined || c?.state !== 'live' || life.coreClosed || life.closing) return undefined;
+      if (life === undefined || c?.state !== 'live' || life.coreClosed || life.closing || life.stopping)
+        return undefined;
       const written = new Set(c.written.map((f) => f.publishingId));
       const waiting = [...life.transport.unconfirmed].filter((id) => written.has(id));
       return { life, c, waiting };
@@ -264,7 +266,7 @@ class World {
     for (const [i, b] of before.entries()) {
       if (b === undefined || b.waiting.length === 0) continue;
       const { life, c } = b;
-      if (life.crashed || life.coreClosed || life.closing) continue;
+      if (life.crashed || life.coreClosed || life.closing || life.stopping) continue;
       const still = b.waiting.filter((id) => life.transport.unconfirmed.has(id));
       if (still.length === 0) continue;
       if (life.transport.connection === c && c.state === 'live' && !life.transport.hasPendingConnect) {
@@ -499,6 +501,17 @@ function weighted(
     ],
     [
       1,
+      producer.map(
+        (p) =>
+          new Step(
+            `diskFull(p${p}: its next store write fails)`,
+            (m) => at(m, p).running && !at(m, p).closing,
+            (w) => w.producer(p).diskFull(),
+          ),
+      ),
+    ],
+    [
+      1,
       fc.tuple(producer, fc.boolean(), fc.nat({ max: 2 })).map(
         ([p, zombie, applyHeld]) =>
           new Step(
@@ -709,7 +722,13 @@ async function drain(w: World): Promise<void> {
     // stall while its old connection still looks live) asks to connect again.
     advance(3);
     for (const [i, p] of w.producers.entries()) {
-      if (p.isOpening) {
+      if (p.life?.stopping === true) {
+        // Stopped by a failed store write: its close waits for confirms at most closeTimeoutMs,
+        // then the process exits (the life ends) and the next round starts a new one.
+        advance(w.config.closeTimeoutMs + 1);
+        await p.currentDisk?.release();
+        p.life?.transport.acceptConnect();
+      } else if (p.isOpening) {
         await p.currentDisk?.release();
       } else if (!p.isRunning) {
         const err = await w.start(i);
@@ -1114,6 +1133,8 @@ interface Totals {
   plantedHoles: number;
   /** Keyed, with a small retention: keys in the stream more than once (published again past it). */
   republishedKeys: number;
+  /** Lives whose store write failed (diskFull): the publisher stopped, the next life went on. */
+  failedWrites: number;
 }
 
 const FAKE = ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'performance'] as const;
@@ -1165,6 +1186,7 @@ async function runModel(
     for (const n of p.expectedRefusals.values()) totals.refusals += n;
     for (const [code, n] of p.rejections) totals.rejections.set(code, (totals.rejections.get(code) ?? 0) + n);
     for (const life of p.history) {
+      if (life.stopping) totals.failedWrites++;
       if (life.unsettledAtClose > 0 && !TOLERATE_CLOSE_HANG) {
         throw new Error(
           `${p.spec.producerName}: close() resolved with ${life.unsettledAtClose} sends unsettled`,
@@ -1224,6 +1246,7 @@ describe('publisher model (docs/design.md §3 broker, §7 invariants)', () => {
         contradictions: 0,
         plantedHoles: 0,
         republishedKeys: 0,
+        failedWrites: 0,
       };
       const details = await checkWithin(
         `publisher model, ${name}`,
@@ -1249,7 +1272,7 @@ describe('publisher model (docs/design.md §3 broker, §7 invariants)', () => {
           `${totals.hungByClose} sends left unsettled by a close() in all; ` +
           `${totals.skipRanges} declared skips missing from the streams (${totals.skippedIds} IDs), ` +
           `${totals.contradictions} contradicted; a planted hole found by audit and verifier in ${totals.plantedHoles} runs; ` +
-          `${undrainedCloses} closes with a publish waiting for drain so far` +
+          `${undrainedCloses} closes with a publish waiting for drain so far; ${totals.failedWrites} lives stopped by a failed store write` +
           (idMode === 'keyed'
             ? `; ${totals.republishedKeys} keys published again past a small retention`
             : ''),
@@ -1260,6 +1283,10 @@ describe('publisher model (docs/design.md §3 broker, §7 invariants)', () => {
         expect(totals.plantedHoles, 'runs with a planted hole').toBeGreaterThan(totals.runs / 4);
         if (idMode === 'auto')
           expect(totals.skipRanges, 'declared skips missing from the streams').toBeGreaterThan(20);
+        // A failed store write must happen, or the diskFull dimension checks nothing.
+        expect(totals.failedWrites, 'lives stopped by a failed store write').toBeGreaterThan(
+          totals.runs / 20,
+        );
         // The retention check must not pass for want of repeats past it.
         if (smallRetention)
           expect(totals.republishedKeys, 'keys published again past the retention').toBeGreaterThan(

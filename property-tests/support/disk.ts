@@ -105,6 +105,12 @@ export class ProcessDisk implements KeyValueDb {
   batch(ops: BatchOp[], options?: BatchOptions): Promise<void> {
     if (this.#dead) return never();
     this.#touch(`batch ${ops.map((op) => `${op.type} ${op.key}`).join(', ')}`);
+    if (this.#failNext !== undefined) {
+      const failed = this.#failNext;
+      this.#failNext = undefined;
+      failed();
+      return Promise.reject(new Error('no space left on device (the model)'));
+    }
     const gate = this.#gate;
     if (gate === undefined && !this.#hold) return this.#apply(ops, options);
     return new Promise<void>((resolve, reject) => {
@@ -116,6 +122,16 @@ export class ProcessDisk implements KeyValueDb {
       });
     });
   }
+
+  /**
+   * The next batch fails, applied not at all, and `failed` is told when it does; later batches
+   * succeed (a disk full for a moment).
+   */
+  failNext(failed: () => void): void {
+    this.#failNext = failed;
+  }
+
+  #failNext: (() => void) | undefined;
 
   /** Holds every later batch (a slow disk) until {@link ProcessDisk.release}. */
   hold(): void {

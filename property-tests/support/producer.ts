@@ -137,6 +137,10 @@ export interface ProducerLife {
   lastNew: number;
   /** Abort controllers of this life's sends that have not settled. */
   readonly controllers: Set<AbortController>;
+  /** A store write of this life was made to fail: the publisher may stop, and the process exits. */
+  diskFull: boolean;
+  /** That write failed: the publisher stops (or closes) on its own; nothing of it is expected now. */
+  stopping: boolean;
 }
 
 /** A process life between `start()` and the end of its `open()`. */
@@ -574,12 +578,20 @@ export class ProducerHarness {
       calls: 0,
       lastNew: 0,
       controllers: new Set(),
+      diskFull: false,
+      stopping: false,
     };
     void core.closed().then((err) => {
       life.coreClosed = true;
       this.settled++;
       // Nothing in this world is a reason to stop for good (no other writer, the broker comes back).
       if (err !== undefined && !life.crashed) {
+        // A failed store write is: the publisher stops, and the process exits once it has closed
+        // (the application starts the next life).
+        if (life.diskFull && err.code.startsWith('DEDUP_STORE')) {
+          if (this.life === life) this.life = undefined;
+          return;
+        }
         this.violations.push(`life ${life.index} closed itself: ${err.code} ${err.message}`);
       }
     });
@@ -892,6 +904,8 @@ export class ProducerHarness {
         this.rejections.set(code, (this.rejections.get(code) ?? 0) + 1);
         this.rejected.set(call.label, code);
         const internal = err instanceof Error && err.message.includes('internal error');
+        // The store write failed (diskFull): what was not confirmed is the next life's to send.
+        if (life.diskFull && (code.startsWith('DEDUP_STORE') || code === 'DEDUP_PUBLISHER_CLOSED')) return;
         if (code === 'DEDUP_PUBLISHER_CLOSED' && life.closing && !internal) return;
         // The message stays in the outbox (or was sent) and goes out again: not the caller's to retry.
         if (code === 'DEDUP_CONFIRM_TIMEOUT') return;
@@ -928,7 +942,7 @@ export class ProducerHarness {
     const deadline = Date.now() + WALL_LIMIT_MS;
     for (;;) {
       if (life.transport.hasPendingConnect) return true;
-      if (life.coreClosed || life.crashed || life.closeResolved) return false;
+      if (life.coreClosed || life.crashed || life.closeResolved || life.stopping) return false;
       if (Date.now() > deadline) throw new Error(`${this.spec.producerName}: the core never reconnected`);
       this.#advance(1);
       await within(
@@ -975,6 +989,18 @@ export class ProducerHarness {
    * not; the frames it wrote may still reach the broker (`zombie`). The core is abandoned, not
    * closed. A process still in `open()` dies there.
    */
+  /**
+   * The disk is full for a moment: the life's next store write fails, applied not at all. The
+   * publisher stops with a store error (its waiting sends told so) and the process exits once it
+   * closed; close()'s own clean-up write may succeed.
+   */
+  diskFull(): void {
+    const life = this.life;
+    if (life === undefined || life.closing) return;
+    life.diskFull = true;
+    life.disk.failNext(() => (life.stopping = true));
+  }
+
   async crash(zombie: boolean, applyHeld = 0): Promise<void> {
     const opening = this.opening;
     if (opening !== undefined) {
