@@ -111,6 +111,36 @@ export async function naiveThroughput(count: number, body: Buffer): Promise<numb
   }
 }
 
+/**
+ * Rows/s at which PostgreSQL alone reads and deletes `count` pre-filled rows, `batch` at a time, in
+ * one statement each (`DELETE … WHERE id IN (SELECT … ORDER BY id LIMIT n) RETURNING body`), with
+ * nothing published: the least any relay that removes its rows does per row (issue 35's bound). A
+ * relay that publishes them too cannot go faster than this on the same server, whatever its design.
+ */
+export async function dbFloorThroughput(count: number, body: Buffer, batch = 2_000): Promise<number> {
+  const s = await setUp('floor');
+  try {
+    await createNaiveOutbox(s.pool, s.schema);
+    await fillNaiveOutbox(s.pool, s.schema, count, () => body);
+    const table = `"${s.schema}".naive_outbox`;
+    let removed = 0;
+    const t0 = performance.now();
+    for (;;) {
+      const { rowCount } = await s.pool.query(
+        `DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table} ORDER BY id LIMIT $1) RETURNING body`,
+        [batch],
+      );
+      if ((rowCount ?? 0) === 0) break;
+      removed += rowCount ?? 0;
+    }
+    const rate = count / ((performance.now() - t0) / 1000);
+    if (removed !== count) throw new Error(`the floor case removed ${removed} rows of ${count}`);
+    return rate;
+  } finally {
+    await s.drop();
+  }
+}
+
 /** What {@link commitToConfirmLatency} measured, in ms. */
 export interface LatencyResult {
   readonly targetRate: number;

@@ -33,7 +33,7 @@ import {
   type Row,
 } from './common.js';
 import { brokerStreamsDir, streamDisk } from './broker-files.js';
-import { naiveThroughput, outboxExtras, relayThroughput } from './outbox.js';
+import { dbFloorThroughput, naiveThroughput, outboxExtras, relayThroughput } from './outbox.js';
 
 const COUNT = Number(process.env.BENCH_COUNT ?? 100_000);
 const SIZE = 100;
@@ -413,6 +413,11 @@ const cases: Array<{ name: string; run: () => Promise<number>; target?: number; 
     target: 0.8,
   },
   { name: 'at-least-once relay (SKIP LOCKED), pre-filled rows', run: () => naiveThroughput(COUNT, body) },
+  // The bound on both: PostgreSQL alone reading and deleting the same rows, nothing published.
+  {
+    name: 'relay floor: PostgreSQL alone reads and deletes the rows, nothing published',
+    run: () => dbFloorThroughput(COUNT, body),
+  },
   { name: 'raw amqplib confirm channel', run: rawAmqp },
   { name: 'dedup amqp outbox', run: dedupAmqp, target: 0.9, baseline: 'raw amqplib confirm channel' },
 ];
