@@ -81,7 +81,11 @@ export class GroupCommitter {
   /** Segments replaced by a re-assignment: deleted in the same write as their new copies. */
   replaceSegments(firstIds: readonly bigint[]): void {
     this.#segmentsToDelete.push(...firstIds);
+    for (const id of firstIds) this.#replaced.add(id);
   }
+
+  /** Segments {@link replaceSegments} named: never deleted by a write that lacks their new copies. */
+  readonly #replaced = new Set<bigint>();
 
   /** A fatal error let `entry` go unconfirmed: no later reserve block may record its ID as landed. */
   letGo(entry: Entry): void {
@@ -175,7 +179,9 @@ export class GroupCommitter {
   /**
    * One store write. When it fails, what it was to clear stays to clear: the confirmed segments it
    * was to delete go back (a later write, close's clean-up, deletes them; lost, the next life would
-   * re-send them) and a skip declaration it carried is still to be written.
+   * re-send them) and a skip declaration it carried is still to be written. Segments a
+   * re-assignment replaced do not go back: their new copies were in the failed write, and deleted
+   * alone by a later one their messages would be lost (the store keeps them for the next open).
    */
   async #commit(
     write: Parameters<ProducerState['commit']>[0],
@@ -184,8 +190,9 @@ export class GroupCommitter {
   ): Promise<void> {
     try {
       await this.state.commit(write);
+      for (const id of deleteSegments) this.#replaced.delete(id);
     } catch (err) {
-      this.#segmentsToDelete.unshift(...deleteSegments);
+      this.#segmentsToDelete.unshift(...deleteSegments.filter((id) => !this.#replaced.has(id)));
       if (skipDirty) this.skip.metaDirty = true;
       throw err;
     }
