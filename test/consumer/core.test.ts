@@ -6,7 +6,7 @@ import {
 } from '../../src/consumer/core.js';
 import { identityHeaders, SKIP_HEADER } from '../../src/identity/headers.js';
 import { DedupStore, type KeyValueDb } from '../../src/store/store.js';
-import { memoryDisk, memoryStore } from '../support/memory-store.js';
+import { memoryDisk, memoryStore, passThroughDb } from '../support/memory-store.js';
 
 const credit = (offset: number, producer: string, id: number, amount = 1) => ({
   offset: BigInt(offset),
@@ -59,19 +59,12 @@ describe('verifying consumer core', () => {
     // A disk whose commits take 5 ms, as LevelDB's can under load: the window the race needs.
     const disk = memoryDisk() as unknown as KeyValueDb;
     await disk.open();
-    const slow: KeyValueDb = {
-      get status() {
-        return disk.status;
-      },
-      open: () => disk.open(),
-      close: () => disk.close(),
-      get: (key) => disk.get(key),
-      iterator: (options) => disk.iterator(options),
+    const slow = passThroughDb(disk, {
       batch: async (ops, options) => {
         await new Promise((r) => setTimeout(r, 5));
         await disk.batch(ops, options);
       },
-    };
+    });
     const store = await DedupStore.wrap(slow);
     const { core, balance } = await open({
       store,

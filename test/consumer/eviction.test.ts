@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { VerifyingConsumerCore, type VerifyingConsumerOptions } from '../../src/consumer/core.js';
 import { identityHeaders } from '../../src/identity/headers.js';
 import { DedupStore, type KeyValueDb } from '../../src/store/store.js';
-import { memoryDisk } from '../support/memory-store.js';
+import { memoryDisk, passThroughDb } from '../support/memory-store.js';
 import type { IncomingMessage } from '../../src/consumer/types.js';
 
 // Issue 15, item 4: TTL eviction must never delete verifier state that a commit wrote after the
@@ -27,14 +27,7 @@ const number = (raw: Uint8Array | undefined) => Number(raw === undefined ? '0' :
 function slowScans(disk: KeyValueDb) {
   let waiting: Array<() => void> = [];
   let free = true;
-  const db: KeyValueDb = {
-    get status() {
-      return disk.status;
-    },
-    open: () => disk.open(),
-    close: () => disk.close(),
-    get: (key) => disk.get(key),
-    batch: (ops, options) => disk.batch(ops, options),
+  const db = passThroughDb(disk, {
     iterator: (options) => {
       const inner = disk.iterator(options);
       const entries = inner[Symbol.asyncIterator]();
@@ -48,7 +41,7 @@ function slowScans(disk: KeyValueDb) {
       };
       return it;
     },
-  };
+  });
   return {
     db,
     /** Scans stop before each entry from now on (open() scans too: block after it). */

@@ -5,26 +5,19 @@ import { PendingQueue } from '../../src/publisher/pending.js';
 import type { ReconcilePlan } from '../../src/publisher/reconcile.js';
 import { SkipDeclaration } from '../../src/publisher/skip.js';
 import { DedupStore, type KeyValueDb, type ProducerState } from '../../src/store/store.js';
-import { memoryDisk } from '../support/memory-store.js';
+import { memoryDisk, passThroughDb } from '../support/memory-store.js';
 
 /** A store over a memory disk whose next batch can be made to fail (a disk full for a moment). */
 async function failingStore(): Promise<{ store: DedupStore; failNext: () => void }> {
   const disk = memoryDisk() as unknown as KeyValueDb;
   let fail = false;
-  const db: KeyValueDb = {
-    get status() {
-      return disk.status;
-    },
-    open: () => disk.open(),
-    close: () => disk.close(),
-    get: (key) => disk.get(key),
-    iterator: (options) => disk.iterator(options),
+  const db = passThroughDb(disk, {
     batch: (ops, options) => {
       if (!fail) return disk.batch(ops, options);
       fail = false;
       return Promise.reject(new Error('no space left on device'));
     },
-  };
+  });
   return { store: await DedupStore.wrap(db), failNext: () => (fail = true) };
 }
 

@@ -11,3 +11,21 @@ export async function memoryStore(db?: MemoryLevel<string, Uint8Array>): Promise
 export function memoryDisk(): MemoryLevel<string, Uint8Array> {
   return new MemoryLevel<string, Uint8Array>({ keyEncoding: 'utf8', valueEncoding: 'view' });
 }
+
+/**
+ * A KeyValueDb that forwards every call to `disk`, except those `overrides` replace (a slow or
+ * failing `batch`, an iterator that waits): the one wrapper the store's fault tests build on.
+ */
+export function passThroughDb(disk: KeyValueDb, overrides: Partial<Omit<KeyValueDb, 'status'>>): KeyValueDb {
+  return {
+    get status() {
+      return disk.status;
+    },
+    open: () => disk.open(),
+    close: () => disk.close(),
+    get: (key) => disk.get(key),
+    iterator: (options) => disk.iterator(options),
+    batch: (ops, options) => disk.batch(ops, options),
+    ...overrides,
+  };
+}
