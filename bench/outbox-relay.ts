@@ -7,12 +7,19 @@
  *   when unset); the medians and the median of the per-round ratios;
  * - commit-to-confirm latency at 1 000 and 10 000 committed rows/s for `BENCH_OUTBOX_SECONDS` (5)
  *   each: p50/p99/max from the application's COMMIT to the relay's confirm.
+ * - each round also runs the floor (PostgreSQL alone reading and deleting as many rows, nothing
+ *   published) and reads the CPU seconds every process spent in each case's window (this process,
+ *   the broker, PostgreSQL: bench/cpu-meter.ts). The raw client's and the floor's CPU per row added
+ *   up is the least any relay that publishes and removes its rows costs, so the machine's cores
+ *   divided by it bound the relay's rate: printed as `bound`, a ratio to the raw client like the
+ *   relay's (issue 35: is 0.8 reachable on this machine at all?).
  * Prints the load average with each figure, and a JSON line last. Needs the broker and PostgreSQL
  * (`bash scripts/postgres.sh up`; STREAM_DEDUP_PG_URL).
  */
-import { loadavg } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { allConfirmed, connectClient, uniqueName } from './common.js';
-import { commitToConfirmLatency, relayThroughput } from './outbox.js';
+import { CpuWindow } from './cpu-meter.js';
+import { commitToConfirmLatency, dbFloorThroughput, relayThroughput } from './outbox.js';
 
 const COUNT = Number(process.env.BENCH_COUNT ?? 100_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
@@ -29,18 +36,20 @@ const median = (xs: readonly number[]): number => {
 };
 
 /** Messages/s of the raw client publishing COUNT bodies, every one confirmed. */
-async function raw(): Promise<number> {
+async function raw(cpu: CpuWindow): Promise<number> {
   const client = await connectClient();
   const stream = uniqueName('bench-raw-outbox');
   await client.createStream({ stream, arguments: {} });
   try {
     const publisher = await client.declarePublisher({ stream, publisherRef: 'bench-raw' });
     const all = allConfirmed(publisher, COUNT);
+    cpu.start();
     const t0 = performance.now();
     for (let i = 1; i <= COUNT; i++) await publisher.send(body, {});
     await publisher.flush();
     await all;
     const rate = COUNT / ((performance.now() - t0) / 1000);
+    cpu.stop();
     await client.deletePublisher(publisher.extendedId);
     return rate;
   } finally {
@@ -49,25 +58,50 @@ async function raw(): Promise<number> {
   }
 }
 
+const CORES = availableParallelism();
+/** CPU seconds per 100 000 rows, by process: "node 0.52 + broker 0.53 + PostgreSQL 0.00 = 1.05". */
+const per100k = (w: CpuWindow): string => {
+  const k = 100_000 / COUNT;
+  const s = w.spent;
+  return (
+    `node ${(s.node * k).toFixed(2)} + broker ${(s.broker * k).toFixed(2)} + PostgreSQL ${(s.postgres * k).toFixed(2)} ` +
+    `= ${(w.total * k).toFixed(2)} CPU s per 100 000 (${(w.total / w.wallSeconds).toFixed(2)} of ${CORES} cores busy)`
+  );
+};
 const started = performance.now();
 const raws: number[] = [];
 const relays: number[] = [];
 const ratios: number[] = [];
+const floors: number[] = [];
+const bounds: number[] = [];
+const cpu: { raw: number; floor: number; relay: number }[] = [];
 for (let round = 1; round <= ROUNDS; round++) {
-  const r = await raw();
-  const o = await relayThroughput(COUNT, body, BATCH === undefined ? {} : { batchSize: BATCH });
+  const rawCpu = new CpuWindow();
+  const relayCpu = new CpuWindow();
+  const floorCpu = new CpuWindow();
+  const r = await raw(rawCpu);
+  const o = await relayThroughput(COUNT, body, BATCH === undefined ? {} : { batchSize: BATCH }, relayCpu);
+  const f = await dbFloorThroughput(COUNT, body, 2_000, floorCpu);
+  // The least CPU a relay spends per row is the raw publish's plus the floor's (both measured
+  // here): with every core busy all the time it reaches CORES ÷ that, never more.
+  const bound = (CORES * rawCpu.wallSeconds) / (rawCpu.total + floorCpu.total);
   raws.push(r);
   relays.push(o);
   ratios.push(o / r);
+  floors.push(f / r);
+  bounds.push(bound);
+  cpu.push({ raw: rawCpu.total, floor: floorCpu.total, relay: relayCpu.total });
   console.log(
-    `round ${round}: raw ${Math.round(r)} msg/s, relay ${Math.round(o)} rows/s, ratio ${(o / r).toFixed(3)} (load ${load()})`,
+    `round ${round}: raw ${Math.round(r)} msg/s, relay ${Math.round(o)} rows/s, ratio ${(o / r).toFixed(3)}; ` +
+      `floor ${Math.round(f)} rows/s (${(f / r).toFixed(3)}); CPU bound on ${CORES} cores ${bound.toFixed(3)} (load ${load()})\n` +
+      `  CPU, raw:   ${per100k(rawCpu)}\n  CPU, floor: ${per100k(floorCpu)}\n  CPU, relay: ${per100k(relayCpu)}`,
   );
 }
 const ratio = median(ratios);
 if (ROUNDS > 0)
   console.log(
     `relay from ${COUNT} pre-filled rows (batchSize ${BATCH ?? 'default'}): ${Math.round(median(relays))} rows/s against raw ${Math.round(median(raws))} msg/s: ` +
-      `${ratio.toFixed(3)}× (target 0.8: ${ratio >= 0.8 ? 'met' : 'NOT met'})`,
+      `${ratio.toFixed(3)}× (target 0.8: ${ratio >= 0.8 ? 'met' : 'NOT met'}); the CPU bound of any relay ${median(bounds).toFixed(3)}×`,
   );
 const latency = [];
 for (const rate of (process.env.BENCH_OUTBOX_RATES ?? '1000,10000').split(',').map(Number)) {
@@ -87,6 +121,9 @@ console.log(
     raw: Math.round(median(raws)),
     relay: Math.round(median(relays)),
     ratio: Number(ratio.toFixed(3)),
+    floorRatio: Number(median(floors).toFixed(3)),
+    cpuBound: Number(median(bounds).toFixed(3)),
+    cpuSecondsPerRound: cpu,
     latency,
   }),
 );

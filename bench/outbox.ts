@@ -16,6 +16,7 @@ import { Offset } from 'rabbitmq-stream-js-client';
 import { migrate, PgOutbox, PgOutboxRelay } from 'stream-dedup/postgres';
 import { readStreamToEnd } from 'stream-dedup/stream';
 import { CONNECTION, connectClient, uniqueName } from './common.js';
+import type { CpuWindow } from './cpu-meter.js';
 import { createNaiveOutbox, fillNaiveOutbox, runNaiveRelay } from './outbox-naive-relay.js';
 
 /** The PostgreSQL server of the benches. */
@@ -58,11 +59,15 @@ async function fillOutbox(pool: pg.Pool, schema: string, count: number, bodyOf: 
   }
 }
 
-/** Rows/s of PgOutboxRelay from `count` pre-filled rows: open() to the last row's confirm. */
+/**
+ * Rows/s of PgOutboxRelay from `count` pre-filled rows: open() to the last row's confirm. `cpu`,
+ * when given, is started and stopped around that window (the fill is outside it).
+ */
 export async function relayThroughput(
   count: number,
   body: Buffer,
   options: { batchSize?: number; maxInFlight?: number } = {},
+  cpu?: CpuWindow,
 ): Promise<number> {
   const s = await setUp('relay');
   try {
@@ -70,6 +75,7 @@ export async function relayThroughput(
     let confirmed = 0;
     let done: () => void = () => undefined;
     const all = new Promise<void>((resolve) => (done = resolve));
+    cpu?.start();
     const t0 = performance.now();
     const relay = await PgOutboxRelay.open({
       pool: s.pool,
@@ -84,6 +90,7 @@ export async function relayThroughput(
     });
     await all;
     const rate = count / ((performance.now() - t0) / 1000);
+    cpu?.stop();
     await relay.close();
     return rate;
   } finally {
@@ -116,14 +123,21 @@ export async function naiveThroughput(count: number, body: Buffer): Promise<numb
  * one statement each (`DELETE … WHERE id IN (SELECT … ORDER BY id LIMIT n) RETURNING body`), with
  * nothing published: the least any relay that removes its rows does per row (issue 35's bound). A
  * relay that publishes them too cannot go faster than this on the same server, whatever its design.
+ * `cpu`, when given, spans the reads and deletes (the fill is outside it).
  */
-export async function dbFloorThroughput(count: number, body: Buffer, batch = 2_000): Promise<number> {
+export async function dbFloorThroughput(
+  count: number,
+  body: Buffer,
+  batch = 2_000,
+  cpu?: CpuWindow,
+): Promise<number> {
   const s = await setUp('floor');
   try {
     await createNaiveOutbox(s.pool, s.schema);
     await fillNaiveOutbox(s.pool, s.schema, count, () => body);
     const table = `"${s.schema}".naive_outbox`;
     let removed = 0;
+    cpu?.start();
     const t0 = performance.now();
     for (;;) {
       const { rowCount } = await s.pool.query(
@@ -134,6 +148,7 @@ export async function dbFloorThroughput(count: number, body: Buffer, batch = 2_0
       removed += rowCount ?? 0;
     }
     const rate = count / ((performance.now() - t0) / 1000);
+    cpu?.stop();
     if (removed !== count) throw new Error(`the floor case removed ${removed} rows of ${count}`);
     return rate;
   } finally {
