@@ -441,8 +441,31 @@ export class PgOutboxRelay {
     for (const id of ids) {
       if (t.inFlight.delete(id) && t.batches.confirm(id)) any = true;
     }
-    if (any) this.#wake?.();
+    if (!any) return;
+    this.#scheduleCheck();
+    this.#wake?.();
   }
+
+  /**
+   * Starts the other-writer check of the records confirmed in full as soon as they are, not when
+   * the pump next comes round: that waited for the numbering under way, and the records then for
+   * the numbering after it. Once for every confirm frame a socket read held (a microtask runs after
+   * them), and never beside another check still unanswered: when that one passes it starts the
+   * next (the confirms of a fast relay arrive every millisecond; one broker round trip each would
+   * be a query storm). The mark a check asks with is as valid here as in the pump: every frame
+   * written so far was numbered at or below it.
+   */
+  #scheduleCheck(): void {
+    if (this.#checkQueued || this.#pending.some((p) => !p.passed)) return;
+    this.#checkQueued = true;
+    queueMicrotask(() => {
+      this.#checkQueued = false;
+      if (this.#epoch !== undefined && this.#failure === undefined) this.#startChecks();
+    });
+  }
+
+  /** A microtask will start the checks of the records confirmed meanwhile. */
+  #checkQueued = false;
 
   /** Where a waiting row goes, or why it cannot be published. */
   #place(row: WaitingRow): Placement {
@@ -538,6 +561,8 @@ export class PgOutboxRelay {
       () => {
         if (!current()) return;
         pending.passed = true;
+        // Records confirmed while this check was out start theirs now.
+        if ([...this.#targets.values()].some((t) => t.batches.hasDone)) this.#scheduleCheck();
         this.#wake?.();
       },
       (err: unknown) => {
