@@ -113,6 +113,10 @@ describe('outbox relay - process faults', () => {
         `in ${((performance.now() - started) / 1000).toFixed(1)} s`,
     );
     expect(kills).toBe(20);
+    // The documented bound after a killed relay (its sessions end at once): the standby's next try,
+    // takeoverIntervalMs (200 here), plus its activation, whose broker connect is bounded by
+    // connectTimeoutMs (10 000 by default).
+    expect(takeoverMs).toBeLessThan(200 + 10_000);
     expect(truth.length).toBeGreaterThan(200);
     expect(result.rolledBack.length).toBeGreaterThan(0);
     expect(report.lost).toEqual([]);

@@ -410,6 +410,45 @@ describe('PgOutboxRelay', () => {
     expect(bodies(await readAll(client(), stream))).toEqual(['x']);
   });
 
+  /** A relay idle after relaying one row, and the time from a second row's COMMIT to its confirm. */
+  async function secondRowAfter(options: { pollIntervalMs: number; notify: boolean }): Promise<number> {
+    const { db, stream, outbox, producerName } = await setup();
+    if (!options.notify) {
+      // A notification lost (sent while the relay's listening session was down): none is sent.
+      await db.pool.query(`ALTER TABLE "${db.schema}".outbox DISABLE TRIGGER outbox_notify`);
+    }
+    await outbox.enqueue(db.pool, Buffer.from('first'));
+    const counter = confirmedCounter();
+    await openRelay({
+      pool: db.pool,
+      schema: db.schema,
+      producerName,
+      stream,
+      pollIntervalMs: options.pollIntervalMs,
+      onEvent: counter.onEvent,
+    });
+    // The first row's numbering found nothing more: from here the relay reads again only when a
+    // notification wakes it or its poll comes round.
+    await counter.reach(1);
+    await outbox.enqueue(db.pool, Buffer.from('second'));
+    const committed = performance.now();
+    await counter.reach(2);
+    const took = performance.now() - committed;
+    expect(bodies(await readAll(client(), stream))).toEqual(['first', 'second']);
+    return took;
+  }
+
+  it('a commit wakes the idle relay through LISTEN/NOTIFY, long before its poll', async () => {
+    // The poll (min of pollIntervalMs and confirmTimeoutMs, 30 s) cannot be what found the row.
+    const took = await secondRowAfter({ pollIntervalMs: 60_000, notify: true });
+    expect(took).toBeLessThan(5_000);
+  });
+
+  it('a row whose notification never came is found by the polling fallback within pollIntervalMs', async () => {
+    const took = await secondRowAfter({ pollIntervalMs: 300, notify: false });
+    expect(took).toBeLessThan(300 + 4_000);
+  });
+
   it('stops at a poison row with an error naming it, after publishing the rows before it', async () => {
     const { db, stream, outbox, producerName } = await setup();
     const c = await db.pool.connect();
@@ -466,11 +505,25 @@ describe('PgOutboxRelay', () => {
     const superStream = await superStreams('outbox-super', 3);
     const producerName = uniqueName('relay');
     const outbox = PgOutbox.create({ schema: db.schema, producerName });
-    const keys = Array.from({ length: 12 }, (_, i) => `key-${i}`);
+    // Twelve rows routed by their key, then six whose routing key overrides a key that would send
+    // them elsewhere (the same precedence as SuperStreamDedupPublisher's).
+    const rows = [
+      ...Array.from({ length: 12 }, (_, i) => ({ body: `key-${i}`, key: `key-${i}`, routingKey: undefined })),
+      ...Array.from({ length: 6 }, (_, i) => ({
+        body: `routed-${i}`,
+        key: `other-${i}`,
+        routingKey: `key-${i}`,
+      })),
+    ];
     const c = await db.pool.connect();
     try {
       await inTransaction(c, async () => {
-        for (const key of keys) await outbox.enqueue(c, Buffer.from(key), { key });
+        for (const r of rows) {
+          await outbox.enqueue(c, Buffer.from(r.body), {
+            key: r.key,
+            ...(r.routingKey === undefined ? {} : { routingKey: r.routingKey }),
+          });
+        }
       });
     } finally {
       c.release();
@@ -483,11 +536,21 @@ describe('PgOutboxRelay', () => {
       superStream,
       onEvent: counter.onEvent,
     });
-    await counter.reach(keys.length);
+    await counter.reach(rows.length);
     const partitions = Array.from({ length: 3 }, (_, i) => `${superStream}-${i}`);
+    // The overriding routing keys do move rows: some `other-i` key routes elsewhere than `key-i`.
+    expect(
+      rows.some(
+        (r) =>
+          r.routingKey !== undefined &&
+          partitionForKey(r.key, partitions) !== partitionForKey(r.routingKey, partitions),
+      ),
+    ).toBe(true);
     for (const partition of partitions) {
       const messages = await readAll(client(), partition);
-      const expected = keys.filter((k) => partitionForKey(k, partitions) === partition);
+      const expected = rows
+        .filter((r) => partitionForKey(r.routingKey ?? r.key, partitions) === partition)
+        .map((r) => r.body);
       expect(bodies(messages)).toEqual(expected);
       expect(ids(messages)).toEqual(expected.map((_, i) => String(i + 1)));
     }
