@@ -33,9 +33,16 @@ afterEach(() => {
   broker.published = [];
   broker.dropped = [];
   broker.queryLastId = () => Promise.resolve(broker.lastId);
+  broker.publishYields = false;
 });
 
-async function run(script: readonly Question[]): Promise<void> {
+/**
+ * The broker's script, and how the relay's sends behave: `slowPublish` (a send resolves a macrotask
+ * later, as a socket waiting for 'drain') lets confirms, and the checks the confirm callback starts,
+ * land between the sends of one numbering; `batchSize` 1–3 makes many numberings, each a record.
+ */
+async function run(script: readonly Question[], slowPublish: boolean, batchSize: number): Promise<void> {
+  broker.publishYields = slowPublish;
   broker.lastId = 0n;
   broker.transports = [];
   broker.published = [];
@@ -78,6 +85,7 @@ async function run(script: readonly Question[]): Promise<void> {
     closeTimeoutMs: 0,
     queryTimeoutMs: 200,
     connectTimeoutMs: 1_000,
+    batchSize,
     reconnect: { initialDelayMs: 1, maxDelayMs: 5, giveUpAfterMs: 60_000 },
     onEvent: (e) => {
       if (e.type === 'stopped') stopped = e.error;
@@ -115,6 +123,8 @@ describe('outbox relay: another writer ahead at a question is seen before any re
           }),
           { minLength: 1, maxLength: 5 },
         ),
+        fc.boolean(),
+        fc.oneof(fc.constant(2_000), fc.integer({ min: 1, max: 3 })),
         run,
       ),
       { numRuns: 30, interruptAfterTimeLimit: 90_000 },

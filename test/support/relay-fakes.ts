@@ -157,6 +157,11 @@ export interface FakeBroker {
   dropped: bigint[];
   /** How long connect() takes (a leader election, a slow node), ms. */
   connectDelayMs: number;
+  /**
+   * publish() resolves a macrotask later (a socket waiting for 'drain'), not at once: confirms of
+   * earlier records, and the checks they start, then land between the sends of one numbering.
+   */
+  publishYields: boolean;
 }
 
 export interface FakeTransportLike {
@@ -172,6 +177,7 @@ export const broker: FakeBroker = {
   published: [],
   dropped: [],
   connectDelayMs: 0,
+  publishYields: false,
 };
 
 /** The StreamTransport stand-in (vi.mock'ed in by the tests). */
@@ -198,7 +204,7 @@ export class FakeTransport implements FakeTransportLike {
         if (!this.closed) this.handlers?.confirmed(ids);
       });
     }
-    return Promise.resolve();
+    return broker.publishYields ? new Promise((resolve) => setImmediate(resolve)) : Promise.resolve();
   }
   queryLastId(): Promise<bigint> {
     return broker.queryLastId(this);

@@ -450,10 +450,11 @@ export class PgOutboxRelay {
    * Starts the other-writer check of the records confirmed in full as soon as they are, not when
    * the pump next comes round: that waited for the numbering under way, and the records then for
    * the numbering after it. Once for every confirm frame a socket read held (a microtask runs after
-   * them), and never beside another check still unanswered: when that one passes it starts the
-   * next (the confirms of a fast relay arrive every millisecond; one broker round trip each would
-   * be a query storm). The mark a check asks with is as valid here as in the pump: every frame
-   * written so far was numbered at or below it.
+   * them), and none while any check (this path's or the pump's) is unanswered: when that one passes
+   * it starts the next (the confirms of a fast relay arrive every millisecond; one broker round trip
+   * each would be a query storm; the pump still starts its own each turn, as before). The mark a
+   * check asks with is as valid here as in the pump: every frame written so far was numbered at or
+   * below it (test/postgres/relay-check-at-confirm.test.ts).
    */
   #scheduleCheck(): void {
     if (this.#checkQueued || this.#pending.some((p) => !p.passed)) return;
