@@ -11,7 +11,7 @@
  */
 import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { broker, FakeDb, fakePool, FakeTransport } from '../test/support/relay-fakes.js';
+import { broker, FakeDb, fakePool, FakeTransport, resetBroker } from '../test/support/relay-fakes.js';
 
 vi.mock('../src/transport/stream-transport.js', () => ({ StreamTransport: FakeTransport }));
 
@@ -23,12 +23,7 @@ const CONNECT_TIMEOUT_MS = 100;
 /** The bound on a life whose check is never answered: connectTimeoutMs + a loaded machine's slack. */
 const BOUND_MS = CONNECT_TIMEOUT_MS + 1_500;
 
-afterEach(() => {
-  broker.lastId = 0n;
-  broker.transports = [];
-  broker.published = [];
-  broker.queryLastId = () => Promise.resolve(broker.lastId);
-});
+afterEach(resetBroker);
 
 async function live(script: readonly Answer[]): Promise<void> {
   broker.lastId = 0n;

@@ -15,7 +15,7 @@
  */
 import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { broker, FakeDb, fakePool, FakeTransport } from '../test/support/relay-fakes.js';
+import { broker, FakeDb, fakePool, FakeTransport, resetBroker } from '../test/support/relay-fakes.js';
 
 vi.mock('../src/transport/stream-transport.js', () => ({ StreamTransport: FakeTransport }));
 
@@ -27,14 +27,7 @@ interface Question {
   readonly jump: number;
 }
 
-afterEach(() => {
-  broker.lastId = 0n;
-  broker.transports = [];
-  broker.published = [];
-  broker.dropped = [];
-  broker.queryLastId = () => Promise.resolve(broker.lastId);
-  broker.publishYields = false;
-});
+afterEach(resetBroker);
 
 /**
  * The broker's script, and how the relay's sends behave: `slowPublish` (a send resolves a macrotask

@@ -14,7 +14,7 @@
  */
 import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { broker, FakeDb, fakePool, FakeTransport } from '../test/support/relay-fakes.js';
+import { broker, FakeDb, fakePool, FakeTransport, resetBroker } from '../test/support/relay-fakes.js';
 
 vi.mock('../src/transport/stream-transport.js', () => ({ StreamTransport: FakeTransport }));
 
@@ -26,13 +26,7 @@ interface Question {
   readonly takeover: number;
 }
 
-afterEach(() => {
-  broker.lastId = 0n;
-  broker.transports = [];
-  broker.published = [];
-  broker.dropped = [];
-  broker.queryLastId = () => Promise.resolve(broker.lastId);
-});
+afterEach(resetBroker);
 
 async function run(script: readonly Question[], maxInFlight: number): Promise<void> {
   broker.lastId = 0n;

@@ -5,19 +5,13 @@
  * numbering to end before its check even begins (commit-to-confirm p99 at 1 000 rows/s, issue 35).
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { broker, FakeDb, fakePool, FakeTransport } from '../support/relay-fakes.js';
+import { broker, FakeDb, fakePool, FakeTransport, resetBroker } from '../support/relay-fakes.js';
 
 vi.mock('../../src/transport/stream-transport.js', () => ({ StreamTransport: FakeTransport }));
 
 const { PgOutboxRelay } = await import('../../src/postgres/outbox/relay.js');
 
-afterEach(() => {
-  broker.lastId = 0n;
-  broker.transports = [];
-  broker.published = [];
-  broker.autoConfirm = true;
-  broker.queryLastId = () => Promise.resolve(broker.lastId);
-});
+afterEach(resetBroker);
 
 describe('the other-writer check starts at the confirm', () => {
   it('a record confirmed during a numbering is asked about before that numbering ends', async () => {

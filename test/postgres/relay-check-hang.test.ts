@@ -10,19 +10,13 @@
  * so no standby takes over: the relay stays "active" and publishes nothing.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { broker, FakeDb, fakePool, FakeTransport } from '../support/relay-fakes.js';
+import { broker, FakeDb, fakePool, FakeTransport, resetBroker } from '../support/relay-fakes.js';
 
 vi.mock('../../src/transport/stream-transport.js', () => ({ StreamTransport: FakeTransport }));
 
 const { PgOutboxRelay } = await import('../../src/postgres/outbox/relay.js');
 
-afterEach(() => {
-  broker.lastId = 0n;
-  broker.transports = [];
-  broker.published = [];
-  broker.autoConfirm = true;
-  broker.queryLastId = () => Promise.resolve(broker.lastId);
-});
+afterEach(resetBroker);
 
 describe('revR: the other-writer check has no bound', () => {
   it('a broker connection lost during the check ends the life (retrying), not a hang', async () => {

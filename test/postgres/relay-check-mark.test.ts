@@ -8,20 +8,14 @@
  * at or below it are dropped by the broker as duplicates while being confirmed.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { broker, FakeDb, fakePool, FakeTransport } from '../support/relay-fakes.js';
+import { broker, FakeDb, fakePool, FakeTransport, resetBroker } from '../support/relay-fakes.js';
 import { vi } from 'vitest';
 
 vi.mock('../../src/transport/stream-transport.js', () => ({ StreamTransport: FakeTransport }));
 
 const { PgOutboxRelay } = await import('../../src/postgres/outbox/relay.js');
 
-afterEach(() => {
-  broker.lastId = 0n;
-  broker.transports = [];
-  broker.published = [];
-  broker.autoConfirm = true;
-  broker.queryLastId = () => Promise.resolve(broker.lastId);
-});
+afterEach(resetBroker);
 
 describe('the other-writer check compares with the numbered mark as of its question', () => {
   it('an answer above the mark at the question stops the relay, though a later numbering passed it', async () => {

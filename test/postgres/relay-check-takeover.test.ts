@@ -10,20 +10,13 @@
  * (30 rows sent, bound 8). ~0.9 s together.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { broker, FakeDb, fakePool, FakeTransport } from '../support/relay-fakes.js';
+import { broker, FakeDb, fakePool, FakeTransport, resetBroker } from '../support/relay-fakes.js';
 
 vi.mock('../../src/transport/stream-transport.js', () => ({ StreamTransport: FakeTransport }));
 
 const { PgOutboxRelay } = await import('../../src/postgres/outbox/relay.js');
 
-afterEach(() => {
-  broker.lastId = 0n;
-  broker.transports = [];
-  broker.published = [];
-  broker.dropped = [];
-  broker.autoConfirm = true;
-  broker.queryLastId = () => Promise.resolve(broker.lastId);
-});
+afterEach(resetBroker);
 
 const opts = {
   stream: 's',

@@ -8,20 +8,13 @@
  * past it the relay numbers nothing until a check passes.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { broker, FakeDb, fakePool, FakeTransport } from '../support/relay-fakes.js';
+import { broker, FakeDb, fakePool, FakeTransport, resetBroker } from '../support/relay-fakes.js';
 
 vi.mock('../../src/transport/stream-transport.js', () => ({ StreamTransport: FakeTransport }));
 
 const { PgOutboxRelay } = await import('../../src/postgres/outbox/relay.js');
 
-afterEach(() => {
-  broker.lastId = 0n;
-  broker.transports = [];
-  broker.published = [];
-  broker.dropped = [];
-  broker.autoConfirm = true;
-  broker.queryLastId = () => Promise.resolve(broker.lastId);
-});
+afterEach(resetBroker);
 
 describe('the records waiting for their other-writer check are bounded', () => {
   it('while no check answers, the relay sends at most 2 × maxInFlight rows; once they answer, every row', async () => {

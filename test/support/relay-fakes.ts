@@ -180,6 +180,18 @@ export const broker: FakeBroker = {
   publishYields: false,
 };
 
+/** The broker as every test starts with it (each test file's afterEach). */
+export function resetBroker(): void {
+  broker.lastId = 0n;
+  broker.transports = [];
+  broker.published = [];
+  broker.dropped = [];
+  broker.autoConfirm = true;
+  broker.connectDelayMs = 0;
+  broker.publishYields = false;
+  broker.queryLastId = () => Promise.resolve(broker.lastId);
+}
+
 /** The StreamTransport stand-in (vi.mock'ed in by the tests). */
 export class FakeTransport implements FakeTransportLike {
   handlers: FakeTransportLike['handlers'];
