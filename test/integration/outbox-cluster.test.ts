@@ -64,6 +64,7 @@ describe('outbox relay - cluster', () => {
     const app = runApplication({ pool, schema, enqueue, transactionsPerWorker: 10_000, signal: stop.signal });
     while (events.filter((e) => e.type === 'confirmed').length < 3) await sleep(20);
     const { node } = await leaderNode(stream);
+    const killStarted = performance.now();
     await clusterScript('node-kill', String(node));
     const killedAt = performance.now();
     while (!events.some((e) => e.type === 'confirmed' && e.at > killedAt)) await sleep(20);
@@ -89,5 +90,8 @@ describe('outbox relay - cluster', () => {
     );
     expect(report.rolledBackSeen).toEqual([]);
     expect(report.ok, formatReport(report)).toBe(true);
+    // The kill reached the relay: its producer's connection (to the leader) broke and it retried.
+    // (Counted from the kill's start: the relay can notice before the script returns.)
+    expect(events.filter((e) => e.type === 'retrying' && e.at > killStarted).length).toBeGreaterThan(0);
   }, 180_000);
 });
