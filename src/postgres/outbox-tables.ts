@@ -86,3 +86,63 @@ export function outboxDdl(schema: string): string[] {
     `CREATE TRIGGER outbox_notify AFTER INSERT ON ${t.outbox} FOR EACH ROW EXECUTE FUNCTION "${schema}".outbox_notify()`,
   ];
 }
+
+/**
+ * Every column the outbox's code reads or writes, by table, with its type as PostgreSQL names it
+ * (`information_schema.columns.udt_name`): what {@link outboxShapeProblems} holds a schema to.
+ */
+export const OUTBOX_COLUMNS: Readonly<Record<string, Readonly<Record<string, string>>>> = {
+  outbox: {
+    id: 'int8',
+    producer_name: 'text',
+    body: 'bytea',
+    message_key: 'text',
+    routing_key: 'text',
+    headers: 'jsonb',
+    created_at: 'timestamptz',
+  },
+  outbox_batches: {
+    producer_name: 'text',
+    target: 'text',
+    first_id: 'int8',
+    row_ids: '_int8',
+    bodies: '_bytea',
+    headers: 'jsonb',
+    created_at: 'timestamptz',
+  },
+  outbox_relays: {
+    producer_name: 'text',
+    epoch: 'int8',
+    holder: 'text',
+    since: 'timestamptz',
+    partitions: '_text',
+  },
+  outbox_ids: { producer_name: 'text', target: 'text', last_assigned: 'int8' },
+};
+
+/**
+ * What is wrong with the outbox tables whose columns are `found` (rows of
+ * `information_schema.columns`: table, column, type), in words: a table or column missing, or a
+ * column of another type. Empty when every column {@link OUTBOX_COLUMNS} names is there as named
+ * (other columns are not looked at).
+ */
+export function outboxShapeProblems(
+  found: readonly { table_name: string; column_name: string; udt_name: string }[],
+): string[] {
+  const problems: string[] = [];
+  for (const [table, columns] of Object.entries(OUTBOX_COLUMNS)) {
+    const present = new Map(
+      found.filter((f) => f.table_name === table).map((f) => [f.column_name, f.udt_name]),
+    );
+    if (present.size === 0) {
+      problems.push(`table ${table} is missing`);
+      continue;
+    }
+    for (const [column, type] of Object.entries(columns)) {
+      const actual = present.get(column);
+      if (actual === undefined) problems.push(`${table}.${column} is missing`);
+      else if (actual !== type) problems.push(`${table}.${column} is ${actual}, not ${type}`);
+    }
+  }
+  return problems;
+}

@@ -2,8 +2,9 @@
  * The outbox's refusals (issue 35), real broker and real PostgreSQL: poison rows are refused at
  * `enqueue` where they can be (a body over the frame size, headers the stream cannot carry), and a
  * poison row written around `enqueue` stops the relay with a typed error naming the row, which is
- * neither skipped nor deleted, and nothing after it is published; a wrong password, a missing schema
- * and a schema of another version are typed errors at `open()` and nothing is published.
+ * neither skipped nor deleted, and nothing after it is published; a wrong password, a missing schema,
+ * a schema of another version and tables of another shape are typed errors at `open()` and nothing
+ * is published.
  */
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -141,7 +142,7 @@ describe('outbox - poison rows', () => {
 });
 
 describe('outbox - refusals at open', () => {
-  it('a wrong password, a missing schema and a schema of another version: DEDUP_STORE_REFUSED, nothing published', async () => {
+  it('a wrong password, a missing schema, a schema of another version and tables of another shape: DEDUP_STORE_REFUSED, nothing published', async () => {
     const stream = await newStream();
     const good = await useSchema();
     cleanups.push(good.drop);
@@ -172,6 +173,16 @@ describe('outbox - refusals at open', () => {
     const other = await refused({ ...base, pool: good.pool, schema: good.schema });
     expect((other as DedupError).code).toBe('DEDUP_STORE_REFUSED');
     expect((other as Error).message).toMatch(/version 99/);
+
+    // The version is right but the tables are not the ones migrate() made: a column dropped, one
+    // of another type (a half-migrated schema, a table made by hand).
+    await good.pool.query(`UPDATE "${good.schema}".stream_dedup_meta SET version = 1`);
+    await good.pool.query(`ALTER TABLE "${good.schema}".outbox_batches DROP COLUMN headers`);
+    await good.pool.query(`ALTER TABLE "${good.schema}".outbox_ids ALTER COLUMN last_assigned TYPE numeric`);
+    const shape = await refused({ ...base, pool: good.pool, schema: good.schema });
+    expect((shape as DedupError).code).toBe('DEDUP_STORE_REFUSED');
+    expect((shape as Error).message).toMatch(/outbox_batches\.headers is missing/);
+    expect((shape as Error).message).toMatch(/outbox_ids\.last_assigned is numeric, not int8/);
 
     // The library's own reader: an empty stream answers at once (readAll's marker would be its only message).
     expect(await readStreamToEnd(STREAM_CONNECTION, stream)).toEqual([]);

@@ -3,6 +3,7 @@
  * relay's statements from an in-memory outbox, and a StreamTransport stand-in the test drives.
  * Only what the relay's life needs: one stream target, lease off.
  */
+import { OUTBOX_COLUMNS } from '../../src/postgres/outbox-tables.js';
 import type { OutgoingMessage } from '../../src/publisher/types.js';
 
 export interface FakeRow {
@@ -54,6 +55,14 @@ async function answer(db: FakeDb, text: string, values: readonly unknown[] = [])
     deleteRecords(db, (r) => firsts.has(r.firstId));
   }
   if (/SELECT version FROM/.test(t)) return result([{ version: 1 }]);
+  if (/FROM information_schema\.columns/.test(t)) {
+    // The relay's shape check at open: the tables as migrate() creates them.
+    return result(
+      Object.entries(OUTBOX_COLUMNS).flatMap(([table_name, columns]) =>
+        Object.entries(columns).map(([column_name, udt_name]) => ({ table_name, column_name, udt_name })),
+      ),
+    );
+  }
   if (/server_version_num/.test(t)) return result([{ v: 160000 }]);
   if (/pg_try_advisory_lock/.test(t)) return result([{ name: true, outbox: true }]);
   if (/count\(\*\)::int AS n FROM pg_locks/.test(t)) return result([{ n: 2 }]);

@@ -31,7 +31,7 @@ import {
   type PgOutboxRelayOptions,
   type ResolvedRelayOptions,
 } from './relay-options.js';
-import { outboxChannel } from '../outbox-tables.js';
+import { OUTBOX_COLUMNS, outboxChannel, outboxShapeProblems } from '../outbox-tables.js';
 import { SentBatches, type SentBatch } from './relay-batches.js';
 import { asReported, isPermanent, OutboxPoisonRowError, type OutboxRelayStats } from './relay-errors.js';
 
@@ -234,9 +234,27 @@ export class PgOutboxRelay {
     try {
       await checkSchema(client, this.#opts.schema);
       await this.#lock.checkServer(client);
-      await this.#db.run(client, `SELECT 1 FROM ${this.#db.tables.outbox} LIMIT 0`).catch((err: unknown) => {
-        throw refusal(err, `cannot read the outbox of schema "${this.#opts.schema}"`);
-      });
+      // Every column the relay reads or writes, as created: a table altered or made by hand (of
+      // another version, or half-migrated) is refused here, before anything is read or sent, not
+      // found by the first numbering and retried until giveUpAfterMs.
+      const found = await this.#db
+        .run<{ table_name: string; column_name: string; udt_name: string }>(
+          client,
+          `SELECT table_name::text, column_name::text, udt_name::text FROM information_schema.columns
+            WHERE table_schema = $1 AND table_name = ANY($2::text[])`,
+          [this.#opts.schema, Object.keys(OUTBOX_COLUMNS)],
+        )
+        .catch((err: unknown) => {
+          throw refusal(err, `cannot read the outbox of schema "${this.#opts.schema}"`);
+        });
+      const problems = outboxShapeProblems(found.rows);
+      if (problems.length > 0) {
+        throw new DedupError(
+          'DEDUP_STORE_REFUSED',
+          `the outbox tables of schema "${this.#opts.schema}" are not the ones this library creates: ` +
+            `${problems.join('; ')}. Run migrate() (or 'stream-dedup migrate') on a schema of its own; nothing was read or sent`,
+        );
+      }
     } finally {
       client.release(true);
     }
