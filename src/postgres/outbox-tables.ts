@@ -89,7 +89,8 @@ export function outboxDdl(schema: string): string[] {
 
 /**
  * Every column the outbox's code reads or writes, by table, with its type as PostgreSQL names it
- * (`information_schema.columns.udt_name`): what {@link outboxShapeProblems} holds a schema to.
+ * (`pg_type.typname`, as `information_schema.columns.udt_name`): what
+ * {@link outboxShapeProblems} holds a schema to.
  */
 export const OUTBOX_COLUMNS: Readonly<Record<string, Readonly<Record<string, string>>>> = {
   outbox: {
@@ -121,14 +122,60 @@ export const OUTBOX_COLUMNS: Readonly<Record<string, Readonly<Record<string, str
 };
 
 /**
- * What is wrong with the outbox tables whose columns are `found` (rows of
- * `information_schema.columns`: table, column, type), in words: a table or column missing, or a
- * column of another type. Empty when every column {@link OUTBOX_COLUMNS} names is there as named
- * (other columns are not looked at).
+ * Each table's primary key, in order: the relay's `ON CONFLICT` clauses and its deletes by key
+ * need them (an `outbox_ids` without its key fails every numbering).
  */
-export function outboxShapeProblems(
-  found: readonly { table_name: string; column_name: string; udt_name: string }[],
-): string[] {
+export const OUTBOX_KEYS: Readonly<Record<string, readonly string[]>> = {
+  outbox: ['id'],
+  outbox_batches: ['producer_name', 'target', 'first_id'],
+  outbox_relays: ['producer_name'],
+  outbox_ids: ['producer_name', 'target'],
+};
+
+/** One column of a table, as the catalog reads it. */
+export interface FoundColumn {
+  readonly table_name: string;
+  readonly column_name: string;
+  readonly udt_name: string;
+}
+
+/** One table's primary key, as the catalog reads it. */
+export interface FoundKey {
+  readonly table_name: string;
+  readonly columns: readonly string[];
+}
+
+/**
+ * The catalog queries behind {@link outboxShapeProblems}, each with the schema as $1 and the table
+ * names as $2. From `pg_catalog`, not `information_schema`: the latter shows only columns the role
+ * has rights on, so a role short of a right read as "table missing" (its real error, 42501, comes
+ * from a read).
+ */
+export const OUTBOX_SHAPE_QUERIES = {
+  columns: `SELECT c.relname::text AS table_name, a.attname::text AS column_name, t.typname::text AS udt_name
+      FROM pg_catalog.pg_attribute a
+      JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+     WHERE n.nspname = $1 AND c.relname = ANY($2::text[]) AND c.relkind IN ('r', 'p')
+       AND a.attnum > 0 AND NOT a.attisdropped`,
+  keys: `SELECT c.relname::text AS table_name, array_agg(a.attname::text ORDER BY k.ord) AS columns
+      FROM pg_catalog.pg_constraint con
+      JOIN pg_catalog.pg_class c ON c.oid = con.conrelid
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      CROSS JOIN LATERAL unnest(con.conkey) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+     WHERE con.contype = 'p' AND n.nspname = $1 AND c.relname = ANY($2::text[])
+     GROUP BY c.relname`,
+} as const;
+
+/**
+ * What is wrong with the outbox tables whose columns and primary keys are `found`, in words: a
+ * table or column missing, a column of another type, a primary key missing or on other columns.
+ * Empty when every column {@link OUTBOX_COLUMNS} names is there as named and every key is
+ * {@link OUTBOX_KEYS}' (other columns are not looked at).
+ */
+export function outboxShapeProblems(found: readonly FoundColumn[], keys: readonly FoundKey[]): string[] {
   const problems: string[] = [];
   for (const [table, columns] of Object.entries(OUTBOX_COLUMNS)) {
     const present = new Map(
@@ -143,6 +190,11 @@ export function outboxShapeProblems(
       if (actual === undefined) problems.push(`${table}.${column} is missing`);
       else if (actual !== type) problems.push(`${table}.${column} is ${actual}, not ${type}`);
     }
+    const want = OUTBOX_KEYS[table]!;
+    const key = keys.find((k) => k.table_name === table)?.columns;
+    if (key === undefined) problems.push(`${table} has no primary key (${want.join(', ')})`);
+    else if (key.join(',') !== want.join(','))
+      problems.push(`${table}'s primary key is (${key.join(', ')}), not (${want.join(', ')})`);
   }
   return problems;
 }

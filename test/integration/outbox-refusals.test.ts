@@ -179,10 +179,13 @@ describe('outbox - refusals at open', () => {
     await good.pool.query(`UPDATE "${good.schema}".stream_dedup_meta SET version = 1`);
     await good.pool.query(`ALTER TABLE "${good.schema}".outbox_batches DROP COLUMN headers`);
     await good.pool.query(`ALTER TABLE "${good.schema}".outbox_ids ALTER COLUMN last_assigned TYPE numeric`);
+    // Without it every numbering's ON CONFLICT fails (42P10).
+    await good.pool.query(`ALTER TABLE "${good.schema}".outbox_ids DROP CONSTRAINT outbox_ids_pkey`);
     const shape = await refused({ ...base, pool: good.pool, schema: good.schema });
     expect((shape as DedupError).code).toBe('DEDUP_STORE_REFUSED');
     expect((shape as Error).message).toMatch(/outbox_batches\.headers is missing/);
     expect((shape as Error).message).toMatch(/outbox_ids\.last_assigned is numeric, not int8/);
+    expect((shape as Error).message).toMatch(/outbox_ids has no primary key \(producer_name, target\)/);
 
     // The library's own reader: an empty stream answers at once (readAll's marker would be its only message).
     expect(await readStreamToEnd(STREAM_CONNECTION, stream)).toEqual([]);

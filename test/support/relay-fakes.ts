@@ -3,7 +3,7 @@
  * relay's statements from an in-memory outbox, and a StreamTransport stand-in the test drives.
  * Only what the relay's life needs: one stream target, lease off.
  */
-import { OUTBOX_COLUMNS } from '../../src/postgres/outbox-tables.js';
+import { OUTBOX_COLUMNS, OUTBOX_KEYS } from '../../src/postgres/outbox-tables.js';
 import type { OutgoingMessage } from '../../src/publisher/types.js';
 
 export interface FakeRow {
@@ -55,8 +55,11 @@ async function answer(db: FakeDb, text: string, values: readonly unknown[] = [])
     deleteRecords(db, (r) => firsts.has(r.firstId));
   }
   if (/SELECT version FROM/.test(t)) return result([{ version: 1 }]);
-  if (/FROM information_schema\.columns/.test(t)) {
-    // The relay's shape check at open: the tables as migrate() creates them.
+  // The relay's shape check at open: the tables as migrate() creates them.
+  if (/FROM pg_catalog\.pg_constraint/.test(t)) {
+    return result(Object.entries(OUTBOX_KEYS).map(([table_name, columns]) => ({ table_name, columns })));
+  }
+  if (/FROM pg_catalog\.pg_attribute/.test(t)) {
     return result(
       Object.entries(OUTBOX_COLUMNS).flatMap(([table_name, columns]) =>
         Object.entries(columns).map(([column_name, udt_name]) => ({ table_name, column_name, udt_name })),

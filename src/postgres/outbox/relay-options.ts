@@ -140,7 +140,9 @@ export interface PgOutboxRelayCommonOptions {
   /** The longest `close()` waits for confirms of what was sent, in ms. @defaultValue 10000 */
   readonly closeTimeoutMs?: number;
   /**
-   * Reconnect backoff (broker and database).
+   * Reconnect backoff (broker and database). The relay stops after `giveUpAfterMs` of failures; a
+   * life that takes the name over and fails again before any of its rows is confirmed, and before
+   * `maxDelayMs`, is part of the same failure (it does not start the clock again).
    * @defaultValue as the publishers': initialDelayMs 100, maxDelayMs 5000, giveUpAfterMs 120000
    */
   readonly reconnect?: ReconnectOptions;

@@ -31,7 +31,14 @@ import {
   type PgOutboxRelayOptions,
   type ResolvedRelayOptions,
 } from './relay-options.js';
-import { OUTBOX_COLUMNS, outboxChannel, outboxShapeProblems } from '../outbox-tables.js';
+import {
+  OUTBOX_COLUMNS,
+  OUTBOX_SHAPE_QUERIES,
+  outboxChannel,
+  outboxShapeProblems,
+  type FoundColumn,
+  type FoundKey,
+} from '../outbox-tables.js';
 import { SentBatches, type SentBatch } from './relay-batches.js';
 import { asReported, isPermanent, OutboxPoisonRowError, type OutboxRelayStats } from './relay-errors.js';
 
@@ -234,20 +241,20 @@ export class PgOutboxRelay {
     try {
       await checkSchema(client, this.#opts.schema);
       await this.#lock.checkServer(client);
-      // Every column the relay reads or writes, as created: a table altered or made by hand (of
-      // another version, or half-migrated) is refused here, before anything is read or sent, not
-      // found by the first numbering and retried until giveUpAfterMs.
-      const found = await this.#db
-        .run<{ table_name: string; column_name: string; udt_name: string }>(
-          client,
-          `SELECT table_name::text, column_name::text, udt_name::text FROM information_schema.columns
-            WHERE table_schema = $1 AND table_name = ANY($2::text[])`,
-          [this.#opts.schema, Object.keys(OUTBOX_COLUMNS)],
-        )
-        .catch((err: unknown) => {
-          throw refusal(err, `cannot read the outbox of schema "${this.#opts.schema}"`);
-        });
-      const problems = outboxShapeProblems(found.rows);
+      await this.#db.run(client, `SELECT 1 FROM ${this.#db.tables.outbox} LIMIT 0`).catch((err: unknown) => {
+        throw refusal(err, `cannot read the outbox of schema "${this.#opts.schema}"`);
+      });
+      // Every column the relay reads or writes and every primary key, as created: a table altered
+      // or made by hand (of another version, or half-migrated) is refused here, before anything is
+      // read or sent, not found by the first numbering.
+      const tables = Object.keys(OUTBOX_COLUMNS);
+      const [found, keys] = await Promise.all([
+        this.#db.run<FoundColumn>(client, OUTBOX_SHAPE_QUERIES.columns, [this.#opts.schema, tables]),
+        this.#db.run<FoundKey>(client, OUTBOX_SHAPE_QUERIES.keys, [this.#opts.schema, tables]),
+      ]).catch((err: unknown) => {
+        throw refusal(err, `cannot read the catalog of schema "${this.#opts.schema}"`);
+      });
+      const problems = outboxShapeProblems(found.rows, keys.rows);
       if (problems.length > 0) {
         throw new DedupError(
           'DEDUP_STORE_REFUSED',
@@ -774,6 +781,8 @@ export class PgOutboxRelay {
   async #life(): Promise<void> {
     const backoff = new Backoff(this.#opts.reconnect);
     let failingSince: number | undefined;
+    /** The running life: when its pump started, and the rows confirmed by then. */
+    let life: { startedAt: number; confirmed: number } | undefined;
     while (!this.#closing) {
       try {
         if (this.#epoch === undefined) {
@@ -784,10 +793,24 @@ export class PgOutboxRelay {
           if (this.#closing) break;
           await this.#activate();
         }
-        failingSince = undefined;
-        backoff.reset();
+        life = { startedAt: performance.now(), confirmed: this.#counters.confirmed };
         await this.#pump();
       } catch (err) {
+        // The failures end only with a life that did something: one whose rows the broker
+        // confirmed, or that ran for the longest backoff. A life that activates and fails at once
+        // (a statement that fails every time, a table without the constraint a statement needs)
+        // is part of one failure, which gives up after giveUpAfterMs; clearing it at every
+        // activation retried such a failure for ever, at the shortest backoff, taking the lease
+        // again each time (1 041 take-overs in 3 s, a hostile review's fake).
+        if (
+          life !== undefined &&
+          (this.#counters.confirmed > life.confirmed ||
+            performance.now() - life.startedAt >= this.#opts.reconnect.maxDelayMs)
+        ) {
+          failingSince = undefined;
+          backoff.reset();
+        }
+        life = undefined;
         await this.#deactivate(err instanceof FencedError || this.#lockLost);
         if (this.#closing) break;
         if (isPermanent(err)) {
