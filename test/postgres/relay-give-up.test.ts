@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { DedupError } from '../../src/errors.js';
-import { FakeDb, fakePool, FakeTransport, resetBroker } from '../support/relay-fakes.js';
+import { broker, FakeDb, fakePool, FakeTransport, resetBroker } from '../support/relay-fakes.js';
 
 vi.mock('../../src/transport/stream-transport.js', () => ({ StreamTransport: FakeTransport }));
 
@@ -52,6 +52,56 @@ describe('reconnect.giveUpAfterMs', () => {
       expect(lives).toBeLessThan(40);
       // Nothing was numbered: the row still waits.
       expect(db.outbox.map((r) => r.id)).toEqual([1n]);
+    } finally {
+      await relay.close();
+    }
+  });
+});
+
+describe('reconnect.giveUpAfterMs after a wait as a standby', () => {
+  it('a failure before a long wait as a standby does not count against the life after it', async () => {
+    const db = new FakeDb();
+    let actives = 0;
+    let activated = (): void => undefined;
+    const relay = await PgOutboxRelay.open({
+      pool: fakePool(db) as never,
+      schema: 'standby',
+      producerName: 'standby',
+      stream: 's',
+      leaseTimeoutMs: 0,
+      pollIntervalMs: 5,
+      takeoverIntervalMs: 10,
+      closeTimeoutMs: 0,
+      // No life here runs for maxDelayMs or has a row confirmed: only the wait may clear the clock.
+      reconnect: { initialDelayMs: 1, maxDelayMs: 10_000, giveUpAfterMs: 300 },
+      onEvent: (e) => {
+        if (e.type !== 'active') return;
+        actives++;
+        activated();
+      },
+    });
+    const nextActive = (): Promise<void> => new Promise<void>((resolve) => (activated = resolve));
+    const transport = (): FakeTransport => broker.transports[broker.transports.length - 1] as FakeTransport;
+    try {
+      // A failure (the broker connection lost) while another relay took the name: a standby.
+      db.lockFree = false;
+      transport().handlers!.disconnected(new Error('connection lost'));
+      // Longer than giveUpAfterMs as a standby (the wait is the condition under test).
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      expect(actives).toBe(1);
+      // The name comes back; the new life fails at once (no row confirmed, not maxDelayMs old).
+      const back = nextActive();
+      db.lockFree = true;
+      await back;
+      const again = nextActive();
+      transport().handlers!.disconnected(new Error('connection lost again'));
+      const outcome = await Promise.race([
+        again.then(() => 'active again'),
+        relay.closed().then((e) => `stopped: ${String(e)}`),
+        new Promise<string>((resolve) => setTimeout(() => resolve('neither within 5 s'), 5_000)),
+      ]);
+      // One failure 0 ms old, not one 600 ms old: retried, not given up.
+      expect(outcome).toBe('active again');
     } finally {
       await relay.close();
     }

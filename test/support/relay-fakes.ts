@@ -27,6 +27,11 @@ export class FakeDb {
   /** Batch records deleted (by a confirm's delete, a numbering's, or recovery's), in order. */
   deleted: FakeRecord[] = [];
   statements: string[] = [];
+  /**
+   * The advisory locks are this relay's for the asking (and a kept lock session still holds them);
+   * false: another relay holds them, this one waits as a standby.
+   */
+  lockFree = true;
   /** Called before each statement; may throw or return a promise that never settles. */
   before: (text: string) => Promise<void> | void = () => undefined;
 }
@@ -67,8 +72,8 @@ async function answer(db: FakeDb, text: string, values: readonly unknown[] = [])
     );
   }
   if (/server_version_num/.test(t)) return result([{ v: 160000 }]);
-  if (/pg_try_advisory_lock/.test(t)) return result([{ name: true, outbox: true }]);
-  if (/count\(\*\)::int AS n FROM pg_locks/.test(t)) return result([{ n: 2 }]);
+  if (/pg_try_advisory_lock/.test(t)) return result([{ name: db.lockFree, outbox: db.lockFree }]);
+  if (/count\(\*\)::int AS n FROM pg_locks/.test(t)) return result([{ n: db.lockFree ? 2 : 0 }]);
   if (/INSERT INTO .*outbox_relays/s.test(t)) {
     db.epoch += 1n;
     return result([{ epoch: db.epoch.toString(), partitions: null }]);

@@ -142,7 +142,8 @@ export interface PgOutboxRelayCommonOptions {
   /**
    * Reconnect backoff (broker and database). The relay stops after `giveUpAfterMs` of failures; a
    * life that takes the name over and fails again before any of its rows is confirmed, and before
-   * `maxDelayMs`, is part of the same failure (it does not start the clock again).
+   * `maxDelayMs`, is part of the same failure (it does not start the clock again); a wait as a
+   * standby (another relay holds the name) ends it.
    * @defaultValue as the publishers': initialDelayMs 100, maxDelayMs 5000, giveUpAfterMs 120000
    */
   readonly reconnect?: ReconnectOptions;

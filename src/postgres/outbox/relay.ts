@@ -787,6 +787,11 @@ export class PgOutboxRelay {
       try {
         if (this.#epoch === undefined) {
           if (!(await this.#tryLock())) {
+            // Another relay holds the name: waiting as its standby is not failing. A failure that
+            // came before (a take-over that fenced this life) must not count against a life
+            // started hours later, when the name comes back.
+            failingSince = undefined;
+            backoff.reset();
             await sleep(this.#opts.takeoverIntervalMs, (w) => (this.#wake = w));
             continue;
           }
