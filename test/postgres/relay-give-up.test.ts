@@ -107,3 +107,40 @@ describe('reconnect.giveUpAfterMs after a wait as a standby', () => {
     }
   });
 });
+
+describe('reconnect.giveUpAfterMs when nothing is ever confirmed', () => {
+  it('a broker that takes the sends and never confirms stops the relay, however long each life lasts', async () => {
+    const db = new FakeDb();
+    db.outbox.push({ id: 1n, body: Buffer.from('a') });
+    broker.stores = false;
+    let lives = 0;
+    const relay = await PgOutboxRelay.open({
+      pool: fakePool(db) as never,
+      schema: 'noconfirm',
+      producerName: 'noconfirm',
+      stream: 's',
+      leaseTimeoutMs: 0,
+      pollIntervalMs: 5,
+      closeTimeoutMs: 0,
+      // Every life lasts confirmTimeoutMs (100), longer than maxDelayMs (50): not "healthy" for it.
+      confirmTimeoutMs: 100,
+      reconnect: { initialDelayMs: 1, maxDelayMs: 50, giveUpAfterMs: 300 },
+      onEvent: (e) => {
+        if (e.type === 'active') lives++;
+      },
+    });
+    try {
+      const stopped = await Promise.race([
+        relay.closed(),
+        new Promise<string>((resolve) => setTimeout(() => resolve('still retrying after 5 s'), 5_000)),
+      ]);
+      expect(stopped).toBeInstanceOf(DedupError);
+      expect((stopped as DedupError).code).toBe('DEDUP_BROKER_UNREACHABLE');
+      expect(lives).toBeGreaterThan(1);
+      // The row's record is kept: numbered, sent, never confirmed.
+      expect(db.records.map((r) => r.rowIds)).toEqual([[1n]]);
+    } finally {
+      await relay.close();
+    }
+  });
+});

@@ -179,6 +179,8 @@ export interface FakeBroker {
    * earlier records, and the checks they start, then land between the sends of one numbering.
    */
   publishYields: boolean;
+  /** false: the broker takes the sends and stores nothing (a stream that lost its quorum). */
+  stores: boolean;
 }
 
 export interface FakeTransportLike {
@@ -195,6 +197,7 @@ export const broker: FakeBroker = {
   dropped: [],
   connectDelayMs: 0,
   publishYields: false,
+  stores: true,
 };
 
 /** The broker as every test starts with it (each test file's afterEach). */
@@ -206,6 +209,7 @@ export function resetBroker(): void {
   broker.autoConfirm = true;
   broker.connectDelayMs = 0;
   broker.publishYields = false;
+  broker.stores = true;
   broker.queryLastId = () => Promise.resolve(broker.lastId);
 }
 
@@ -222,6 +226,7 @@ export class FakeTransport implements FakeTransportLike {
     return new Promise((resolve) => setTimeout(() => resolve(broker.lastId), broker.connectDelayMs));
   }
   publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    if (!broker.stores) return Promise.resolve();
     broker.published.push(...messages);
     for (const m of messages) {
       if (m.publishingId > broker.lastId) broker.lastId = m.publishingId;

@@ -140,10 +140,11 @@ export interface PgOutboxRelayCommonOptions {
   /** The longest `close()` waits for confirms of what was sent, in ms. @defaultValue 10000 */
   readonly closeTimeoutMs?: number;
   /**
-   * Reconnect backoff (broker and database). The relay stops after `giveUpAfterMs` of failures; a
-   * life that takes the name over and fails again before any of its rows is confirmed, and before
-   * `maxDelayMs`, is part of the same failure (it does not start the clock again); a wait as a
-   * standby (another relay holds the name) ends it.
+   * Reconnect backoff (broker and database). The relay stops after `giveUpAfterMs` of failures.
+   * A life that takes the name over and fails again is part of the same failure (the clock goes
+   * on) unless batch records were deleted after the broker's confirm in it, or it ran for
+   * `maxDelayMs` with nothing left unconfirmed; a wait as a standby (another relay holds the
+   * name) ends the failure.
    * @defaultValue as the publishers': initialDelayMs 100, maxDelayMs 5000, giveUpAfterMs 120000
    */
   readonly reconnect?: ReconnectOptions;

@@ -801,16 +801,19 @@ export class PgOutboxRelay {
         life = { startedAt: performance.now(), confirmed: this.#counters.confirmed };
         await this.#pump();
       } catch (err) {
-        // The failures end only with a life that did something: one whose rows the broker
-        // confirmed, or that ran for the longest backoff. A life that activates and fails at once
-        // (a statement that fails every time, a table without the constraint a statement needs)
-        // is part of one failure, which gives up after giveUpAfterMs; clearing it at every
-        // activation retried such a failure for ever, at the shortest backoff, taking the lease
-        // again each time (1 041 take-overs in 3 s, a hostile review's fake).
+        // The failures end only with a life that did something: one whose records were deleted
+        // after the broker's confirm, or one that ran for the longest backoff with nothing left
+        // unconfirmed (an idle relay whose connection dropped after an hour). A life that
+        // activates and fails at once (a statement that fails every time, a table without the
+        // constraint a statement needs), or whose sends are never confirmed (a broker that takes
+        // writes and stores nothing: DEDUP_CONFIRM_TIMEOUT at every life), is part of one failure,
+        // which gives up after giveUpAfterMs. Clearing it at every activation retried such a
+        // failure for ever, at the shortest backoff, taking the lease again each time (1 041
+        // take-overs in 3 s, a hostile review's fake).
         if (
           life !== undefined &&
           (this.#counters.confirmed > life.confirmed ||
-            performance.now() - life.startedAt >= this.#opts.reconnect.maxDelayMs)
+            (this.#inFlight() === 0 && performance.now() - life.startedAt >= this.#opts.reconnect.maxDelayMs))
         ) {
           failingSince = undefined;
           backoff.reset();
