@@ -6,6 +6,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { DedupError } from '../../src/errors.js';
+import type { PgOutboxRelay as Relay } from '../../src/postgres/outbox/relay.js';
 import { broker, FakeDb, fakePool, FakeTransport, resetBroker } from '../support/relay-fakes.js';
 
 vi.mock('../../src/transport/stream-transport.js', () => ({ StreamTransport: FakeTransport }));
@@ -13,6 +14,44 @@ vi.mock('../../src/transport/stream-transport.js', () => ({ StreamTransport: Fak
 const { PgOutboxRelay } = await import('../../src/postgres/outbox/relay.js');
 
 afterEach(resetBroker);
+
+/**
+ * A relay over `db` that counts its lives; `stopped()` is what closed() resolved with within 5 s,
+ * or 'still retrying after 5 s'.
+ */
+async function openCounting(
+  db: FakeDb,
+  name: string,
+  options: Partial<Parameters<typeof PgOutboxRelay.open>[0]>,
+): Promise<{
+  relay: Relay;
+  lives: () => number;
+  stopped: () => Promise<unknown>;
+}> {
+  let lives = 0;
+  const relay = await PgOutboxRelay.open({
+    pool: fakePool(db) as never,
+    schema: name,
+    producerName: name,
+    stream: 's',
+    leaseTimeoutMs: 0,
+    pollIntervalMs: 5,
+    closeTimeoutMs: 0,
+    ...options,
+    onEvent: (e) => {
+      if (e.type === 'active') lives++;
+    },
+  } as Parameters<typeof PgOutboxRelay.open>[0]);
+  return {
+    relay,
+    lives: () => lives,
+    stopped: () =>
+      Promise.race([
+        relay.closed(),
+        new Promise<string>((resolve) => setTimeout(() => resolve('still retrying after 5 s'), 5_000)),
+      ]),
+  };
+}
 
 describe('reconnect.giveUpAfterMs', () => {
   it('a numbering that fails at every life stops the relay after giveUpAfterMs, typed', async () => {
@@ -26,30 +65,20 @@ describe('reconnect.giveUpAfterMs', () => {
         );
       }
     };
-    let lives = 0;
-    const relay = await PgOutboxRelay.open({
-      pool: fakePool(db) as never,
-      schema: 'giveup',
-      producerName: 'giveup',
-      stream: 's',
-      leaseTimeoutMs: 0,
-      pollIntervalMs: 5,
-      closeTimeoutMs: 0,
+    const {
+      relay,
+      lives,
+      stopped: stoppedWithin,
+    } = await openCounting(db, 'giveup', {
       reconnect: { initialDelayMs: 1, maxDelayMs: 50, giveUpAfterMs: 500 },
-      onEvent: (e) => {
-        if (e.type === 'active') lives++;
-      },
     });
     try {
-      const stopped = await Promise.race([
-        relay.closed(),
-        new Promise<string>((resolve) => setTimeout(() => resolve('still retrying after 5 s'), 5_000)),
-      ]);
+      const stopped = await stoppedWithin();
       expect(stopped).toBeInstanceOf(DedupError);
       expect((stopped as DedupError).code).toBe('DEDUP_STORE_REFUSED');
       expect((stopped as Error).message).toMatch(/ON CONFLICT/);
       // The backoff grew (1, 2, 4 … 50 ms) instead of restarting at 1 ms every life.
-      expect(lives).toBeLessThan(40);
+      expect(lives()).toBeLessThan(40);
       // Nothing was numbered: the row still waits.
       expect(db.outbox.map((r) => r.id)).toEqual([1n]);
     } finally {
@@ -113,30 +142,20 @@ describe('reconnect.giveUpAfterMs when nothing is ever confirmed', () => {
     const db = new FakeDb();
     db.outbox.push({ id: 1n, body: Buffer.from('a') });
     broker.stores = false;
-    let lives = 0;
-    const relay = await PgOutboxRelay.open({
-      pool: fakePool(db) as never,
-      schema: 'noconfirm',
-      producerName: 'noconfirm',
-      stream: 's',
-      leaseTimeoutMs: 0,
-      pollIntervalMs: 5,
-      closeTimeoutMs: 0,
+    const {
+      relay,
+      lives,
+      stopped: stoppedWithin,
+    } = await openCounting(db, 'noconfirm', {
       // Every life lasts confirmTimeoutMs (100), longer than maxDelayMs (50): not "healthy" for it.
       confirmTimeoutMs: 100,
       reconnect: { initialDelayMs: 1, maxDelayMs: 50, giveUpAfterMs: 300 },
-      onEvent: (e) => {
-        if (e.type === 'active') lives++;
-      },
     });
     try {
-      const stopped = await Promise.race([
-        relay.closed(),
-        new Promise<string>((resolve) => setTimeout(() => resolve('still retrying after 5 s'), 5_000)),
-      ]);
+      const stopped = await stoppedWithin();
       expect(stopped).toBeInstanceOf(DedupError);
       expect((stopped as DedupError).code).toBe('DEDUP_BROKER_UNREACHABLE');
-      expect(lives).toBeGreaterThan(1);
+      expect(lives()).toBeGreaterThan(1);
       // The row's record is kept: numbered, sent, never confirmed.
       expect(db.records.map((r) => r.rowIds)).toEqual([[1n]]);
     } finally {
