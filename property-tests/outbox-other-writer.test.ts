@@ -91,8 +91,16 @@ async function run(script: readonly Question[], slowPublish: boolean, batchSize:
       },
       { timeout: 5_000, interval: 5 },
     );
-    // Let the last answers arrive (and any delete they allow run).
-    await new Promise((r) => setTimeout(r, 40));
+    // Every answer given so far has arrived, and the relay has gone on to ask again (a check
+    // starts only when none is unanswered) or stopped: what those answers allowed has been decided.
+    const askedBefore = asked;
+    await queue;
+    await vi.waitFor(
+      () => {
+        if (stopped === undefined) expect(asked).toBeGreaterThan(askedBefore);
+      },
+      { timeout: 5_000, interval: 1 },
+    );
     const dropped = new Set(broker.dropped);
     const deletedDropped = db.deleted.flatMap((r) =>
       r.rowIds.map((_, i) => r.firstId + BigInt(i)).filter((id) => dropped.has(id)),
