@@ -254,30 +254,41 @@ start_node() {
   disown
 }
 
-# wait_node NAME STREAM [AMQP STREAM DIST]: until the node has booted and its stream port accepts
-# connections. Given its ports, a node whose boot failed is started again, at most twice: nodes of
-# an existing RabbitMQ 4.0 cluster started together can fail the Mnesia consistency check with
-# {node_not_running, …} while a peer is still booting (seen once in CI, 2026-12-04); the same
-# start a moment later, with the peers up, succeeds.
+# wait_node NAME STREAM [I…]: until the node has booted and its stream port accepts connections.
+# Meanwhile any cluster node nodeI whose boot failed is started again (restart_failed): nodes of an
+# existing RabbitMQ 4.0 cluster started together can fail the Mnesia consistency check with
+# {node_not_running, …} while a peer is still booting (seen once in CI, 2026-12-04); the same start
+# a moment later, with the peers up, succeeds. Every node given, not only NAME: a booting node may
+# wait for the tables of a peer that failed.
 wait_node() {
-  local name=$1 stream=$2 deadline=$((SECONDS + READY_TIMEOUT)) restarts=0
+  local name=$1 stream=$2 deadline=$((SECONDS + READY_TIMEOUT)) i
   shift 2
-  local console="$ROOT/var/lib/stream-dedup/$name/log/console.log"
   until as_rabbit rabbitmqctl -q -n "$name@localhost" await_startup --timeout 5 >/dev/null 2>&1 && port_open "$stream"; do
-    if [ $# -gt 0 ] && [ $restarts -lt 2 ] && grep -q "Kernel pid terminated" "$console" 2>/dev/null; then
-      restarts=$((restarts + 1))
-      log "node $name@localhost failed to boot ($(grep -m1 '^error:' "$console" || echo 'see its console.log')); starting it again"
-      wait_ports_free "$@"
-      start_node "$name" "$@"
-      continue
-    fi
+    for i in "$@"; do
+      # shellcheck disable=SC2046
+      restart_failed "node$i" $(cluster_ports "$i") || true
+    done
     if [ $SECONDS -ge $deadline ]; then
-      tail -n 30 "$console" >&2 || true
+      tail -n 30 "$ROOT/var/lib/stream-dedup/$name/log/console.log" >&2 || true
       die "node $name@localhost did not become ready within ${READY_TIMEOUT}s; log above, more in $ROOT/var/lib/stream-dedup/$name/log"
     fi
     sleep 1
   done
   log "node $name@localhost ready (stream 127.0.0.1:$stream)"
+}
+
+# restart_failed NAME AMQP STREAM DIST: starts NAME again when its last boot failed (its console
+# says the VM terminated), at most twice per node in one run of this script; true when it did.
+declare -A RESTARTS=()
+restart_failed() {
+  local name=$1 console
+  shift
+  console="$ROOT/var/lib/stream-dedup/$name/log/console.log"
+  [ "${RESTARTS[$name]:-0}" -lt 2 ] && grep -q "Kernel pid terminated" "$console" 2>/dev/null || return 1
+  RESTARTS[$name]=$((${RESTARTS[$name]:-0} + 1))
+  log "node $name@localhost failed to boot ($(grep -m1 '^error:' "$console" || echo 'see its console.log')); starting it again"
+  wait_ports_free "$@"
+  start_node "$name" "$@"
 }
 
 # wait_ports_free PORT…: until no PORT is listening (a node that failed is still writing its
@@ -394,7 +405,7 @@ cmd_cluster() {
   for i in 1 2 3; do
     local ports
     read -r -a ports <<<"$(cluster_ports $i)"
-    wait_node "node$i" "${ports[1]}" "${ports[@]}"
+    wait_node "node$i" "${ports[1]}" 1 2 3
   done
   for i in 2 3; do
     if as_rabbit rabbitmqctl -q -n "node$i@localhost" cluster_status --formatter json 2>/dev/null | grep -q 'node1@localhost'; then
@@ -420,7 +431,7 @@ cmd_node_start() {
   local ports
   read -r -a ports <<<"$(cluster_ports "$1")"
   start_node "node$1" "${ports[@]}"
-  wait_node "node$1" "${ports[1]}" "${ports[@]}"
+  wait_node "node$1" "${ports[1]}" "$1"
 }
 
 known_nodes() {
