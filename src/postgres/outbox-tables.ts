@@ -137,6 +137,11 @@ export interface FoundColumn {
   readonly table_name: string;
   readonly column_name: string;
   readonly udt_name: string;
+  /**
+   * NOT NULL with nothing to fill it (no default, not an identity, not generated): an INSERT that
+   * does not name it fails. Absent counts as false.
+   */
+  readonly required?: boolean;
 }
 
 /** One table's primary key, as the catalog reads it. */
@@ -152,7 +157,8 @@ export interface FoundKey {
  * from a read).
  */
 export const OUTBOX_SHAPE_QUERIES = {
-  columns: `SELECT c.relname::text AS table_name, a.attname::text AS column_name, t.typname::text AS udt_name
+  columns: `SELECT c.relname::text AS table_name, a.attname::text AS column_name, t.typname::text AS udt_name,
+           (a.attnotnull AND NOT a.atthasdef AND a.attidentity = '' AND a.attgenerated = '') AS required
       FROM pg_catalog.pg_attribute a
       JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -171,9 +177,12 @@ export const OUTBOX_SHAPE_QUERIES = {
 
 /**
  * What is wrong with the outbox tables whose columns and primary keys are `found`, in words: a
- * table or column missing, a column of another type, a primary key missing or on other columns.
- * Empty when every column {@link OUTBOX_COLUMNS} names is there as named and every key is
- * {@link OUTBOX_KEYS}' (other columns are not looked at).
+ * table or column missing, a column of another type, a primary key missing or on other columns, a
+ * column of its own that every INSERT of this library would leave empty although it is NOT NULL
+ * with no default (`enqueue` writes `outbox`, the relay the other three: each such INSERT fails).
+ * Empty when every column {@link OUTBOX_COLUMNS} names is there as named, every key is
+ * {@link OUTBOX_KEYS}', and other columns may stay empty (CHECK constraints and triggers are not
+ * looked at).
  */
 export function outboxShapeProblems(found: readonly FoundColumn[], keys: readonly FoundKey[]): string[] {
   const problems: string[] = [];
@@ -189,6 +198,12 @@ export function outboxShapeProblems(found: readonly FoundColumn[], keys: readonl
       const actual = present.get(column);
       if (actual === undefined) problems.push(`${table}.${column} is missing`);
       else if (actual !== type) problems.push(`${table}.${column} is ${actual}, not ${type}`);
+    }
+    for (const f of found) {
+      if (f.table_name === table && f.required === true && !(f.column_name in columns))
+        problems.push(
+          `${table}.${f.column_name} is NOT NULL with no default, and this library's INSERTs leave it empty`,
+        );
     }
     const want = OUTBOX_KEYS[table]!;
     const key = keys.find((k) => k.table_name === table)?.columns;

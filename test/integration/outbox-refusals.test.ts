@@ -181,11 +181,20 @@ describe('outbox - refusals at open', () => {
     await good.pool.query(`ALTER TABLE "${good.schema}".outbox_ids ALTER COLUMN last_assigned TYPE numeric`);
     // Without it every numbering's ON CONFLICT fails (42P10).
     await good.pool.query(`ALTER TABLE "${good.schema}".outbox_ids DROP CONSTRAINT outbox_ids_pkey`);
+    // A column of its own every numbering's INSERT would leave empty; one with a default is fine.
+    await good.pool.query(`ALTER TABLE "${good.schema}".outbox_batches ADD COLUMN shard int`);
+    await good.pool.query(`UPDATE "${good.schema}".outbox_batches SET shard = 1`);
+    await good.pool.query(`ALTER TABLE "${good.schema}".outbox_batches ALTER COLUMN shard SET NOT NULL`);
+    await good.pool.query(
+      `ALTER TABLE "${good.schema}".outbox_relays ADD COLUMN note text NOT NULL DEFAULT ''`,
+    );
     const shape = await refused({ ...base, pool: good.pool, schema: good.schema });
     expect((shape as DedupError).code).toBe('DEDUP_STORE_REFUSED');
     expect((shape as Error).message).toMatch(/outbox_batches\.headers is missing/);
     expect((shape as Error).message).toMatch(/outbox_ids\.last_assigned is numeric, not int8/);
     expect((shape as Error).message).toMatch(/outbox_ids has no primary key \(producer_name, target\)/);
+    expect((shape as Error).message).toMatch(/outbox_batches\.shard is NOT NULL with no default/);
+    expect((shape as Error).message).not.toMatch(/outbox_relays\.note/);
 
     // The library's own reader: an empty stream answers at once (readAll's marker would be its only message).
     expect(await readStreamToEnd(STREAM_CONNECTION, stream)).toEqual([]);

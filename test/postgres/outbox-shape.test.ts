@@ -1,6 +1,7 @@
 /**
  * The relay's check of its tables' shape at open (outboxShapeProblems): a table or a column
- * missing, a column of another type, a primary key missing or on other columns is named; the
+ * missing, a column of another type, a primary key missing or on other columns, a NOT NULL column
+ * of its own with no default is named; the
  * tables migrate() creates pass. The catalog queries themselves run against the real server in
  * test/integration/outbox-refusals.test.ts.
  */
@@ -21,6 +22,25 @@ describe('outbox tables - shape check', () => {
         keys,
       ),
     ).toEqual([]);
+    // NOT NULL, but with a default, an identity or a generated value: an INSERT fills it.
+    expect(
+      outboxShapeProblems(
+        [...asCreated, { table_name: 'outbox_ids', column_name: 'note', udt_name: 'text', required: false }],
+        keys,
+      ),
+    ).toEqual([]);
+  });
+
+  it('names a column of its own that is NOT NULL with no default: every INSERT of the library would fail', () => {
+    const found = [
+      ...asCreated.map((c) => ({ ...c, required: true })),
+      { table_name: 'outbox', column_name: 'tenant', udt_name: 'text', required: true },
+      { table_name: 'outbox_batches', column_name: 'shard', udt_name: 'int4', required: true },
+    ];
+    expect(outboxShapeProblems(found, keys)).toEqual([
+      "outbox.tenant is NOT NULL with no default, and this library's INSERTs leave it empty",
+      "outbox_batches.shard is NOT NULL with no default, and this library's INSERTs leave it empty",
+    ]);
   });
 
   it('names a missing table, a missing column, a column of another type and a wrong or missing key', () => {
