@@ -208,7 +208,11 @@ describe('outbox relay - SIGSTOP within the lease', () => {
     expect(report.ok).toBe(true);
     expect(truth.length).toBeGreaterThan(100);
     // The bound: the lease, the standby's next try, its activation (broker connect and recovery).
-    for (const t of takeovers) expect(t).toBeGreaterThan(LEASE_MS * 0.8);
+    // Not before the lease could have run out: the server ends the session a lease after the last
+    // heartbeat, which came up to one heartbeat period (lease / 5) before the SIGSTOP, or two when a
+    // tick was skipped on a busy relay (1 881 ms seen in CI against the former 0.8 × lease). A
+    // take-over that ignored the lease lands within takeoverIntervalMs and a connect.
+    for (const t of takeovers) expect(t).toBeGreaterThan(LEASE_MS / 2);
     for (const t of takeovers) expect(t).toBeLessThan(LEASE_MS + TAKEOVER_INTERVAL_MS + 5_000);
   }, 180_000);
 });

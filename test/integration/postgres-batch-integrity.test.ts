@@ -283,9 +283,12 @@ describe('PostgreSQL store - SQL the statement guard misses', () => {
     const store = await PostgresStore.open({
       connectionString: PG_URL,
       schema: db.schema,
-      queryTimeoutMs: 400,
-      lockTimeoutMs: 300,
-      idleInTransactionTimeoutMs: 200,
+      // Wide enough that the store's own statements and the gaps between them never reach them on a
+      // loaded machine (at 400 / 300 / 200 ms a stall could end the batch before message 100 ran):
+      // only the handler's pg_sleep, past queryTimeoutMs, times out.
+      queryTimeoutMs: 1_000,
+      lockTimeoutMs: 800,
+      idleInTransactionTimeoutMs: 600,
     });
     cleanups.push(() => store.close());
     let timeouts = 0;
@@ -294,7 +297,7 @@ describe('PostgreSQL store - SQL the statement guard misses', () => {
       const insert = `INSERT INTO "${db.schema}".balances (account, amount) SELECT 'x', $1 FROM pg_sleep($2)
         ON CONFLICT (account) DO UPDATE SET amount = balances.amount + excluded.amount`;
       try {
-        await client.query(insert, [amount, amount === 100 ? 0.6 : 0]);
+        await client.query(insert, [amount, amount === 100 ? 1.5 : 0]);
       } catch {
         // The driver said it failed ("Query read timeout"): the handler tries once more.
         timeouts++;

@@ -158,8 +158,18 @@ describe('sub-entry batches - real broker', () => {
     const stream = uniqueName('tracking-last');
     await client.createStream({ stream, arguments: {} });
     const publisher = await client.declarePublisher({ stream });
+    let confirmed = 0;
+    const all = new Promise<void>((resolve) =>
+      publisher.on('publish_confirm', (_err, ids) => {
+        confirmed += ids.length;
+        if (confirmed >= 5) resolve();
+      }),
+    );
     for (let i = 0; i < 5; i++) await publisher.send(Buffer.from(`m${i}`));
     await publisher.flush();
+    // Confirmed, so committed: `before` below is the data's chunk, and the wait after the offset
+    // store ends on the tracking chunk's commit, not on the data's.
+    await all;
     const consumer = await client.declareConsumer(
       { stream, offset: Offset.first(), consumerRef: 'tracker' },
       () => undefined,
