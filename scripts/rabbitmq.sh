@@ -255,18 +255,22 @@ start_node() {
 }
 
 # wait_node NAME STREAM [I…]: until the node has booted and its stream port accepts connections.
-# Meanwhile any cluster node nodeI whose boot failed is started again (restart_failed): nodes of an
+# Meanwhile any cluster node nodeI whose boot failed is started again (restart_node): nodes of an
 # existing RabbitMQ 4.0 cluster started together can fail the Mnesia consistency check with
 # {node_not_running, …} while a peer is still booting (seen once in CI, 2026-12-04); the same start
-# a moment later, with the peers up, succeeds. Every node given, not only NAME: a booting node may
-# wait for the tables of a peer that failed.
+# once the peers are up succeeds. Every node given, not only NAME: a booting node may wait for the
+# tables of a peer that failed. A restart gives the wait a new deadline. The caller waits again
+# for every node restarted (restart_count), which may have been one it had already seen ready.
 wait_node() {
   local name=$1 stream=$2 deadline=$((SECONDS + READY_TIMEOUT)) i
   shift 2
   until as_rabbit rabbitmqctl -q -n "$name@localhost" await_startup --timeout 5 >/dev/null 2>&1 && port_open "$stream"; do
     for i in "$@"; do
-      # shellcheck disable=SC2046
-      restart_failed "node$i" $(cluster_ports "$i") || true
+      if boot_failed "node$i"; then
+        # shellcheck disable=SC2046
+        restart_node "node$i" $(cluster_ports "$i") -- "$@"
+        deadline=$((SECONDS + READY_TIMEOUT))
+      fi
     done
     if [ $SECONDS -ge $deadline ]; then
       tail -n 30 "$ROOT/var/lib/stream-dedup/$name/log/console.log" >&2 || true
@@ -277,18 +281,33 @@ wait_node() {
   log "node $name@localhost ready (stream 127.0.0.1:$stream)"
 }
 
-# restart_failed NAME AMQP STREAM DIST: starts NAME again when its last boot failed (its console
-# says the VM terminated), at most twice per node in one run of this script; true when it did.
+# boot_failed NAME: NAME's last boot failed (its console, truncated at each start, says the VM
+# terminated) and this run of the script has started it again fewer than twice.
 declare -A RESTARTS=()
-restart_failed() {
-  local name=$1 console
-  shift
-  console="$ROOT/var/lib/stream-dedup/$name/log/console.log"
-  [ "${RESTARTS[$name]:-0}" -lt 2 ] && grep -q "Kernel pid terminated" "$console" 2>/dev/null || return 1
+boot_failed() {
+  [ "${RESTARTS[$1]:-0}" -lt 2 ] && grep -q "Kernel pid terminated" "$ROOT/var/lib/stream-dedup/$1/log/console.log" 2>/dev/null
+}
+
+restart_count() {
+  local n=0 k
+  for k in "${!RESTARTS[@]}"; do n=$((n + RESTARTS[$k])); done
+  echo "$n"
+}
+
+# restart_node NAME AMQP STREAM DIST -- I…: starts NAME again once its ports are free and every
+# other cluster node nodeI has booted or is down (the race it lost was with a booting peer).
+restart_node() {
+  local name=$1 amqp=$2 stream=$3 dist=$4 i
+  shift 5
   RESTARTS[$name]=$((${RESTARTS[$name]:-0} + 1))
-  log "node $name@localhost failed to boot ($(grep -m1 '^error:' "$console" || echo 'see its console.log')); starting it again"
-  wait_ports_free "$@"
-  start_node "$name" "$@"
+  log "node $name@localhost failed to boot ($(grep -m1 '^error:' "$ROOT/var/lib/stream-dedup/$name/log/console.log" || echo 'see its console.log')); starting it again once its peers have booted"
+  for i in "$@"; do
+    [ "node$i" = "$name" ] && continue
+    # Returns at once for a node that runs or is down; waits while one boots.
+    as_rabbit rabbitmqctl -q -n "node$i@localhost" await_startup --timeout 60 >/dev/null 2>&1 || true
+  done
+  wait_ports_free "$amqp" "$stream" "$dist"
+  start_node "$name" "$amqp" "$stream" "$dist"
 }
 
 # wait_ports_free PORT…: until no PORT is listening (a node that failed is still writing its
@@ -402,10 +421,16 @@ cmd_cluster() {
     # shellcheck disable=SC2046
     start_node "node$i" $(cluster_ports $i)
   done
-  for i in 1 2 3; do
-    local ports
-    read -r -a ports <<<"$(cluster_ports $i)"
-    wait_node "node$i" "${ports[1]}" 1 2 3
+  # Until a pass over the three finds every one ready and starts none again: a node started
+  # again may be one an earlier wait had seen ready (the join below must not reset a member).
+  local ports restarted
+  while :; do
+    restarted=$(restart_count)
+    for i in 1 2 3; do
+      read -r -a ports <<<"$(cluster_ports $i)"
+      wait_node "node$i" "${ports[1]}" 1 2 3
+    done
+    [ "$(restart_count)" = "$restarted" ] && break
   done
   for i in 2 3; do
     if as_rabbit rabbitmqctl -q -n "node$i@localhost" cluster_status --formatter json 2>/dev/null | grep -q 'node1@localhost'; then
