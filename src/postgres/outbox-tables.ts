@@ -200,7 +200,7 @@ export function outboxShapeProblems(found: readonly FoundColumn[], keys: readonl
       else if (actual !== type) problems.push(`${table}.${column} is ${actual}, not ${type}`);
     }
     for (const f of found) {
-      if (f.table_name === table && f.required === true && !(f.column_name in columns))
+      if (f.table_name === table && f.required === true && !Object.hasOwn(columns, f.column_name))
         problems.push(
           `${table}.${f.column_name} is NOT NULL with no default, and this library's INSERTs leave it empty`,
         );

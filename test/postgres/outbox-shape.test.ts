@@ -36,10 +36,13 @@ describe('outbox tables - shape check', () => {
       ...asCreated.map((c) => ({ ...c, required: true })),
       { table_name: 'outbox', column_name: 'tenant', udt_name: 'text', required: true },
       { table_name: 'outbox_batches', column_name: 'shard', udt_name: 'int4', required: true },
+      // A name an object's prototype has: still a column of its own.
+      { table_name: 'outbox_ids', column_name: 'constructor', udt_name: 'text', required: true },
     ];
     expect(outboxShapeProblems(found, keys)).toEqual([
       "outbox.tenant is NOT NULL with no default, and this library's INSERTs leave it empty",
       "outbox_batches.shard is NOT NULL with no default, and this library's INSERTs leave it empty",
+      "outbox_ids.constructor is NOT NULL with no default, and this library's INSERTs leave it empty",
     ]);
   });
 
