@@ -83,13 +83,21 @@ export async function runApplication(options: ApplicationOptions): Promise<Appli
       const labels: string[] = [];
       let client: pg.PoolClient | undefined;
       try {
-        client = await options.pool.connect();
         // A checked-out client has no 'error' listener (the pool removes its own): the server
-        // going away while one waits between statements would be an uncaught exception.
-        if (!guarded.has(client)) {
-          guarded.add(client);
-          client.on('error', () => undefined);
-        }
+        // going away while one waits between statements would be an uncaught exception. Added in
+        // pg-pool's callback, as it hands the client over: after an await it came too late once (a
+        // new client's ReadyForQuery and the dying server's FATAL in one socket read, CI).
+        client = await new Promise<pg.PoolClient>((resolve, reject) =>
+          options.pool.connect((err, c) => {
+            if (err !== undefined && err !== null) return reject(err);
+            if (c === undefined) return reject(new Error('the pool gave no connection'));
+            if (!guarded.has(c)) {
+              guarded.add(c);
+              c.on('error', () => undefined);
+            }
+            resolve(c);
+          }),
+        );
         await client.query('BEGIN');
         for (let r = 0; r < rows; r++) {
           const label = `${prefix}-w${w}-t${t}-r${r}`;

@@ -158,7 +158,14 @@ export function fakePool(db: FakeDb): unknown {
     release: () => undefined,
     on: () => client,
   };
-  return { connect: () => Promise.resolve(client) };
+  // pg.Pool's two forms: the relay uses the callback (called once the client is handed over).
+  return {
+    connect: (callback?: (err: Error | undefined, c: typeof client) => void) => {
+      if (callback === undefined) return Promise.resolve(client);
+      queueMicrotask(() => callback(undefined, client));
+      return undefined;
+    },
+  };
 }
 
 /** What the test makes of the broker. */

@@ -211,7 +211,20 @@ export class PgOutboxRelay {
   /** A pool connection, bounded by `connectTimeoutMs` (a pool without its own bound waits forever). */
   async #connectDb(): Promise<PoolClient> {
     if (this.#closing) throw new Error('the outbox relay is closing');
-    const pending = this.#opts.pool.connect();
+    // The callback form: pg-pool calls it while it hands the client over, so the listener is on
+    // before the socket's next message is parsed. A checked-out client has no 'error' listener (the
+    // pool takes its own off), and the handshake's ReadyForQuery and a dying server's FATAL can come
+    // in one socket read: parsed in one loop, the FATAL was emitted before an awaited promise's
+    // continuation could add one, and the emit threw from the socket handler, an uncaught exception
+    // in the host process (seen in CI with a PostgreSQL SIGKILL, in the test application's pool).
+    const pending = new Promise<PoolClient>((resolve, reject) => {
+      this.#opts.pool.connect((err, client) => {
+        if (err !== undefined && err !== null) return reject(err);
+        if (client === undefined) return reject(new Error('the pool gave no connection'));
+        client.on('error', () => undefined);
+        resolve(client);
+      });
+    });
     const signal = this.#closeSignal.signal;
     let onClose: (() => void) | undefined;
     try {
@@ -223,7 +236,6 @@ export class PgOutboxRelay {
         withTimeout(pending, this.#opts.connectTimeoutMs, 'connecting to PostgreSQL'),
         closing,
       ]);
-      client.on('error', () => undefined);
       return client;
     } catch (err) {
       pending.then((c) => c.release(true)).catch(() => undefined);
