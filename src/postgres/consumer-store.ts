@@ -418,17 +418,27 @@ export class PgConsumerStore implements ConsumerStore {
           new Error(`no connection from the pool within queryTimeoutMs (${this.#limits.queryTimeoutMs} ms)`),
         );
       }, this.#limits.queryTimeoutMs);
-      this.#pool.connect().then(
-        (client) => {
-          clearTimeout(timer);
-          if (late) client.release();
-          else resolve(client);
-        },
-        (err: unknown) => {
-          clearTimeout(timer);
-          reject(err instanceof Error ? err : new Error(String(err)));
-        },
-      );
+      const take = (client: PoolClient): void => {
+        clearTimeout(timer);
+        if (late) client.release();
+        else resolve(client);
+      };
+      const fail = (err: unknown): void => {
+        clearTimeout(timer);
+        reject(err instanceof Error ? err : new Error(String(err)));
+      };
+      // The callback form: pg-pool calls it while it hands the client over, and a listener goes on
+      // before the socket's next message is parsed. A checked-out client has none (the pool takes its
+      // own off); a new client's ReadyForQuery and a dying server's FATAL can come in one socket read,
+      // and the FATAL's emit then threw before an await's continuation could add #onClientError: an
+      // uncaught exception in the host (the outbox relay's twin, seen in CI at a PostgreSQL SIGKILL).
+      const returned = this.#pool.connect((err: Error | undefined, client: PoolClient | undefined) => {
+        if (client === undefined) return fail(err ?? new Error('the pool gave no connection'));
+        guardErrors(client);
+        take(client);
+      }) as unknown;
+      // A pool with only the promise form (a stand-in that ignores the callback).
+      if (returned instanceof Promise) (returned as Promise<PoolClient>).then(take, fail);
     });
   }
 
@@ -518,4 +528,14 @@ export class PgConsumerStore implements ConsumerStore {
     client.removeListener('error', this.#onClientError);
     client.release(err === undefined ? undefined : err instanceof Error ? err : true);
   }
+}
+
+/** Clients given a no-op 'error' listener (once each: pool clients are handed out again). */
+const guarded = new WeakSet<PoolClient>();
+
+/** A no-op 'error' listener, once per client: an error between statements fails the next query instead. */
+function guardErrors(client: PoolClient): void {
+  if (guarded.has(client)) return;
+  guarded.add(client);
+  client.on('error', () => undefined);
 }
