@@ -244,8 +244,16 @@ export function committers(lines: readonly Line[]): Map<string, string> {
   return held;
 }
 
-/** Waits until each partition's holder has committed up to what `sent` says was sent to it. */
-export function committedEverywhere(g: GroupRig, sent: Map<string, Sent>, what: string): Promise<void> {
+/**
+ * Waits until each partition's holder has committed up to what `sent` says was sent to it, at most
+ * `ms` (60 s if not given).
+ */
+export function committedEverywhere(
+  g: GroupRig,
+  sent: Map<string, Sent>,
+  what: string,
+  ms?: number,
+): Promise<void> {
   // Committed: a holder reported the commit, or a member took the partition over from a changelog
   // that already holds it. A holder revoked between its changelog append and its commit report
   // never reports that commit (its successor applies it from the changelog): on RabbitMQ 4.3, 1 of
@@ -256,7 +264,11 @@ export function committedEverywhere(g: GroupRig, sent: Map<string, Sent>, what: 
       l.partition === p &&
       typeof l.offset === 'string' &&
       BigInt(l.offset) >= offset);
-  return g.until((all) => [...sent].every(([p, s]) => all.some((l) => reached(l, p, s.lastOffset))), what);
+  return g.until(
+    (all) => [...sent].every(([p, s]) => all.some((l) => reached(l, p, s.lastOffset))),
+    what,
+    ms,
+  );
 }
 
 /**
