@@ -44,6 +44,28 @@ export default tseslint.config(
     rules: { 'no-restricted-imports': ['error', { patterns: [SELF_REFERENCE] }] },
   },
   {
+    // Every connection the library (and the fault tests' shared rigs) take of a pg pool goes through
+    // checkout(): a client taken with `await pool.connect()` has no 'error' listener for a moment,
+    // and a server dying then crashed the host (CI). Single tests that never stop the server may.
+    files: ['src/postgres/**/*.ts', 'test/support/**/*.ts', 'test/fixtures/**/*.ts'],
+    ignores: ['src/postgres/checkout.ts'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: "CallExpression[callee.property.name='connect'][callee.object.name=/[pP]ool$/]",
+          message:
+            "take pool connections with checkout() (src/postgres/checkout.ts): after `await pool.connect()` a dying server's error has no listener",
+        },
+        {
+          selector: "CallExpression[callee.property.name='connect'][callee.object.property.name=/[pP]ool$/]",
+          message:
+            "take pool connections with checkout() (src/postgres/checkout.ts): after `await pool.connect()` a dying server's error has no listener",
+        },
+      ],
+    },
+  },
+  {
     files: ['**/*.js', '**/*.mjs'],
     ...tseslint.configs.disableTypeChecked,
     languageOptions: {

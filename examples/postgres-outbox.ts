@@ -25,6 +25,11 @@ const pool = new pg.Pool({
     process.env.DATABASE_URL ??
     'postgres://stream_dedup:stream-dedup@127.0.0.1:5433/stream_dedup',
 });
+// pg gives a client checked out of a pool no 'error' listener of its own: a server that goes away
+// while the client is held (or in the moment it is handed over) would crash the process. One
+// listener on every new connection, for its whole life; the client's next query fails instead.
+pool.on('connect', (client) => client.on('error', (err) => console.error(`PostgreSQL: ${err.message}`)));
+pool.on('error', (err) => console.error(`PostgreSQL (an idle connection): ${err.message}`));
 const admin = await connect(connection);
 await admin.createStream({ stream, arguments: {} });
 try {

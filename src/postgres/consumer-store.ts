@@ -14,6 +14,7 @@ import { offsetKey, scopeKeyOfStateKey } from '../store/consumer-keys.js';
 import { Backoff } from '../util/backoff.js';
 import { HandlerTransaction } from './handler-client.js';
 import { CHUNK_COLUMNS, offsetRow, type OffsetRow, type StoredOffset } from './offset-row.js';
+import { checkout, type CheckedOut } from './checkout.js';
 import { errorCode, refusal } from './refusal.js';
 import type { Tables } from './schema.js';
 
@@ -110,6 +111,8 @@ function bounded(text: string, values: unknown[] | undefined, limits: Transactio
 /** The batch transaction in progress. */
 interface OpenTransaction {
   readonly client: PoolClient;
+  /** Gives `client` back (checkout.ts): its 'error' listener, #onClientError, goes with it. */
+  readonly release: CheckedOut['release'];
   /** The transaction's ID: checked again at commit, so that a COMMIT the guard missed is caught. */
   readonly xid: string;
   readonly handlers: Set<HandlerTransaction>;
@@ -345,14 +348,20 @@ export class PgConsumerStore implements ConsumerStore {
 
   async #open(): Promise<void> {
     await this.#settling;
-    let client: PoolClient;
+    // Before the checkout: #onClientError is on from the hand-over.
+    this.#endedIdle = false;
+    let held: CheckedOut;
     try {
-      client = await this.#connect();
+      // Bounded: a user pool without connectionTimeoutMillis whose connections the application
+      // holds would make the batch, and close(), wait for ever.
+      held = await checkout(this.#pool, {
+        timeoutMs: this.#limits.queryTimeoutMs,
+        onError: this.#onClientError,
+      });
     } catch (err) {
       throw refusal(err, `consumer "${this.#consumer}" cannot reach the database`);
     }
-    this.#endedIdle = false;
-    client.on('error', this.#onClientError);
+    const { client, release } = held;
     try {
       const { lockTimeoutMs, idleInTransactionTimeoutMs } = this.#limits;
       // READ COMMITTED (docs/design.md §13: why it suffices); one round trip for the three. READ
@@ -393,57 +402,19 @@ export class PgConsumerStore implements ConsumerStore {
             'this batch was applied',
         );
       }
-      this.#tx = { client, xid: row.xid, handlers: new Set(), misuse: undefined };
+      this.#tx = { client, release, xid: row.xid, handlers: new Set(), misuse: undefined };
     } catch (err) {
       // The connection is destroyed, not asked to ROLLBACK: the server rolls back a transaction
       // whose connection goes, and a server that does not answer would not answer that either.
-      this.#releaseClient(client, err);
+      release(destroyOn(err));
       throw err instanceof DedupError
         ? err
         : refusal(err, `consumer "${this.#consumer}" cannot begin a batch`);
     }
   }
 
-  /**
-   * A connection of the pool within `queryTimeoutMs`: a user pool without `connectionTimeoutMillis`
-   * whose connections the application holds would make the batch, and `close()`, wait for ever. A
-   * connection that comes later goes back to the pool.
-   */
-  #connect(): Promise<PoolClient> {
-    return new Promise((resolve, reject) => {
-      let late = false;
-      const timer = setTimeout(() => {
-        late = true;
-        reject(
-          new Error(`no connection from the pool within queryTimeoutMs (${this.#limits.queryTimeoutMs} ms)`),
-        );
-      }, this.#limits.queryTimeoutMs);
-      const take = (client: PoolClient): void => {
-        clearTimeout(timer);
-        if (late) client.release();
-        else resolve(client);
-      };
-      const fail = (err: unknown): void => {
-        clearTimeout(timer);
-        reject(err instanceof Error ? err : new Error(String(err)));
-      };
-      // The callback form: pg-pool calls it while it hands the client over, and a listener goes on
-      // before the socket's next message is parsed. A checked-out client has none (the pool takes its
-      // own off); a new client's ReadyForQuery and a dying server's FATAL can come in one socket read,
-      // and the FATAL's emit then threw before an await's continuation could add #onClientError: an
-      // uncaught exception in the host (the outbox relay's twin, seen in CI at a PostgreSQL SIGKILL).
-      const returned = this.#pool.connect((err: Error | undefined, client: PoolClient | undefined) => {
-        if (client === undefined) return fail(err ?? new Error('the pool gave no connection'));
-        guardErrors(client);
-        take(client);
-      }) as unknown;
-      // A pool with only the promise form (a stand-in that ignores the callback).
-      if (returned instanceof Promise) (returned as Promise<PoolClient>).then(take, fail);
-    });
-  }
-
   async #commit(tx: OpenTransaction, batch: StoreBatch): Promise<void> {
-    const { client } = tx;
+    const { client, release } = tx;
     for (const handler of tx.handlers) handler.revoke();
     try {
       if (tx.misuse !== undefined) throw tx.misuse;
@@ -496,13 +467,13 @@ export class PgConsumerStore implements ConsumerStore {
       await client.query(bounded('COMMIT', undefined, this.#limits));
     } catch (err) {
       // Destroyed, not rolled back by a statement (see #open).
-      this.#releaseClient(client, err);
+      release(destroyOn(err));
       // The library's own refusals as they are; the server's and the driver's (a time-out) in words.
       throw err instanceof DedupError || err instanceof TypeError
         ? err
         : refusal(err, `consumer "${this.#consumer}" cannot commit a batch`);
     }
-    this.#releaseClient(client, undefined);
+    release();
     this.#committed = batch.lastOffset;
     this.#committedChunk = batch.lastChunk;
     this.#retried = 0;
@@ -520,22 +491,11 @@ export class PgConsumerStore implements ConsumerStore {
     await tx.client
       .query(bounded('ROLLBACK', undefined, this.#limits))
       .catch((err: unknown) => (failed = err ?? true));
-    this.#releaseClient(tx.client, failed);
-  }
-
-  /** Gives the connection back to the pool; one that failed is destroyed, not reused. */
-  #releaseClient(client: PoolClient, err: unknown): void {
-    client.removeListener('error', this.#onClientError);
-    client.release(err === undefined ? undefined : err instanceof Error ? err : true);
+    tx.release(failed === undefined ? undefined : destroyOn(failed));
   }
 }
 
-/** Clients given a no-op 'error' listener (once each: pool clients are handed out again). */
-const guarded = new WeakSet<PoolClient>();
-
-/** A no-op 'error' listener, once per client: an error between statements fails the next query instead. */
-function guardErrors(client: PoolClient): void {
-  if (guarded.has(client)) return;
-  guarded.add(client);
-  client.on('error', () => undefined);
+/** What a failed connection is destroyed with (release's argument): the error, or true. */
+function destroyOn(err: unknown): Error | true {
+  return err instanceof Error ? err : true;
 }

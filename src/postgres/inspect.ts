@@ -6,6 +6,7 @@
  */
 import pg from 'pg';
 import { DedupError } from '../errors.js';
+import { checkout } from './checkout.js';
 import { refusal } from './refusal.js';
 import { checkSchema, checkSchemaName, SCHEMA_VERSION, tablesOf } from './schema.js';
 
@@ -46,12 +47,13 @@ export async function readPostgresStore(
   });
   pool.on('error', () => undefined);
   try {
-    let client;
+    let held;
     try {
-      client = await pool.connect();
+      held = await checkout(pool);
     } catch (err) {
       throw refusal(err, 'cannot connect to PostgreSQL');
     }
+    const { client } = held;
     let failed: unknown;
     try {
       await client.query(
@@ -78,7 +80,7 @@ export async function readPostgresStore(
       failed = err;
       throw err instanceof DedupError ? err : refusal(err, `cannot read schema "${schema}"`);
     } finally {
-      client.release(failed === undefined ? undefined : true);
+      held.release(failed === undefined ? undefined : true);
     }
   } finally {
     await pool.end().catch(() => undefined);

@@ -5,6 +5,7 @@
  */
 import pg from 'pg';
 import { assertProducerName } from '../identity/producer-name.js';
+import { checkout, type CheckedOut } from './checkout.js';
 import { checkSchema, checkSchemaName } from './schema.js';
 import { refusal } from './refusal.js';
 import { outboxTablesOf } from './outbox-tables.js';
@@ -87,13 +88,14 @@ export async function readOutboxStatus(
     query_timeout: timeoutMs,
   });
   pool.on('error', () => undefined);
-  let client: pg.PoolClient;
+  let held: CheckedOut;
   try {
-    client = await pool.connect();
+    held = await checkout(pool);
   } catch (err) {
     await pool.end().catch(() => undefined);
     throw refusal(err, 'cannot connect to PostgreSQL');
   }
+  const { client } = held;
   try {
     await checkSchema(client, schema);
     try {
@@ -189,7 +191,7 @@ export async function readOutboxStatus(
       throw refusal(err, `cannot read the outbox of schema "${schema}"`);
     }
   } finally {
-    client.release(true);
+    held.release(true);
     await pool.end().catch(() => undefined);
   }
 }

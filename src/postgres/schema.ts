@@ -6,6 +6,7 @@ import type pg from 'pg';
 import type { Pool, PoolClient } from 'pg';
 import { DedupError } from '../errors.js';
 import { integerOption } from '../util/options.js';
+import { checkout, type CheckedOut } from './checkout.js';
 import { outboxDdl } from './outbox-tables.js';
 import { refusal } from './refusal.js';
 
@@ -93,10 +94,11 @@ export async function migrate(pool: Pool, options: MigrateOptions): Promise<Migr
   const schema = checkSchemaName(options?.schema);
   const timeoutMs = integerOption(options.timeoutMs, 'timeoutMs', 30_000, 1, 2_147_483_647);
   const t = tablesOf(schema);
-  let client: PoolClient | undefined;
+  let held: CheckedOut | undefined;
   try {
-    client = await pool.connect();
-    const connection = client;
+    // checkout.ts: an 'error' listener from the hand-over (a server dying mid-handshake).
+    held = await checkout(pool);
+    const connection = held.client;
     // Each statement: the server gives up at timeoutMs, the driver (a server that does not answer) soon after.
     const run = <R extends pg.QueryResultRow>(text: string, values?: unknown[]) =>
       connection.query<R>({ text, values, query_timeout: timeoutMs + 1_000 } as pg.QueryConfig);
@@ -141,11 +143,11 @@ export async function migrate(pool: Pool, options: MigrateOptions): Promise<Migr
   } catch (err) {
     // Destroyed, not asked to ROLLBACK (a silent server would not answer that either): the server
     // rolls back a transaction whose connection goes.
-    client?.release(true);
-    client = undefined;
+    held?.release(true);
     throw err instanceof DedupError ? err : refusal(err, `cannot migrate schema "${schema}"`);
   } finally {
-    client?.release();
+    // Once: after a destroy above, this does nothing.
+    held?.release();
   }
 }
 

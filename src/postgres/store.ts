@@ -9,6 +9,7 @@ import type { ConsumerStore, ConsumerStoreProvider } from '../consumer/consumer-
 import { DedupError } from '../errors.js';
 import { expectObject, integerOption, outOfRange, timerOption, typeMismatch } from '../util/options.js';
 import { PgConsumerStore, type TransactionLimits } from './consumer-store.js';
+import { checkout } from './checkout.js';
 import { refusal } from './refusal.js';
 import { checkSchema, checkSchemaName, tablesOf, type Tables } from './schema.js';
 
@@ -199,16 +200,16 @@ export class PostgresStore implements ConsumerStoreProvider {
     // crash the process. The next checkout reconnects.
     if (given === undefined) pool.on('error', () => undefined);
     try {
-      let client;
+      let held;
       try {
-        client = await pool.connect();
+        held = await checkout(pool);
       } catch (err) {
         throw refusal(err, 'cannot connect to PostgreSQL');
       }
       try {
-        await checkSchema(client, schema);
+        await checkSchema(held.client, schema);
       } finally {
-        client.release();
+        held.release();
       }
     } catch (err) {
       if (given === undefined) await pool.end().catch(() => undefined);

@@ -10,6 +10,7 @@
  */
 import type pg from 'pg';
 import { checkHistory, type HistoryReport, type ObservedMessage } from '../../src/history/checker.js';
+import { checkout, type CheckedOut } from '../../src/postgres/checkout.js';
 
 /** What the application puts into the outbox: the caller's client, in its open transaction. */
 export type Enqueue = (
@@ -75,29 +76,18 @@ export async function runApplication(options: ApplicationOptions): Promise<Appli
   const rolledBack: string[] = [];
   let committed = 0;
   let unknown = 0;
-  const guarded = new WeakSet<pg.PoolClient>();
   const worker = async (w: number): Promise<void> => {
     for (let t = 0; t < perWorker && options.signal?.aborted !== true; t++) {
       const rows = 1 + Math.floor(Math.random() * 3);
       const rollback = Math.random() < rollbackRatio;
       const labels: string[] = [];
-      let client: pg.PoolClient | undefined;
+      let held: CheckedOut | undefined;
       try {
-        // A checked-out client has no 'error' listener (the pool removes its own): the server
-        // going away while one waits between statements would be an uncaught exception. Added in
-        // pg-pool's callback, as it hands the client over: after an await it came too late once (a
-        // new client's ReadyForQuery and the dying server's FATAL in one socket read, CI).
-        client = await new Promise<pg.PoolClient>((resolve, reject) =>
-          options.pool.connect((err, c) => {
-            if (err !== undefined && err !== null) return reject(err);
-            if (c === undefined) return reject(new Error('the pool gave no connection'));
-            if (!guarded.has(c)) {
-              guarded.add(c);
-              c.on('error', () => undefined);
-            }
-            resolve(c);
-          }),
-        );
+        // The library's checkout (src/postgres/checkout.ts): an 'error' listener from the pool's
+        // hand-over on. After `await pool.connect()` it came too late once (a new client's
+        // ReadyForQuery and the dying server's FATAL in one socket read, CI).
+        held = await checkout(options.pool);
+        const { client } = held;
         await client.query('BEGIN');
         for (let r = 0; r < rows; r++) {
           const label = `${prefix}-w${w}-t${t}-r${r}`;
@@ -118,10 +108,10 @@ export async function runApplication(options: ApplicationOptions): Promise<Appli
           await client.query('COMMIT');
           committed++;
         }
-        client.release();
+        held.release();
       } catch {
         // PostgreSQL went away under us: the truth table says whether it committed.
-        client?.release(true);
+        held?.release(true);
         if (rollback) rolledBack.push(...labels);
         else unknown++;
         await sleep(50);

@@ -14,6 +14,7 @@ import { partitionForKey } from '../../superstream/routing.js';
 import { StreamTransport } from '../../transport/stream-transport.js';
 import { withTimeout } from '../../transport/util.js';
 import { Backoff, sleep } from '../../util/backoff.js';
+import { checkout } from '../checkout.js';
 import { refusal } from '../refusal.js';
 import { checkSchema } from '../schema.js';
 import { isStoreFailure, markStore, RelayLock, storeMarked } from './relay-lock.js';
@@ -208,41 +209,22 @@ export class PgOutboxRelay {
     this.#resolveClosed(this.#stopError);
   }
 
-  /** A pool connection, bounded by `connectTimeoutMs` (a pool without its own bound waits forever). */
+  /**
+   * A pool connection, bounded by `connectTimeoutMs` (a pool without its own bound waits forever)
+   * and by close(). Through checkout() (checkout.ts: an 'error' listener from the hand-over on).
+   * The relay destroys every connection it is done with (`release(true)`): the checkout's no-op
+   * listener stays on it until pg-pool's own is back, never on a connection handed out again.
+   */
   async #connectDb(): Promise<PoolClient> {
     if (this.#closing) throw new Error('the outbox relay is closing');
-    // The callback form: pg-pool calls it while it hands the client over, so the listener is on
-    // before the socket's next message is parsed. A checked-out client has no 'error' listener (the
-    // pool takes its own off), and the handshake's ReadyForQuery and a dying server's FATAL can come
-    // in one socket read: parsed in one loop, the FATAL was emitted before an awaited promise's
-    // continuation could add one, and the emit threw from the socket handler, an uncaught exception
-    // in the host process (seen in CI with a PostgreSQL SIGKILL, in the test application's pool).
-    const pending = new Promise<PoolClient>((resolve, reject) => {
-      this.#opts.pool.connect((err, client) => {
-        if (err !== undefined && err !== null) return reject(err);
-        if (client === undefined) return reject(new Error('the pool gave no connection'));
-        client.on('error', () => undefined);
-        resolve(client);
-      });
-    });
-    const signal = this.#closeSignal.signal;
-    let onClose: (() => void) | undefined;
     try {
-      const closing = new Promise<never>((_, reject) => {
-        onClose = () => reject(new Error('the outbox relay is closing'));
-        signal.addEventListener('abort', onClose, { once: true });
+      const { client } = await checkout(this.#opts.pool, {
+        timeoutMs: this.#opts.connectTimeoutMs,
+        signal: this.#closeSignal.signal,
       });
-      const client = await Promise.race([
-        withTimeout(pending, this.#opts.connectTimeoutMs, 'connecting to PostgreSQL'),
-        closing,
-      ]);
       return client;
     } catch (err) {
-      pending.then((c) => c.release(true)).catch(() => undefined);
-      throw markStore(err);
-    } finally {
-      // A standby connects every takeoverIntervalMs for as long as it waits: no listener may pile up.
-      if (onClose !== undefined) signal.removeEventListener('abort', onClose);
+      throw markStore(this.#closeSignal.signal.aborted ? new Error('the outbox relay is closing') : err);
     }
   }
 
