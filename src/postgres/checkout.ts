@@ -29,6 +29,8 @@ export interface CheckoutOptions {
    * connections are all held waits for ever. A connection that comes later goes back to the pool.
    */
   readonly timeoutMs?: number;
+  /** The option `timeoutMs` comes from, named in the time-out's error (which one to raise). */
+  readonly timeoutName?: string;
   /** Ends the wait at once, rejecting with the signal's reason; a connection that comes later goes back. */
   readonly signal?: AbortSignal;
   /**
@@ -43,11 +45,12 @@ const ignore = (): void => undefined;
 /**
  * Takes a connection of `pool` (see the file's comment for why not `await pool.connect()`).
  *
- * @throws the pool's error; `Error` "no connection from the pool within N ms" after `timeoutMs`;
+ * @throws the pool's error; `Error` "no connection from the pool within <timeoutName> (N ms)" after
+ *   `timeoutMs`;
  *   the signal's reason once it aborts.
  */
 export function checkout(pool: Pool, options: CheckoutOptions = {}): Promise<CheckedOut> {
-  const { timeoutMs, signal, onError = ignore } = options;
+  const { timeoutMs, timeoutName, signal, onError = ignore } = options;
   return new Promise<CheckedOut>((resolve, reject) => {
     /** Resolved, rejected or timed out: a client that arrives after goes back to the pool. */
     let settled = false;
@@ -64,6 +67,19 @@ export function checkout(pool: Pool, options: CheckoutOptions = {}): Promise<Che
       reject(err instanceof Error ? err : new Error(String(err)));
     };
     const take = (client: PoolClient): void => {
+      if (settled) {
+        // Nobody waits for it any more: back to the pool, on a later microtask. pg-pool hands a
+        // released connection to the next request in its queue within release(), and a pool
+        // without connectionTimeoutMillis keeps every abandoned request queued: given back here,
+        // in the same stack, a few thousand of them overflowed it (a review's measurement) and
+        // left the connection checked out with no listener at all.
+        client.on('error', ignore);
+        queueMicrotask(() => {
+          client.removeListener('error', ignore);
+          client.release();
+        });
+        return;
+      }
       client.on('error', onError);
       let released = false;
       const release = (destroy?: boolean | Error): void => {
@@ -74,7 +90,6 @@ export function checkout(pool: Pool, options: CheckoutOptions = {}): Promise<Che
         client.removeListener('error', onError);
         client.release(destroy);
       };
-      if (settled) return release();
       done();
       resolve({ client, release });
     };
@@ -82,7 +97,12 @@ export function checkout(pool: Pool, options: CheckoutOptions = {}): Promise<Che
     signal?.addEventListener('abort', onAbort, { once: true });
     if (timeoutMs !== undefined) {
       timer = setTimeout(
-        () => fail(new Error(`no connection from the pool within ${timeoutMs} ms`)),
+        () =>
+          fail(
+            new Error(
+              `no connection from the pool within ${timeoutName === undefined ? '' : `${timeoutName} `}(${timeoutMs} ms)`,
+            ),
+          ),
         timeoutMs,
       );
     }

@@ -356,6 +356,7 @@ export class PgConsumerStore implements ConsumerStore {
       // holds would make the batch, and close(), wait for ever.
       held = await checkout(this.#pool, {
         timeoutMs: this.#limits.queryTimeoutMs,
+        timeoutName: 'queryTimeoutMs',
         onError: this.#onClientError,
       });
     } catch (err) {

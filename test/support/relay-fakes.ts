@@ -157,6 +157,7 @@ export function fakePool(db: FakeDb): unknown {
     escapeLiteral: (s: string) => `'${s.replace(/'/g, "''")}'`,
     release: () => undefined,
     on: () => client,
+    removeListener: () => client,
   };
   // pg.Pool's two forms: the relay uses the callback (called once the client is handed over).
   return {

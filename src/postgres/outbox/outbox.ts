@@ -155,6 +155,9 @@ function encodeHeaders(headers: Headers | undefined): string | null {
  * @example
  * ```ts
  * const outbox = PgOutbox.create({ schema: 'stream_dedup', producerName: 'orders-svc' });
+ * // Once, where the pool is made: pg gives a checked-out client no 'error' listener, and a server
+ * // going away while one is held would crash the process.
+ * pool.on('connect', (c) => c.on('error', (err) => console.error('PostgreSQL:', err.message)));
  * const client = await pool.connect();
  * try {
  *   await client.query('BEGIN');

@@ -88,6 +88,8 @@ export class PgOutboxRelay {
   #heartbeat: NodeJS.Timeout | undefined;
   /** Aborted at close(): every wait for a pool connection ends on it. */
   readonly #closeSignal = new AbortController();
+  /** The release of each connection #connectDb took (checkout.ts), until #destroyDb. */
+  readonly #held = new WeakMap<PoolClient, (destroy?: boolean | Error) => void>();
   #lockClient: PoolClient | undefined;
   #work: PoolClient | undefined;
   #epoch: bigint | undefined;
@@ -211,21 +213,34 @@ export class PgOutboxRelay {
 
   /**
    * A pool connection, bounded by `connectTimeoutMs` (a pool without its own bound waits forever)
-   * and by close(). Through checkout() (checkout.ts: an 'error' listener from the hand-over on).
-   * The relay destroys every connection it is done with (`release(true)`): the checkout's no-op
-   * listener stays on it until pg-pool's own is back, never on a connection handed out again.
+   * and by close(). Through checkout() (checkout.ts: an 'error' listener from the hand-over on);
+   * given back only through #destroyDb.
    */
   async #connectDb(): Promise<PoolClient> {
     if (this.#closing) throw new Error('the outbox relay is closing');
     try {
-      const { client } = await checkout(this.#opts.pool, {
+      const { client, release } = await checkout(this.#opts.pool, {
         timeoutMs: this.#opts.connectTimeoutMs,
+        timeoutName: 'connectTimeoutMs',
         signal: this.#closeSignal.signal,
       });
+      this.#held.set(client, release);
       return client;
     } catch (err) {
       throw markStore(this.#closeSignal.signal.aborted ? new Error('the outbox relay is closing') : err);
     }
+  }
+
+  /**
+   * Closes a connection of #connectDb (the relay never hands one back for reuse: a session that
+   * held the lock, or failed, must not serve anyone else), with checkout()'s release: its listener
+   * goes too. Once per connection; later calls do nothing.
+   */
+  #destroyDb(client: PoolClient | undefined): void {
+    if (client === undefined) return;
+    const release = this.#held.get(client);
+    this.#held.delete(client);
+    release?.(true);
   }
 
   async #checkSchema(): Promise<void> {
@@ -257,7 +272,7 @@ export class PgOutboxRelay {
         );
       }
     } finally {
-      client.release(true);
+      this.#destroyDb(client);
     }
   }
 
@@ -273,13 +288,13 @@ export class PgOutboxRelay {
       if (!this.#lockLost && (await this.#lock.held(kept))) return true;
       this.#lockClient = undefined;
       this.#lockLost = false;
-      kept.release(true);
+      this.#destroyDb(kept);
     }
     const client = await this.#connectDb();
     try {
       // Both locks on this session (relay-lock.ts), or none: a standby, or a DEDUP_NAME_CONFLICT.
       if (!(await this.#lock.acquire(client)) || this.#closing) {
-        client.release(true);
+        this.#destroyDb(client);
         return false;
       }
       // Lost connection = lost lock: the pump stops at its next step (the lease epoch fences it anyway).
@@ -297,7 +312,7 @@ export class PgOutboxRelay {
       this.#lockClient = client;
       return true;
     } catch (err) {
-      client.release(true);
+      this.#destroyDb(client);
       throw err;
     }
   }
@@ -864,8 +879,8 @@ export class PgOutboxRelay {
     }
     this.#failure = undefined;
     // The work connection first: a statement waiting on it fails now, not after the broker's close.
-    work?.release(true);
-    lock?.release(true);
+    this.#destroyDb(work);
+    this.#destroyDb(lock);
     await Promise.all(targets.map((t) => t.transport.close()));
   }
 
