@@ -2,7 +2,8 @@
 // which CI reads whatever the test runner. With STREAM_DEDUP_SUMMARY_FILE set it also appends
 // 'N N N' to that file, for scripts/test-all.sh to add up several runs (one per broker line or
 // Node.js version). With STREAM_DEDUP_FAILURES_FILE set it appends one line per failed test (its
-// file, its full name and the first line of its error) and per unhandled error, which test-all.sh
+// file, its full name and the first line of its error, the first three with the rest of the message
+// indented beneath) and per unhandled error, which test-all.sh
 // prints again as the very last lines of the whole run: CI shows only the end of a long output, and a
 // failure must be readable there.
 import { appendFileSync } from 'node:fs';
@@ -14,6 +15,29 @@ function firstLine(error) {
   const text = String(error?.message ?? error ?? 'unknown error');
   const line = text.split('\n').find((l) => l.trim() !== '') ?? text;
   return line.length > 300 ? `${line.slice(0, 300)}…` : line;
+}
+
+/** Failures whose whole message (up to DETAIL_LINES lines) is kept; the rest get their first line. */
+const DETAILED_FAILURES = 3;
+const DETAIL_LINES = 40;
+
+/**
+ * The first line of the error, then, for the first few failures of a run, the rest of its message
+ * indented (at most DETAIL_LINES lines of 300 characters): a wait that timed out says what it saw
+ * after its first line ("last lines: …", the broker's view), and CI shows only the end of the run.
+ */
+function describe(error, detailed) {
+  const head = firstLine(error);
+  if (!detailed) return head;
+  const text = String(error?.message ?? error ?? '');
+  const lines = text.split('\n');
+  const start = lines.findIndex((l) => l.trim() !== '');
+  const rest = lines.slice(start + 1).filter((l) => l.trim() !== '');
+  if (rest.length === 0) return head;
+  const kept = rest.slice(0, DETAIL_LINES).map((l) => `    | ${l.length > 300 ? `${l.slice(0, 300)}…` : l}`);
+  if (rest.length > DETAIL_LINES)
+    kept.push(`    | … ${rest.length - DETAIL_LINES} more lines in the run's output`);
+  return [head, ...kept].join('\n');
 }
 
 export default class SummaryReporter {
@@ -29,7 +53,9 @@ export default class SummaryReporter {
         if (result.state === 'passed') passed++;
         else if (result.state === 'failed') {
           failed++;
-          failures.push(`${file} > ${test.fullName}: ${firstLine(result.errors?.[0])}`);
+          failures.push(
+            `${file} > ${test.fullName}: ${describe(result.errors?.[0], failures.length < DETAILED_FAILURES)}`,
+          );
         } else skipped++;
       }
       if (module.state() === 'failed' && module.children.size === 0) {

@@ -11,7 +11,8 @@
 #      (space-separated); set it empty to test only the broker you point the tests at (a broker of
 #      your own without root, say).
 # Every step runs even when one before it failed; the run ends with the failed tests again, one line
-# each (file, name, first line of the error: CI shows only the end of the output), then one line that
+# each (file, name, first line of the error: CI shows only the end of the output; the first three of
+# each vitest run with up to 40 more lines of their message, such as a timed-out wait's last lines), then one line that
 # adds up the vitest runs of steps 2, 3 and 4, `tests: N passed, N failed, N skipped` (a step that
 # fails without a test failing — hygiene, an install, a broker that does not start — counts as one
 # failure), and exits non-zero if anything failed.
