@@ -64,9 +64,10 @@ export interface MigrateOptions {
   /** The schema to create or check (`^[a-z_][a-z0-9_]*$`, at most 63 bytes). */
   readonly schema: string;
   /**
-   * How long the migration may wait, in ms: for the migration lock (another process migrating the
-   * same schema), for any other lock, and for each statement (`lock_timeout`, `statement_timeout`,
-   * and the driver's `query_timeout` one second later). @defaultValue 30000 @remarks Since 0.6.0
+   * How long the migration may wait, in ms: for a connection of the pool, for the
+   * migration lock (another process migrating the same schema), for any other lock, and for each
+   * statement (`lock_timeout`, `statement_timeout`, and the driver's `query_timeout` one second
+   * later). @defaultValue 30000 @remarks Since 0.6.0
    */
   readonly timeoutMs?: number;
 }
@@ -85,9 +86,9 @@ export interface MigrateOptions {
  * ```
  * @throws TypeError, RangeError for a bad schema name, before any I/O.
  * @throws DedupError `DEDUP_STORE_REFUSED` when the server cannot be reached, refuses the role or
- *   its rights, or holds a newer version of the schema, or when the migration lock or a statement
- *   waits past `timeoutMs` (another migrate of the schema paused, a silent server); the server's
- *   error is the `cause`.
+ *   its rights, or holds a newer version of the schema, or when a connection of the pool, the
+ *   migration lock or a statement waits past `timeoutMs` (a pool the application has exhausted,
+ *   another migrate of the schema paused, a silent server); the server's error is the `cause`.
  * @remarks Since 0.6.0
  */
 export async function migrate(pool: Pool, options: MigrateOptions): Promise<MigrateResult> {
@@ -96,8 +97,9 @@ export async function migrate(pool: Pool, options: MigrateOptions): Promise<Migr
   const t = tablesOf(schema);
   let held: CheckedOut | undefined;
   try {
-    // checkout.ts: an 'error' listener from the hand-over (a server dying mid-handshake).
-    held = await checkout(pool);
+    // checkout.ts: an 'error' listener from the hand-over (a server dying mid-handshake), and the
+    // wait for a connection bounded too (a pool whose connections the application holds).
+    held = await checkout(pool, { timeoutMs, timeoutName: 'timeoutMs' });
     const connection = held.client;
     // Each statement: the server gives up at timeoutMs, the driver (a server that does not answer) soon after.
     const run = <R extends pg.QueryResultRow>(text: string, values?: unknown[]) =>

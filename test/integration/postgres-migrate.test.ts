@@ -3,6 +3,7 @@
  * migrate of the same schema, holding the migration lock, makes the others give up with
  * DEDUP_STORE_REFUSED within their bound instead of waiting for ever.
  */
+import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DedupError } from '../../src/errors.js';
 import { migrateFromUrl } from '../../src/postgres/migrate-command.js';
@@ -55,5 +56,33 @@ describe('migrate - bounded waits', () => {
     expect(String((err as DedupError).cause)).toMatch(/lock timeout|statement timeout/);
     expect(elapsed).toBeGreaterThanOrEqual(900);
     expect(elapsed).toBeLessThan(4_000);
+  });
+
+  it('migrate() on a pool the application has exhausted (no connectionTimeoutMillis) gives up within timeoutMs', async () => {
+    const db = await useSchema({ migrated: false });
+    cleanups.push(db.drop);
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 1 });
+    pool.on('error', () => undefined);
+    cleanups.push(() => pool.end());
+    // The application holds the pool's one connection (a long report, a leaked client).
+    const held = await pool.connect();
+    cleanups.push(() => Promise.resolve(held.release()));
+    const started = Date.now();
+    const outcome = await Promise.race([
+      migrate(pool, { schema: db.schema, timeoutMs: 500 }).then(
+        () => 'migrated',
+        (e: unknown) => e,
+      ),
+      new Promise((resolve) => setTimeout(() => resolve('still waiting after 5 s'), 5_000)),
+    ]);
+    const elapsed = Date.now() - started;
+    // Before the bound: still waiting after 5 s.
+    expect(outcome).toBeInstanceOf(DedupError);
+    expect((outcome as DedupError).code).toBe('DEDUP_STORE_REFUSED');
+    expect(String((outcome as DedupError).cause)).toContain(
+      'no connection from the pool within timeoutMs (500 ms)',
+    );
+    expect(elapsed).toBeGreaterThanOrEqual(450);
+    expect(elapsed).toBeLessThan(2_000);
   });
 });
