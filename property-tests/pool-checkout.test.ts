@@ -138,13 +138,15 @@ describe('pool checkout model', () => {
                 await vi.advanceTimersByTimeAsync(s.ms);
               }
             }
-            // Wind down: every wait given up, every connection given back, time for all of it.
+            // Wind down: every wait given up, every connection given back, and time for the pool to
+            // finish the handshakes it began for requests given up meanwhile (up to 40 of at most
+            // 30 ms each, one after another on a pool of one): at most 5 s of the fake clock.
             aborting.abort(new Error('closing'));
-            for (
-              let round = 0;
-              round < 20 && taken.some((t) => t.state === 'waiting' || t.state === 'held');
-              round++
-            ) {
+            const busy = (): boolean =>
+              taken.some((t) => t.state === 'waiting' || t.state === 'held') ||
+              script.pool.waitingCount > 0 ||
+              script.pool.idleCount !== script.pool.totalCount;
+            for (let round = 0; round < 100 && busy(); round++) {
               for (const t of taken) if (t.state === 'held') release(t, false);
               await vi.advanceTimersByTimeAsync(50);
             }
